@@ -1,0 +1,34 @@
+# Every target sets up ./.venv first (only Python 3.11/3.12 and make are needed).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: setup demo test lint bench proto clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/keepersim compare
+
+test: setup
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy keepersim
+
+bench: setup
+	$(PY) scripts/bench.py
+
+proto: setup
+	$(PY) scripts/gen_proto.py
+
+clean:
+	rm -rf $(VENV) keepersim-report .keepersim

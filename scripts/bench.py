@@ -1,0 +1,206 @@
+"""keepersim benchmarks. Prints one JSON object; costs are also given in units of a raw LevelDB
+batched put measured in the same run (these machines are noisy, ratios are what to compare).
+
+    python scripts/bench.py [--quick] [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import plyvel
+
+from keepersim.chain import Chain
+from keepersim.types.params import get_default_params
+from keepersim.types.pb.genesis_pb2 import GenesisState
+from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.types_pb2 import MLNodeInfo, Participant
+
+Bench = Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]]
+BENCHES: dict[str, Bench] = {}
+
+
+def bench(name: str) -> Callable[[Bench], Bench]:
+    def register(fn: Bench) -> Bench:
+        BENCHES[name] = fn
+        return fn
+
+    return register
+
+
+def make_genesis(n: int, policy: str = "gonka", epoch_length: int = 1_000_000) -> GenesisState:
+    params = get_default_params()
+    params.epoch_params.epoch_length = epoch_length
+    for field in ("poc_stage_duration", "poc_validation_delay", "poc_validation_duration",
+                  "set_new_validators_delay"):
+        setattr(params.epoch_params, field, 0)
+    params.expiration_blocks = 150
+    params.health_params.policy = policy
+    params.sprt_params.enabled = policy == "sprt"
+    genesis = GenesisState(params=params, chain_id="keepersim-bench")
+    node = MLNodeInfo(node_id="n0", timeslot_allocation=[True, True])
+    for i in range(n):
+        genesis.participants.append(
+            Participant(
+                address=f"gonka1bench{i:06d}",
+                weight=100 + (i * 7919) % 5000,
+                models=["m"],
+                ml_nodes=[node],
+            )
+        )
+    return genesis
+
+
+@bench("raw_put")
+def bench_raw_put(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """The unit: one put in a plyvel write batch of 1,000, keys 20-40 bytes, values ~60 bytes."""
+    n = 50_000 if args.quick else 200_000
+    times = []
+    for _ in range(3):
+        with tempfile.TemporaryDirectory() as d:
+            db = plyvel.DB(d, create_if_missing=True)
+            value = os.urandom(60)
+            t0 = time.perf_counter()
+            for start in range(0, n, 1000):
+                with db.write_batch() as wb:
+                    for i in range(start, start + 1000):
+                        wb.put(b"\x0einference-%012d" % i, value)
+            times.append((time.perf_counter() - t0) / n)
+            db.close()
+    unit = min(times)
+    return {"seconds_per_put": unit, "puts_per_second": 1 / unit}
+
+
+def run_synthetic(
+    chain: Chain, blocks: int, per_block: int, miss_every: int = 31, latency: int = 2
+) -> int:
+    """Drive ``per_block`` inferences a block; every ``miss_every``-th is never finished."""
+    pending: dict[int, list[MsgFinishInference]] = {}
+    req = 0
+    start_h = chain.height + 1
+    for h in range(start_h, start_h + blocks):
+        txs: list[Any] = pending.pop(h, [])
+        for _ in range(per_block):
+            req += 1
+            rid = f"req-{req}"
+            sel = chain.get_random_executor("m", rid)
+            txs.append(MsgStartInference(inference_id=rid, model="m", assigned_to=sel.address,
+                                         creator="ta"))
+            if req % miss_every:
+                pending.setdefault(h + latency, []).append(
+                    MsgFinishInference(inference_id=rid, executed_by=sel.address)
+                )
+        chain.deliver_block(txs)
+    return req
+
+
+@bench("module_throughput")
+def bench_module(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """150 participants, 5 inferences a block, a LevelDB commit every block."""
+    unit = out["raw_put"]["seconds_per_put"]
+    blocks = 600 if args.quick else 3000
+    result: dict[str, Any] = {}
+    policies = args.policies or ["gonka"]
+    for policy in policies:
+        with tempfile.TemporaryDirectory() as d:
+            chain = Chain.open(Path(d), genesis=make_genesis(150, policy))
+            run_synthetic(chain, 200, 5)  # warm-up: fill the expiry window
+            t0 = time.perf_counter()
+            n = run_synthetic(chain, blocks, 5)
+            dt = time.perf_counter() - t0
+            chain.close()
+        per_inf = dt / n
+        result[policy] = {
+            "inferences": n,
+            "seconds_per_inference": per_inf,
+            "inferences_per_second": n / dt,
+            "raw_put_units_per_inference": per_inf / unit,
+        }
+    if "none" in result:
+        base = result["none"]["seconds_per_inference"]
+        for r in result.values():
+            r["ratio_to_none"] = r["seconds_per_inference"] / base
+    return {"goal_units": 20, "policies": result}
+
+
+@bench("idle_block")
+def bench_idle(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """An empty block's cost must not grow with participant count."""
+    unit = out["raw_put"]["seconds_per_put"]
+    res: dict[str, Any] = {}
+    for n in (150, 10_000):
+        with tempfile.TemporaryDirectory() as d:
+            chain = Chain.open(Path(d), genesis=make_genesis(n))
+            reps = 300 if args.quick else 2000
+            for _ in range(50):
+                chain.deliver_block([])
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                chain.deliver_block([])
+            dt = (time.perf_counter() - t0) / reps
+            chain.close()
+        res[str(n)] = {"seconds_per_block": dt, "raw_put_units": dt / unit}
+    res["ratio_10000_to_150"] = res["10000"]["seconds_per_block"] / res["150"]["seconds_per_block"]
+    res["goal_ratio"] = 2.0
+    return res
+
+
+@bench("selection_latency")
+def bench_selection(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """get_random_executor p50 / p99 while blocks with outcomes commit between calls."""
+    res: dict[str, Any] = {}
+    for n in (150, 1000, 10_000):
+        with tempfile.TemporaryDirectory() as d:
+            chain = Chain.open(Path(d), genesis=make_genesis(n))
+            run_synthetic(chain, 30, 5)
+            lat: list[float] = []
+            req = 0
+            for _ in range(60 if args.quick else 200):
+                for _ in range(20):
+                    req += 1
+                    t0 = time.perf_counter()
+                    chain.get_random_executor("m", f"q-{req}")
+                    lat.append(time.perf_counter() - t0)
+                run_synthetic(chain, 1, 5)
+            chain.close()
+        lat.sort()
+        res[str(n)] = {
+            "p50_us": lat[len(lat) // 2] * 1e6,
+            "p99_us": lat[int(len(lat) * 0.99)] * 1e6,
+            "mean_us": statistics.fmean(lat) * 1e6,
+            "calls": len(lat),
+        }
+    return res
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke check)")
+    parser.add_argument("--only", nargs="*", default=None, help=f"subset of {sorted(BENCHES)}")
+    parser.add_argument("--policies", nargs="*", default=None, help="policies for throughput")
+    args = parser.parse_args()
+    if args.policies is None:
+        from keepersim.keeper.policies import BUILTIN_POLICIES
+
+        args.policies = sorted(BUILTIN_POLICIES)
+    out: dict[str, Any] = {"python": sys.version.split()[0], "quick": args.quick}
+    wanted = args.only or list(BENCHES)
+    for name, fn in BENCHES.items():
+        if name == "raw_put" or name in wanted:
+            print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+            out[name] = fn(args, out)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
