@@ -1,0 +1,1 @@
+"""Simulation inputs: scenario files, their schema, generators and the built-in scenario suite."""

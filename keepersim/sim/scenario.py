@@ -1,0 +1,640 @@
+"""Scenario files: the fleet of executors and how each behaves over time.
+
+The format is specified in ``shared/spec/scenario-format.md``; the JSON Schema keepersim ships is
+``keepersim/sim/schema/scenario.schema.json`` (see :func:`get_schema_path`). Reading is strict:
+an unknown key anywhere is an error naming the key, so a typo cannot silently change an
+experiment. keepersim accepts a few optional keys beyond the spec (each documented in the schema):
+
+* top level ``description`` (string, default ``""``),
+* top level ``max_reselects`` (integer >= 0, default 2): how many times a requester re-selects
+  after capacity pushback,
+* top level ``pushback`` (boolean, default false): a participant over capacity declines with
+  pushback (a neutral outcome) instead of silently missing,
+* per participant ``models`` (non-empty list of strings, default ``["default"]``),
+* per participant ``capacity`` may be omitted (same as null).
+
+Validation runs the JSON Schema first, then the semantic rules (unique addresses; ``miss`` starts
+at from_block 0 with strictly increasing from_blocks; latency ``[min, max]`` with min <= max;
+finite numbers). All problems found are reported together in one :class:`ScenarioError`, each
+with the JSON location (e.g. ``participants[3].miss[1][0]``) and what was expected.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence, Sized
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+import jsonschema
+
+__all__ = [
+    "DEFAULT_EXPIRATION_BLOCKS",
+    "DEFAULT_LATENCY_BLOCKS",
+    "DEFAULT_MAX_RESELECTS",
+    "DEFAULT_MODELS",
+    "DEFAULT_PUSHBACK",
+    "ParticipantSpec",
+    "Scenario",
+    "ScenarioError",
+    "dump_scenario",
+    "format_scenario_json",
+    "get_schema",
+    "get_schema_path",
+    "load_scenario",
+    "parse_scenario",
+    "save_scenario",
+]
+
+DEFAULT_EXPIRATION_BLOCKS: Final = 150
+DEFAULT_LATENCY_BLOCKS: Final = 2
+DEFAULT_MAX_RESELECTS: Final = 2
+DEFAULT_PUSHBACK: Final = False
+DEFAULT_MODELS: Final[tuple[str, ...]] = ("default",)
+
+_SCHEMA_FILE: Final = "scenario.schema.json"
+_MAX_LISTED_PROBLEMS: Final = 50
+
+_Path = tuple[str | int, ...]
+_Problem = tuple[_Path, str]
+
+
+class ScenarioError(ValueError):
+    """An invalid scenario (file). ``problems`` holds one ``"location: message"`` per problem."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems: tuple[str, ...] = tuple(problems) if problems else (message,)
+
+
+# --------------------------------------------------------------------------------------------
+# Data model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantSpec:
+    """One executor: its weight, latency range, miss-probability schedule and capacity.
+
+    ``miss`` is a tuple of ``(from_block, p)``: ``p`` applies to requests assigned at heights
+    ``from_block`` up to (excluding) the next entry's ``from_block``. ``capacity`` None means
+    unlimited. Construction validates the invariants (raises :class:`ScenarioError`).
+    """
+
+    address: str
+    weight: int
+    latency_min: int
+    latency_max: int
+    miss: tuple[tuple[int, float], ...]
+    capacity: int | None = None
+    models: tuple[str, ...] = DEFAULT_MODELS
+    _miss_from: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _miss_p: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        miss = tuple((int(b), float(p)) for b, p in self.miss)
+        object.__setattr__(self, "miss", miss)
+        object.__setattr__(self, "models", tuple(self.models))
+        who = f"participant {self.address!r}"
+        if not isinstance(self.address, str) or not self.address:
+            raise ScenarioError(f"{who}: address must be a non-empty string")
+        if _is_bool(self.weight) or not isinstance(self.weight, int) or self.weight <= 0:
+            raise ScenarioError(f"{who}: weight must be an integer > 0, got {self.weight!r}")
+        if not 1 <= self.latency_min <= self.latency_max:
+            raise ScenarioError(
+                f"{who}: latency must satisfy 1 <= min <= max, "
+                f"got [{self.latency_min}, {self.latency_max}]"
+            )
+        if not miss or miss[0][0] != 0:
+            raise ScenarioError(f"{who}: miss must start with from_block 0, got {miss!r}")
+        for (b0, _), (b1, _) in zip(miss, miss[1:], strict=False):
+            if b1 <= b0:
+                raise ScenarioError(f"{who}: miss from_blocks must strictly increase, got {miss!r}")
+        for _, p in miss:
+            if not 0.0 <= p <= 1.0:  # also rejects NaN
+                raise ScenarioError(f"{who}: miss probability must be in [0, 1], got {p!r}")
+        if self.capacity is not None and (
+            _is_bool(self.capacity) or not isinstance(self.capacity, int) or self.capacity <= 0
+        ):
+            raise ScenarioError(f"{who}: capacity must be None or an integer > 0")
+        if not self.models or any(not isinstance(m, str) or not m for m in self.models):
+            raise ScenarioError(f"{who}: models must be a non-empty tuple of non-empty strings")
+        object.__setattr__(self, "_miss_from", tuple(b for b, _ in miss))
+        object.__setattr__(self, "_miss_p", tuple(p for _, p in miss))
+
+    def get_miss_probability(self, height: int) -> float:
+        """Miss probability of a request assigned at ``height`` (heights < 0 count as 0)."""
+        i = bisect.bisect_right(self._miss_from, height) - 1
+        return self._miss_p[i if i >= 0 else 0]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A whole scenario; see the module docstring and the spec for each field's meaning."""
+
+    name: str
+    seed: int
+    blocks: int
+    epoch_length: int
+    expiration_blocks: int
+    arrivals_per_block: float
+    participants: tuple[ParticipantSpec, ...]
+    max_reselects: int = DEFAULT_MAX_RESELECTS
+    pushback: bool = DEFAULT_PUSHBACK
+    description: str = ""
+    _total_weight: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "participants", tuple(self.participants))
+        object.__setattr__(self, "arrivals_per_block", float(self.arrivals_per_block))
+        who = f"scenario {self.name!r}"
+        for knob in ("seed", "blocks", "epoch_length", "expiration_blocks", "max_reselects"):
+            value = getattr(self, knob)
+            if _is_bool(value) or not isinstance(value, int):
+                raise ScenarioError(f"{who}: {knob} must be an integer, got {value!r}")
+        for knob in ("blocks", "epoch_length", "expiration_blocks"):
+            if getattr(self, knob) <= 0:
+                raise ScenarioError(f"{who}: {knob} must be > 0, got {getattr(self, knob)!r}")
+        if self.max_reselects < 0:
+            raise ScenarioError(f"{who}: max_reselects must be >= 0, got {self.max_reselects}")
+        if not (math.isfinite(self.arrivals_per_block) and self.arrivals_per_block >= 0):
+            raise ScenarioError(
+                f"{who}: arrivals_per_block must be a finite number >= 0, "
+                f"got {self.arrivals_per_block!r}"
+            )
+        if not self.participants:
+            raise ScenarioError(f"{who}: needs at least one participant")
+        seen: set[str] = set()
+        for p in self.participants:
+            if p.address in seen:
+                raise ScenarioError(f"{who}: duplicate participant address {p.address!r}")
+            seen.add(p.address)
+        object.__setattr__(self, "_total_weight", sum(p.weight for p in self.participants))
+
+    def get_total_weight(self) -> int:
+        """Sum of all participants' weights."""
+        return self._total_weight
+
+
+# --------------------------------------------------------------------------------------------
+# Schema
+# --------------------------------------------------------------------------------------------
+
+
+def get_schema_path() -> Path:
+    """Path of the shipped JSON Schema (draft 2020-12) of the scenario format."""
+    return Path(str(resources.files("keepersim.sim").joinpath("schema", _SCHEMA_FILE)))
+
+
+@cache
+def _schema_text() -> str:
+    return resources.files("keepersim.sim").joinpath("schema", _SCHEMA_FILE).read_text("utf-8")
+
+
+def get_schema() -> dict[str, Any]:
+    """A fresh copy of the scenario JSON Schema."""
+    schema: dict[str, Any] = json.loads(_schema_text())
+    return schema
+
+
+@cache
+def _validator() -> Any:
+    schema = get_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+# --------------------------------------------------------------------------------------------
+# Error messages
+# --------------------------------------------------------------------------------------------
+
+
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    """An integer in the JSON Schema sense (1.0 counts; booleans do not)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+def _format_location(path: Iterable[str | int]) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "top level"
+
+
+def _show(value: object) -> str:
+    try:
+        text = json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def _pair_name(path: _Path) -> str | None:
+    """What a 2-item list at ``path`` holds, for messages."""
+    if path and path[-1] == "latency_blocks":
+        return "[min, max]"
+    if len(path) >= 2 and path[-2] == "miss" and isinstance(path[-1], int):
+        return "[from_block, p]"
+    return None
+
+
+def _bounds(schema: Mapping[str, Any]) -> str:
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    if lo is not None and hi is not None:
+        return f" in [{lo}, {hi}]"
+    if schema.get("exclusiveMinimum") is not None:
+        return f" > {schema['exclusiveMinimum']}"
+    if lo is not None:
+        return f" >= {lo}"
+    if hi is not None:
+        return f" <= {hi}"
+    return ""
+
+
+def _describe(schema: Mapping[str, Any], path: _Path) -> str:
+    """What a value matching ``schema`` looks like, e.g. 'an integer > 0 or null'."""
+    types = schema.get("type", [])
+    types = [types] if isinstance(types, str) else list(types)
+    parts: list[str] = []
+    for t in types:
+        if t in ("integer", "number"):
+            parts.append(("an integer" if t == "integer" else "a number") + _bounds(schema))
+        elif t == "array":
+            pair = _pair_name(path)
+            if pair is not None:
+                parts.append(f"a list {pair}")
+            elif schema.get("minItems", 0) >= 1:
+                parts.append("a non-empty list")
+            else:
+                parts.append("a list")
+        elif t == "string":
+            parts.append("a non-empty string" if schema.get("minLength", 0) >= 1 else "a string")
+        elif t == "boolean":
+            parts.append("a boolean (true or false)")
+        elif t == "object":
+            parts.append("an object")
+        elif t == "null":
+            parts.append("null")
+    return " or ".join(parts) if parts else "a valid value"
+
+
+def _schema_problems(error: Any) -> list[_Problem]:
+    """Translate one jsonschema ValidationError into located, readable problems."""
+    path: _Path = tuple(error.absolute_path)
+    keyword: str = error.validator
+    schema: Mapping[str, Any] = error.schema
+    instance: Any = error.instance
+    got = f"got {_json_type(instance)} {_show(instance)}"
+    if keyword == "additionalProperties" and isinstance(instance, Mapping):
+        allowed = sorted(schema.get("properties", {}))
+        problems: list[_Problem] = []
+        for key in instance:
+            if key in allowed:
+                continue
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            hint = (
+                f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
+            )
+            problems.append((path, f"unknown key {key!r}{hint}"))
+        return problems
+    if keyword == "required" and isinstance(instance, Mapping):
+        return [
+            (path, f"missing required key {key!r}")
+            for key in error.validator_value
+            if key not in instance
+        ]
+    if keyword == "type":
+        return [(path, f"expected {_describe(schema, path)}, {got}")]
+    if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return [(path, f"expected {_describe(schema, path)}, got {_show(instance)}")]
+    if keyword in ("minItems", "maxItems", "items", "prefixItems"):
+        n = len(instance) if isinstance(instance, Sized) else "?"
+        pair = _pair_name(path)
+        if pair is not None:
+            return [(path, f"expected a list of exactly 2 items {pair}, got {n} items")]
+        if keyword == "minItems" and schema.get("minItems") == 1:
+            what = "participant" if path == ("participants",) else "item"
+            return [(path, f"expected a non-empty list (at least one {what})")]
+        return [(path, f"expected {_describe(schema, path)}, got {n} items")]
+    if keyword == "minLength":
+        return [(path, f"expected a non-empty string, got {_show(instance)}")]
+    if keyword == "uniqueItems":
+        return [(path, f"expected distinct items (no duplicates), got {_show(instance)}")]
+    return [(path, str(error.message))]
+
+
+def _semantic_problems(obj: object) -> list[_Problem]:
+    """Rules the schema cannot express. Defensive: runs on any object, checks what it can."""
+    problems: list[_Problem] = []
+    if not isinstance(obj, Mapping):
+        return problems
+    arrivals = obj.get("arrivals_per_block")
+    if isinstance(arrivals, float) and not math.isfinite(arrivals):
+        problems.append((("arrivals_per_block",), f"expected a finite number, got {arrivals!r}"))
+    participants = obj.get("participants")
+    if not isinstance(participants, list):
+        return problems
+    first_use: dict[str, int] = {}
+    for i, part in enumerate(participants):
+        if not isinstance(part, Mapping):
+            continue
+        base: _Path = ("participants", i)
+        address = part.get("address")
+        if isinstance(address, str):
+            if address in first_use:
+                problems.append(
+                    (
+                        (*base, "address"),
+                        f"duplicate address {address!r} "
+                        f"(already used by participants[{first_use[address]}]); "
+                        "expected unique addresses",
+                    )
+                )
+            else:
+                first_use[address] = i
+        latency = part.get("latency_blocks")
+        if (
+            isinstance(latency, list)
+            and len(latency) == 2
+            and all(_is_int(x) for x in latency)
+            and latency[0] > latency[1]
+        ):
+            problems.append(
+                (
+                    (*base, "latency_blocks"),
+                    f"expected [min, max] with min <= max, got {_show(latency)}",
+                )
+            )
+        miss = part.get("miss")
+        if not isinstance(miss, list):
+            continue
+        previous: float | None = None
+        for j, entry in enumerate(miss):
+            if not isinstance(entry, list) or not entry:
+                previous = None
+                continue
+            from_block = entry[0]
+            if len(entry) >= 2:
+                p = entry[1]
+                if isinstance(p, float) and not math.isfinite(p):
+                    problems.append(
+                        ((*base, "miss", j, 1), f"expected a finite number in [0, 1], got {p!r}")
+                    )
+            if not _is_int(from_block):
+                previous = None
+                continue
+            if j == 0 and from_block > 0:
+                problems.append(
+                    (
+                        (*base, "miss", 0, 0),
+                        f"expected the first from_block to be 0, got {_show(from_block)}",
+                    )
+                )
+            if previous is not None and from_block <= previous:
+                problems.append(
+                    (
+                        (*base, "miss", j, 0),
+                        f"expected from_block > {_show(previous)} "
+                        f"(from_blocks must strictly increase), got {_show(from_block)}",
+                    )
+                )
+            previous = from_block
+    return problems
+
+
+def _sort_key(problem: _Problem) -> tuple[tuple[tuple[int, int, str], ...], str]:
+    path, message = problem
+    return (
+        tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in path),
+        message,
+    )
+
+
+def _raise_problems(source: str, problems: list[_Problem]) -> None:
+    unique = sorted(set(problems), key=_sort_key)
+    lines = [f"{_format_location(path)}: {message}" for path, message in unique]
+    if len(lines) == 1:
+        raise ScenarioError(f"{source}: {lines[0]}", lines)
+    shown = lines[:_MAX_LISTED_PROBLEMS]
+    text = f"{source}: {len(lines)} problems:\n" + "\n".join(f"  {line}" for line in shown)
+    if len(lines) > len(shown):
+        text += f"\n  ... and {len(lines) - len(shown)} more"
+    raise ScenarioError(text, lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------
+
+
+def parse_scenario(obj: object, source: str) -> Scenario:
+    """Validate a decoded JSON value and build a :class:`Scenario`.
+
+    ``source`` names where ``obj`` came from (a file path) in error messages. Raises
+    :class:`ScenarioError` listing every problem found.
+    """
+    return _parse(obj, source, [])
+
+
+def _parse(obj: object, source: str, problems: list[_Problem]) -> Scenario:
+    problems = list(problems)
+    for error in _validator().iter_errors(obj):
+        problems.extend(_schema_problems(error))
+    problems.extend(_semantic_problems(obj))
+    if problems:
+        _raise_problems(source, problems)
+    assert isinstance(obj, Mapping)
+    try:
+        return _build(obj)
+    except ScenarioError as exc:  # pragma: no cover - the checks above should catch everything
+        raise ScenarioError(f"{source}: {exc}") from exc
+
+
+def _build(obj: Mapping[str, Any]) -> Scenario:
+    participants: list[ParticipantSpec] = []
+    for part in obj["participants"]:
+        latency = part.get("latency_blocks", DEFAULT_LATENCY_BLOCKS)
+        if isinstance(latency, list):
+            lat_min, lat_max = int(latency[0]), int(latency[1])
+        else:
+            lat_min = lat_max = int(latency)
+        capacity = part.get("capacity")
+        participants.append(
+            ParticipantSpec(
+                address=part["address"],
+                weight=int(part["weight"]),
+                latency_min=lat_min,
+                latency_max=lat_max,
+                miss=tuple((int(b), float(p)) for b, p in part["miss"]),
+                capacity=None if capacity is None else int(capacity),
+                models=tuple(part.get("models", DEFAULT_MODELS)),
+            )
+        )
+    return Scenario(
+        name=obj["name"],
+        seed=int(obj["seed"]),
+        blocks=int(obj["blocks"]),
+        epoch_length=int(obj["epoch_length"]),
+        expiration_blocks=int(obj.get("expiration_blocks", DEFAULT_EXPIRATION_BLOCKS)),
+        arrivals_per_block=float(obj["arrivals_per_block"]),
+        participants=tuple(participants),
+        max_reselects=int(obj.get("max_reselects", DEFAULT_MAX_RESELECTS)),
+        pushback=bool(obj.get("pushback", DEFAULT_PUSHBACK)),
+        description=obj.get("description", ""),
+    )
+
+
+class _JsonObject(dict[str, Any]):
+    """A decoded JSON object that remembers keys which appeared more than once."""
+
+    duplicates: tuple[str, ...] = ()
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> _JsonObject:
+    obj = _JsonObject(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        dups: list[str] = []
+        for key, _ in pairs:
+            if key in seen and key not in dups:
+                dups.append(key)
+            seen.add(key)
+        obj.duplicates = tuple(dups)
+    return obj
+
+
+def _duplicate_key_problems(value: object, path: _Path = ()) -> list[_Problem]:
+    problems: list[_Problem] = []
+    if isinstance(value, _JsonObject):
+        problems.extend(
+            (path, f"duplicate key {key!r} (each key may appear once)") for key in value.duplicates
+        )
+        for key, child in value.items():
+            problems.extend(_duplicate_key_problems(child, (*path, key)))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            problems.extend(_duplicate_key_problems(child, (*path, i)))
+    return problems
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read, validate and build a scenario file (UTF-8 JSON).
+
+    Raises :class:`ScenarioError` naming the file: unreadable file, invalid JSON (with line and
+    column), duplicate keys, schema or semantic problems (with their JSON locations).
+    """
+    source = os.fspath(path)
+    try:
+        raw = Path(source).read_bytes()
+    except OSError as exc:
+        raise ScenarioError(f"{source}: cannot read scenario file: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            f"{source}: not UTF-8 text (invalid byte at offset {exc.start})"
+        ) from exc
+    try:
+        obj = json.loads(text, object_pairs_hook=_object_pairs)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(
+            f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from exc
+    return _parse(obj, source, _duplicate_key_problems(obj))
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+
+
+def _dump_participant(p: ParticipantSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"address": p.address, "weight": p.weight}
+    out["latency_blocks"] = (
+        p.latency_min if p.latency_min == p.latency_max else [p.latency_min, p.latency_max]
+    )
+    out["miss"] = [[b, prob] for b, prob in p.miss]
+    out["capacity"] = p.capacity
+    if p.models != DEFAULT_MODELS:
+        out["models"] = list(p.models)
+    return out
+
+
+def dump_scenario(s: Scenario) -> dict[str, Any]:
+    """The scenario as a JSON-ready dict; ``parse_scenario(dump_scenario(s), ...) == s``.
+
+    keepersim's extension keys are written only when they differ from their defaults, so a
+    scenario that uses none of them is a plain spec-format file.
+    """
+    out: dict[str, Any] = {"name": s.name}
+    if s.description:
+        out["description"] = s.description
+    out.update(
+        {
+            "seed": s.seed,
+            "blocks": s.blocks,
+            "epoch_length": s.epoch_length,
+            "expiration_blocks": s.expiration_blocks,
+            "arrivals_per_block": s.arrivals_per_block,
+        }
+    )
+    if s.max_reselects != DEFAULT_MAX_RESELECTS:
+        out["max_reselects"] = s.max_reselects
+    if s.pushback != DEFAULT_PUSHBACK:
+        out["pushback"] = s.pushback
+    out["participants"] = [_dump_participant(p) for p in s.participants]
+    return out
+
+
+def format_scenario_json(s: Scenario) -> str:
+    """The scenario as JSON text: indented, one participant per line (diff-friendly)."""
+    obj = dump_scenario(s)
+    participants = obj.pop("participants")
+    head = json.dumps(obj, indent=2, ensure_ascii=False)
+    rows = ",\n".join(
+        "    " + json.dumps(p, ensure_ascii=False, allow_nan=False) for p in participants
+    )
+    return head[:-2] + ',\n  "participants": [\n' + rows + "\n  ]\n}\n"
+
+
+def save_scenario(s: Scenario, path: str | os.PathLike[str]) -> None:
+    """Write the scenario as a JSON file (see :func:`format_scenario_json`).
+
+    Saving matters for exactness: built-in and generated scenarios are reproducible only on the
+    same numpy build; a saved file reproduces the same fleet everywhere.
+    """
+    Path(path).write_text(format_scenario_json(s), encoding="utf-8")
