@@ -1,0 +1,378 @@
+"""The library's front door: a chain over a store, driven block by block, queried between blocks.
+
+Thread-safe: one block at a time (a lock), any number of queries meanwhile. Queries read the last
+committed block only (the block being built lives in its buffer), and a commit excludes readers
+for the instant of its atomic write, so no query sees half a block.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf.message import Message
+
+from keepersim.keeper.context import BlockContext
+from keepersim.keeper.keeper import Keeper
+from keepersim.keeper.policies import PolicyFactory, get_policy
+from keepersim.keeper.policies.base import Health, HealthPolicy, PolicyReader
+from keepersim.keeper.readonly import ReadOnlyStore
+from keepersim.keeper.selection import (
+    Candidate,
+    SelectionTable,
+    compute_draw,
+    compute_draws,
+    compute_selection_seed,
+    compute_selection_table,
+    get_candidates,
+    is_poc_phase,
+)
+from keepersim.module.abci import begin_block, end_block
+from keepersim.module.genesis import export_genesis, init_genesis
+from keepersim.module.msg_server import process_tx
+from keepersim.rwlock import RWLock
+from keepersim.store.committed import CommitStore
+from keepersim.store.kv import KVBackend
+from keepersim.store.leveldb import LevelDBBackend
+from keepersim.store.memory import MemoryBackend
+from keepersim.types.errors import BlockError, GenesisError, KeepersimError
+from keepersim.types.events import (
+    EpochSettled,
+    Event,
+    ParticipantDeactivated,
+)
+from keepersim.types.pb.genesis_pb2 import GenesisState
+from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.tx_pb2 import (
+    MsgDeclineInference,
+    MsgFinishInference,
+    MsgStartInference,
+    MsgSubmitNewParticipant,
+    MsgUpdateParams,
+    Tx,
+)
+from keepersim.types.pb.types_pb2 import Inference, Participant
+
+DEFAULT_HOME = Path(os.environ.get("KEEPERSIM_HOME", ".keepersim"))
+
+_TX_FIELDS: dict[type[Message], str] = {
+    MsgStartInference: "start_inference",
+    MsgFinishInference: "finish_inference",
+    MsgDeclineInference: "decline_inference",
+    MsgUpdateParams: "update_params",
+    MsgSubmitNewParticipant: "submit_new_participant",
+}
+
+
+def make_tx(msg: Message) -> Tx:
+    """Wrap one message into a Tx (a Tx is passed through)."""
+    if isinstance(msg, Tx):
+        return msg
+    field = _TX_FIELDS.get(type(msg))
+    if field is None:
+        raise TypeError(f"not a module message: {type(msg).__name__}")
+    tx = Tx()
+    getattr(tx, field).CopyFrom(msg)
+    return tx
+
+
+@dataclass(frozen=True, slots=True)
+class TxResult:
+    index: int
+    kind: str
+    ok: bool
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockResult:
+    height: int
+    app_hash: bytes
+    events: tuple[Event, ...]
+    tx_results: tuple[TxResult, ...]
+
+    def get_failed(self) -> list[TxResult]:
+        return [r for r in self.tx_results if not r.ok]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    address: str
+    height: int
+    model: str
+    request_id: str
+    fallback: bool
+    panic: bool
+
+
+class _SelectionIndex:
+    """Derived selection data of the committed height, kept between blocks.
+
+    A participant's health verdict is recomputed only when its state changed in a block (the
+    keeper's touched set) or its verdict's validity ran out, so a table costs O(changes).
+    """
+
+    __slots__ = ("healths", "candidates", "tables", "last_tables")
+
+    def __init__(self) -> None:
+        self.healths: dict[str, Health] = {}
+        self.candidates: dict[tuple[str, bool], list[Candidate]] = {}
+        self.tables: dict[str, SelectionTable] = {}
+        self.last_tables: dict[str, tuple[list[Candidate], list[Health], SelectionTable]] = {}
+
+    def process_commit(self, touched: set[str], reset: bool) -> None:
+        self.tables = {}
+        if reset:
+            self.healths.clear()
+            self.candidates.clear()
+            self.last_tables.clear()
+            return
+        for address in touched:
+            self.healths.pop(address, None)
+
+
+class Chain:
+    """A keepersim chain: genesis, blocks, messages, queries, selection, events."""
+
+    def __init__(
+        self, backend: KVBackend, *, extra_policies: dict[str, PolicyFactory] | None = None
+    ) -> None:
+        self._store = CommitStore(backend)
+        self._block_lock = threading.Lock()
+        self._rw = RWLock()
+        self._index_lock = threading.Lock()
+        self._index = _SelectionIndex()
+        self._extra_policies = dict(extra_policies or {})
+        self._policies: dict[str, HealthPolicy] = {}
+        self._chain_id = ""
+        if self.has_genesis():
+            self._chain_id = Keeper(ReadOnlyStore(backend)).chain_id
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        memory: bool = False,
+        genesis: GenesisState | None = None,
+        extra_policies: dict[str, PolicyFactory] | None = None,
+    ) -> Chain:
+        """Open (or create) a chain on a LevelDB folder (default ``./.keepersim/chain``), or in
+        memory; apply ``genesis`` if the store has none yet."""
+        backend: KVBackend
+        if memory:
+            backend = MemoryBackend()
+        else:
+            folder = Path(path) if path is not None else DEFAULT_HOME / "chain"
+            folder.mkdir(parents=True, exist_ok=True)
+            backend = LevelDBBackend(folder)
+        chain = cls(backend, extra_policies=extra_policies)
+        if genesis is not None and not chain.has_genesis():
+            chain.init_genesis(genesis)
+        return chain
+
+    # lifecycle
+    def has_genesis(self) -> bool:
+        from keepersim.types import keys
+
+        return self._store.backend.get(keys.PARAMS) is not None
+
+    def init_genesis(self, genesis: GenesisState) -> bytes:
+        with self._block_lock:
+            if self.has_genesis():
+                raise GenesisError("the store already has a genesis")
+            buffer = self._store.begin()
+            try:
+                keeper = Keeper(buffer)
+                init_genesis(keeper, genesis)
+                with self._rw.write():
+                    app_hash = self._store.commit(buffer, genesis.height)
+            except BaseException:
+                buffer.discard()
+                raise
+            self._chain_id = genesis.chain_id
+            with self._index_lock:
+                self._index.process_commit(set(), reset=True)
+            return app_hash
+
+    @property
+    def height(self) -> int:
+        return self._store.get_height()
+
+    @property
+    def app_hash(self) -> bytes:
+        return self._store.get_app_hash()
+
+    @property
+    def chain_id(self) -> str:
+        return self._chain_id
+
+    def close(self) -> None:
+        with self._block_lock, self._rw.write():
+            self._store.close()
+
+    def __enter__(self) -> Chain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get_policy_object(self, name: str) -> HealthPolicy:
+        policy = self._policies.get(name)
+        if policy is None:
+            policy = get_policy(name, self._extra_policies)
+            self._policies[name] = policy
+        return policy
+
+    def deliver_block(
+        self,
+        txs: Iterable[Message] = (),
+        height: int | None = None,
+        *,
+        strict: bool = False,
+    ) -> BlockResult:
+        """Begin block, the messages in order, end block, commit; return the events.
+
+        A message that breaks a rule is rejected alone (handlers check before they write) and
+        reported in ``tx_results``; with ``strict`` it fails the whole block instead. Any error
+        in the block's own logic discards the block: the store stays at the last commit.
+        """
+        with self._block_lock:
+            if not self.has_genesis():
+                raise BlockError("the chain has no genesis")
+            h = self.height + 1 if height is None else height
+            if h <= self.height:
+                raise BlockError(f"height {h} is not above the last committed {self.height}")
+            buffer = self._store.begin()
+            try:
+                keeper = Keeper(buffer, self._chain_id)
+                params_changed = begin_block(keeper, h)
+                params = keeper.get_params()
+                policy = self.get_policy_object(params.health_params.policy)
+                ctx = BlockContext(keeper, policy, h)
+                results = []
+                for i, msg in enumerate(txs):
+                    tx = make_tx(msg)
+                    kind = tx.WhichOneof("msg") or "empty"
+                    try:
+                        process_tx(ctx, tx)
+                    except KeepersimError as exc:
+                        if strict:
+                            raise BlockError(f"block {h}, tx {i} ({kind}): {exc}") from exc
+                        results.append(TxResult(i, kind, False, f"{type(exc).__name__}: {exc}"))
+                    else:
+                        results.append(TxResult(i, kind, True))
+                end_block(ctx)
+                reset = params_changed or any(
+                    isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events
+                )
+                with self._rw.write():
+                    app_hash = self._store.commit(buffer, h)
+                    with self._index_lock:
+                        self._index.process_commit(keeper.touched, reset)
+            except BaseException:
+                buffer.discard()
+                raise
+            return BlockResult(h, app_hash, tuple(keeper.events), tuple(results))
+
+    # queries (read the last committed block)
+    @contextmanager
+    def read(self) -> Iterator[Keeper]:
+        """A read-only keeper over the last committed block, held consistent while in use."""
+        with self._rw.read():
+            yield Keeper(ReadOnlyStore(self._store.backend), self._chain_id)
+
+    def get_params(self) -> Params:
+        with self.read() as k:
+            return k.get_params()
+
+    def get_participant(self, address: str) -> Participant | None:
+        with self.read() as k:
+            return k.get_participant(address)
+
+    def get_inference(self, inference_id: str) -> Inference | None:
+        with self.read() as k:
+            return k.get_inference(inference_id)
+
+    def get_policy_state(self, address: str) -> dict[str, object]:
+        with self.read() as k:
+            policy = self.get_policy_object(k.get_params().health_params.policy)
+            view = policy.get_state_view(PolicyReader(k, policy), address, self.height)
+            return {"policy": policy.name, "address": address, **view}
+
+    def get_selection_table(self, model: str = "") -> SelectionTable:
+        """The selection table of the committed height (computed once per height and model)."""
+        with self.read() as k, self._index_lock:
+            index = self._index
+            table = index.tables.get(model)
+            if table is not None:
+                return table
+            table = self._compute_table(k, model)
+            index.tables[model] = table
+            return table
+
+    def _compute_table(self, keeper: Keeper, model: str) -> SelectionTable:
+        index = self._index
+        height = self.height
+        params = keeper.get_params()
+        policy = self.get_policy_object(params.health_params.policy)
+        epoch = keeper.get_epoch(keeper.get_effective_epoch_index())
+        poc = epoch is not None and is_poc_phase(
+            height, epoch.poc_start_block_height, params.epoch_params
+        )
+        candidates = index.candidates.get((model, poc))
+        if candidates is None:
+            candidates = get_candidates(keeper, model, height)
+            index.candidates[(model, poc)] = candidates
+        reader = PolicyReader(keeper, policy)
+        healths: list[Health] = []
+        memo = index.healths
+        for c in candidates:
+            h = memo.get(c.address)
+            if h is None or h.valid_until < height:
+                h = policy.get_health(reader, c.address, height)
+                memo[c.address] = h
+            healths.append(h)
+        last = index.last_tables.get(model)
+        if last is not None and last[0] == candidates and last[1] == healths:
+            table = last[2]
+        else:
+            table = compute_selection_table(
+                candidates,
+                healths,
+                height=height,
+                model=model,
+                cap_pct=policy.get_exclusion_cap_pct(params),
+                panic_pct=policy.get_panic_pct(params),
+                fallback_allowed=policy.is_fallback_allowed(params),
+                shadow=params.health_params.shadow,
+            )
+            index.last_tables[model] = (candidates, healths, table)
+        return table
+
+    def get_random_executor(self, model: str = "", request_id: str = "") -> Selection:
+        """GetRandomExecutor: a weighted, deterministic draw among admitted candidates."""
+        table = self.get_selection_table(model)
+        seed = compute_selection_seed(self._chain_id, self.height, model, request_id)
+        return Selection(
+            compute_draw(table, seed),
+            self.height,
+            model,
+            request_id,
+            table.fallback,
+            table.panic,
+        )
+
+    def select_executors(self, model: str, k: int, request_id: str = "") -> list[str]:
+        """k distinct executors drawn by weight without replacement."""
+        table = self.get_selection_table(model)
+        seed = compute_selection_seed(self._chain_id, self.height, model, request_id)
+        return compute_draws(table, seed, k)
+
+    def export_genesis(self) -> GenesisState:
+        with self.read() as k:
+            return export_genesis(k, self.height)

@@ -1,0 +1,1 @@
+"""State access and rules of the inference module."""

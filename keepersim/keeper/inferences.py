@@ -1,0 +1,147 @@
+"""Inference lifecycle: start, finish (either order), decline (pushback) and expiry.
+
+Each handler checks everything before it writes, so a rejected message leaves no trace.
+"""
+
+from __future__ import annotations
+
+from keepersim.keeper.context import BlockContext
+from keepersim.keeper.outcomes import process_outcome
+from keepersim.types.errors import (
+    DuplicateInferenceError,
+    InferenceExpiredError,
+    InferenceStateError,
+    InvalidMessageError,
+    UnknownInferenceError,
+    UnknownParticipantError,
+)
+from keepersim.types.events import (
+    InferenceDeclined,
+    InferenceExpired,
+    InferenceFinished,
+    InferenceStarted,
+    Outcome,
+)
+from keepersim.types.pb.tx_pb2 import (
+    MsgDeclineInference,
+    MsgFinishInference,
+    MsgStartInference,
+)
+from keepersim.types.pb.types_pb2 import DECLINED, EXPIRED, FINISHED, STARTED, Inference
+
+
+def _require_field(value: str, msg_name: str, field: str) -> None:
+    if not value:
+        raise InvalidMessageError(f"{msg_name}.{field} is empty")
+    if "\x00" in value:
+        raise InvalidMessageError(f"{msg_name}.{field} contains a 0x00 byte")
+
+
+def _require_participant(ctx: BlockContext, address: str, msg_name: str, field: str) -> None:
+    if ctx.keeper.get_participant(address) is None:
+        raise UnknownParticipantError(f"{msg_name}.{field}: unknown participant {address!r}")
+
+
+def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
+    _require_field(msg.inference_id, "MsgStartInference", "inference_id")
+    _require_field(msg.assigned_to, "MsgStartInference", "assigned_to")
+    _require_field(msg.model, "MsgStartInference", "model")
+    _require_participant(ctx, msg.assigned_to, "MsgStartInference", "assigned_to")
+    keeper = ctx.keeper
+    existing = keeper.get_inference(msg.inference_id)
+    if existing is not None and (
+        not existing.finished_before_start or existing.start_block_height != 0
+    ):
+        raise DuplicateInferenceError(f"inference {msg.inference_id!r} was already started")
+    height = ctx.height
+    if existing is not None:
+        # The finish came first: the start completes the record; no expiry is queued.
+        inference = existing
+    else:
+        inference = Inference(inference_id=msg.inference_id, status=STARTED)
+        keeper.set_timeout(height + keeper.get_params().expiration_blocks, msg.inference_id)
+    inference.index = msg.inference_id
+    inference.model = msg.model
+    inference.requested_by = msg.requested_by or msg.creator
+    inference.assigned_to = msg.assigned_to
+    inference.start_block_height = height
+    inference.epoch_id = keeper.get_effective_epoch_index()
+    inference.max_tokens = msg.max_tokens
+    inference.prompt_token_count = msg.prompt_token_count
+    keeper.set_inference(inference)
+    ctx.policy.process_start(ctx.policy_ctx, msg.assigned_to, msg.inference_id)
+    keeper.emit(InferenceStarted(height, msg.inference_id, msg.assigned_to))
+
+
+def process_finish_inference(ctx: BlockContext, msg: MsgFinishInference) -> None:
+    _require_field(msg.inference_id, "MsgFinishInference", "inference_id")
+    executor = msg.executed_by or msg.creator
+    _require_field(executor, "MsgFinishInference", "executed_by")
+    _require_participant(ctx, executor, "MsgFinishInference", "executed_by")
+    keeper = ctx.keeper
+    inference = keeper.get_inference(msg.inference_id)
+    if inference is None:
+        inference = Inference(
+            inference_id=msg.inference_id, index=msg.inference_id, finished_before_start=True
+        )
+    elif inference.status == EXPIRED:
+        raise InferenceExpiredError(
+            f"inference {msg.inference_id!r} expired at its timeout; finish rejected"
+        )
+    elif inference.status != STARTED:
+        raise InferenceStateError(
+            f"inference {msg.inference_id!r} cannot finish: status "
+            f"{Inference.DESCRIPTOR.fields_by_name['status'].enum_type.values_by_number[inference.status].name}"
+        )
+    inference.status = FINISHED
+    inference.executed_by = executor
+    inference.end_block_height = ctx.height
+    inference.completion_token_count = msg.completion_token_count
+    if msg.prompt_token_count:
+        inference.prompt_token_count = msg.prompt_token_count
+    keeper.set_inference(inference)
+    process_outcome(ctx, executor, Outcome.SUCCESS, inference.start_block_height)
+    keeper.emit(
+        InferenceFinished(ctx.height, msg.inference_id, executor, inference.start_block_height)
+    )
+
+
+def process_decline_inference(ctx: BlockContext, msg: MsgDeclineInference) -> None:
+    """Capacity pushback: a neutral outcome that never counts as a failure."""
+    _require_field(msg.inference_id, "MsgDeclineInference", "inference_id")
+    keeper = ctx.keeper
+    inference = keeper.get_inference(msg.inference_id)
+    if inference is None:
+        raise UnknownInferenceError(f"MsgDeclineInference: unknown inference {msg.inference_id!r}")
+    if msg.creator and msg.creator != inference.assigned_to:
+        raise InvalidMessageError(
+            f"MsgDeclineInference.creator {msg.creator!r} is not the assigned executor "
+            f"{inference.assigned_to!r}"
+        )
+    if inference.status != STARTED:
+        raise InferenceStateError(f"inference {msg.inference_id!r} is not in progress")
+    inference.status = DECLINED
+    inference.end_block_height = ctx.height
+    keeper.set_inference(inference)
+    process_outcome(ctx, inference.assigned_to, Outcome.NEUTRAL, inference.start_block_height)
+    keeper.emit(InferenceDeclined(ctx.height, msg.inference_id, inference.assigned_to, msg.reason))
+
+
+def process_inference_expiry(ctx: BlockContext) -> None:
+    """End block: every inference still STARTED at its expiration height becomes a miss."""
+    keeper = ctx.keeper
+    due = keeper.get_timeouts_due(ctx.height)
+    for _, inference_id in due:
+        inference = keeper.get_inference(inference_id)
+        if inference is None or inference.status != STARTED:
+            continue
+        inference.status = EXPIRED
+        keeper.set_inference(inference)
+        process_outcome(ctx, inference.assigned_to, Outcome.MISS, inference.start_block_height)
+        keeper.emit(
+            InferenceExpired(
+                ctx.height, inference_id, inference.assigned_to, inference.start_block_height
+            )
+        )
+    for key, _ in due:
+        keeper.delete_key(key)

@@ -1,0 +1,211 @@
+"""State access of the inference module: one typed getter and setter per collection.
+
+A Keeper wraps one store: the block buffer while a block is processed, or a read-only view of
+the last committed block for queries. Rules live in the sibling modules; this one only encodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from keepersim.store.buffer import KVStore
+from keepersim.store.kv import prefix_end
+from keepersim.types import keys
+from keepersim.types.events import Event
+from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.types_pb2 import (
+    Epoch,
+    EpochGroupData,
+    EpochPerformanceSummary,
+    ExcludedParticipant,
+    Inference,
+    Participant,
+)
+
+_P = keys.PARTICIPANTS
+_INF = keys.INFERENCES
+_TO = keys.INFERENCE_TIMEOUTS
+
+
+class Keeper:
+    """Typed access to the module's collections over one KVStore, plus the block's event list."""
+
+    __slots__ = ("store", "chain_id", "events", "touched", "_params", "_participants")
+
+    def __init__(self, store: KVStore, chain_id: str = "") -> None:
+        self.store = store
+        self.chain_id = chain_id or self._load_chain_id()
+        self.events: list[Event] = []
+        # Addresses whose participant record or health state changed in this block.
+        self.touched: set[str] = set()
+        self._params: Params | None = None
+        self._participants: dict[str, Participant] = {}
+
+    def _load_chain_id(self) -> str:
+        raw = self.store.get(keys.CHAIN_ID)
+        return raw.decode() if raw else ""
+
+    def set_chain_id(self, chain_id: str) -> None:
+        self.store.set(keys.CHAIN_ID, chain_id.encode())
+        self.chain_id = chain_id
+
+    # params
+    def get_params(self) -> Params:
+        if self._params is None:
+            raw = self.store.get(keys.PARAMS)
+            if raw is None:
+                raise LookupError("params are not set: the chain has no genesis")
+            self._params = Params.FromString(raw)
+        return self._params
+
+    def set_params(self, params: Params) -> None:
+        self.store.set(keys.PARAMS, params.SerializeToString())
+        self._params = Params()
+        self._params.CopyFrom(params)
+
+    def get_pending_params(self) -> Params | None:
+        raw = self.store.get(keys.PENDING_PARAMS)
+        return None if raw is None else Params.FromString(raw)
+
+    def set_pending_params(self, params: Params) -> None:
+        self.store.set(keys.PENDING_PARAMS, params.SerializeToString())
+
+    def delete_pending_params(self) -> None:
+        self.store.delete(keys.PENDING_PARAMS)
+
+    # participants
+    def get_participant(self, address: str) -> Participant | None:
+        """The participant, decoded once per keeper; callers mutate it and call set_participant."""
+        cached = self._participants.get(address)
+        if cached is not None:
+            return cached
+        raw = self.store.get(_P + address.encode())
+        if raw is None:
+            return None
+        participant = Participant.FromString(raw)
+        self._participants[address] = participant
+        return participant
+
+    def set_participant(self, participant: Participant) -> None:
+        self.store.set(_P + participant.address.encode(), participant.SerializeToString())
+        self._participants[participant.address] = participant
+        self.touched.add(participant.address)
+
+    def iterate_participants(self) -> Iterator[Participant]:
+        for key, raw in self.store.iterate(_P, prefix_end(_P)):
+            cached = self._participants.get(key[1:].decode())
+            yield cached if cached is not None else Participant.FromString(raw)
+
+    def iterate_participants_from(self, start_address: str) -> Iterator[Participant]:
+        for _, raw in self.store.iterate(_P + start_address.encode(), prefix_end(_P)):
+            yield Participant.FromString(raw)
+
+    # inferences
+    def get_inference(self, inference_id: str) -> Inference | None:
+        raw = self.store.get(_INF + inference_id.encode())
+        return None if raw is None else Inference.FromString(raw)
+
+    def set_inference(self, inference: Inference) -> None:
+        self.store.set(_INF + inference.inference_id.encode(), inference.SerializeToString())
+
+    def iterate_inferences(self, start_id: str = "") -> Iterator[Inference]:
+        for _, raw in self.store.iterate(_INF + start_id.encode(), prefix_end(_INF)):
+            yield Inference.FromString(raw)
+
+    # expiry queue, keyed by (expiration_height, inference_id)
+    def set_timeout(self, expiration_height: int, inference_id: str) -> None:
+        self.store.set(_TO + keys.timeout_key(expiration_height, inference_id), b"")
+
+    def get_timeouts_due(self, height: int) -> list[tuple[bytes, str]]:
+        """(store key, inference id) of the timeouts at exactly ``height``, collected before any delete."""
+        start = _TO + keys.encode_u64(height)
+        return [(key, key[9:].decode()) for key, _ in self.store.iterate(start, prefix_end(start))]
+
+    def iterate_timeouts(self) -> Iterator[tuple[int, str]]:
+        for key, _ in self.store.iterate(_TO, prefix_end(_TO)):
+            yield keys.decode_timeout_key(key[1:])
+
+    def delete_key(self, key: bytes) -> None:
+        self.store.delete(key)
+
+    # epochs and groups
+    def get_effective_epoch_index(self) -> int:
+        raw = self.store.get(keys.EFFECTIVE_EPOCH_INDEX)
+        return 0 if raw is None else keys.decode_u64(raw)
+
+    def set_effective_epoch_index(self, index: int) -> None:
+        self.store.set(keys.EFFECTIVE_EPOCH_INDEX, keys.encode_u64(index))
+
+    def get_epoch(self, index: int) -> Epoch | None:
+        raw = self.store.get(keys.EPOCHS + keys.epoch_key(index))
+        return None if raw is None else Epoch.FromString(raw)
+
+    def set_epoch(self, epoch: Epoch) -> None:
+        self.store.set(keys.EPOCHS + keys.epoch_key(epoch.index), epoch.SerializeToString())
+
+    def iterate_epochs(self) -> Iterator[Epoch]:
+        for _, raw in self.store.iterate(keys.EPOCHS, prefix_end(keys.EPOCHS)):
+            yield Epoch.FromString(raw)
+
+    def get_epoch_group(self, epoch_index: int, model: str) -> EpochGroupData | None:
+        raw = self.store.get(keys.EPOCH_GROUP_DATA + keys.epoch_group_key(epoch_index, model))
+        return None if raw is None else EpochGroupData.FromString(raw)
+
+    def set_epoch_group(self, group: EpochGroupData) -> None:
+        key = keys.EPOCH_GROUP_DATA + keys.epoch_group_key(group.epoch_index, group.model_id)
+        self.store.set(key, group.SerializeToString())
+
+    def iterate_epoch_groups(self) -> Iterator[EpochGroupData]:
+        for _, raw in self.store.iterate(keys.EPOCH_GROUP_DATA, prefix_end(keys.EPOCH_GROUP_DATA)):
+            yield EpochGroupData.FromString(raw)
+
+    # epoch performance summaries, keyed by (address, epoch)
+    def set_summary(self, summary: EpochPerformanceSummary) -> None:
+        key = keys.summary_key(summary.participant_id, summary.epoch_index)
+        self.store.set(keys.EPOCH_PERFORMANCE_SUMMARIES + key, summary.SerializeToString())
+
+    def get_summary(self, address: str, epoch_index: int) -> EpochPerformanceSummary | None:
+        raw = self.store.get(
+            keys.EPOCH_PERFORMANCE_SUMMARIES + keys.summary_key(address, epoch_index)
+        )
+        return None if raw is None else EpochPerformanceSummary.FromString(raw)
+
+    def get_recent_summaries(self, address: str, limit: int) -> list[EpochPerformanceSummary]:
+        """The participant's newest ``limit`` summaries, newest first."""
+        start = keys.EPOCH_PERFORMANCE_SUMMARIES + keys.summary_prefix(address)
+        out: list[EpochPerformanceSummary] = []
+        for _, raw in self.store.iterate(start, prefix_end(start), reverse=True):
+            out.append(EpochPerformanceSummary.FromString(raw))
+            if len(out) >= limit:
+                break
+        return out
+
+    def iterate_summaries(self) -> Iterator[EpochPerformanceSummary]:
+        p = keys.EPOCH_PERFORMANCE_SUMMARIES
+        for _, raw in self.store.iterate(p, prefix_end(p)):
+            yield EpochPerformanceSummary.FromString(raw)
+
+    def get_summaries_for_epoch(self, epoch_index: int) -> list[EpochPerformanceSummary]:
+        """One epoch's summaries in address order (a point get per participant)."""
+        out = []
+        for participant in self.iterate_participants():
+            summary = self.get_summary(participant.address, epoch_index)
+            if summary is not None:
+                out.append(summary)
+        return out
+
+    # excluded participants (SPRT deactivations), keyed by (epoch, address)
+    def set_excluded(self, entry: ExcludedParticipant) -> None:
+        key = keys.EXCLUDED_PARTICIPANTS + keys.excluded_key(entry.epoch_index, entry.address)
+        self.store.set(key, entry.SerializeToString())
+
+    def iterate_excluded(self, epoch_index: int | None = None) -> Iterator[ExcludedParticipant]:
+        start = keys.EXCLUDED_PARTICIPANTS
+        if epoch_index is not None:
+            start += keys.encode_u64(epoch_index)
+        for _, raw in self.store.iterate(start, prefix_end(start)):
+            yield ExcludedParticipant.FromString(raw)
+
+    # events
+    def emit(self, event: Event) -> None:
+        self.events.append(event)

@@ -1,0 +1,56 @@
+"""The one place a result reaches the epoch stats, the SPRT and the health policy."""
+
+from __future__ import annotations
+
+from keepersim.keeper.context import BlockContext
+from keepersim.keeper.sprt import (
+    compute_llr_update,
+    compute_sprt_constants,
+    get_llr,
+    is_sprt_failed,
+    set_llr,
+)
+from keepersim.types.errors import UnknownParticipantError
+from keepersim.types.events import Outcome, ParticipantDeactivated
+from keepersim.types.pb.types_pb2 import ACTIVE, INACTIVE, ExcludedParticipant, Participant
+
+
+def process_outcome(ctx: BlockContext, address: str, outcome: Outcome, start_height: int) -> None:
+    keeper = ctx.keeper
+    participant = keeper.get_participant(address)
+    if participant is None:
+        raise UnknownParticipantError(f"outcome for unknown participant {address!r}")
+    stats = participant.current_epoch_stats
+    if outcome is Outcome.SUCCESS:
+        stats.inference_count += 1
+        process_sprt(ctx, participant, fails=0, passes=1)
+    elif outcome is Outcome.MISS:
+        stats.missed_requests += 1
+        process_sprt(ctx, participant, fails=1, passes=0)
+    else:
+        stats.declined_requests += 1
+    keeper.set_participant(participant)
+    ctx.policy.process_outcome(ctx.policy_ctx, address, outcome, start_height)
+
+
+def process_sprt(ctx: BlockContext, participant: Participant, fails: int, passes: int) -> None:
+    """Downtime SPRT: fails = new misses, passes = new completions; INACTIVE for the epoch at +H."""
+    params = ctx.keeper.get_params().sprt_params
+    if not params.enabled:
+        return
+    constants = compute_sprt_constants(params)
+    stats = participant.current_epoch_stats
+    llr = compute_llr_update(get_llr(stats.inactiveLLR), fails, passes, constants)
+    set_llr(stats.inactiveLLR, llr)
+    if participant.status == ACTIVE and is_sprt_failed(llr, constants):
+        participant.status = INACTIVE
+        epoch = ctx.keeper.get_effective_epoch_index()
+        ctx.keeper.set_excluded(
+            ExcludedParticipant(
+                epoch_index=epoch,
+                address=participant.address,
+                reason="sprt_downtime",
+                height=ctx.height,
+            )
+        )
+        ctx.keeper.emit(ParticipantDeactivated(ctx.height, participant.address, f"{llr}e-12"))

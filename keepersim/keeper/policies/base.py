@@ -1,0 +1,152 @@
+"""The one health-policy interface the keeper uses.
+
+Order of use, in one place (keepersim.keeper.selection): health gate -> exclusion cap / panic ->
+weight factor -> weighted draw. A policy writes its state only from outcome handlers and the
+end-block / epoch hooks (never from a query); it reads heights, never clocks; integers only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from google.protobuf.message import Message
+
+from keepersim.keeper.keeper import Keeper
+from keepersim.store.kv import prefix_end
+from keepersim.types import keys
+from keepersim.types.events import HealthTransition, Outcome
+from keepersim.types.pb.params_pb2 import Params
+
+NEVER = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A policy's read-only verdict on one participant at one height."""
+
+    admitted: bool
+    # Selection weight is multiplied by factor_num / factor_den (integers).
+    factor_num: int = 1
+    factor_den: int = 1
+    # Larger is more degraded: the exclusion cap keeps the most degraded out first.
+    severity: int = 0
+    # Last height at which this verdict holds if nothing about the participant changes.
+    valid_until: int = NEVER
+    state: str = "healthy"
+
+
+ADMITTED = Health(True)
+
+
+class PolicyContext:
+    """What a policy may touch while a block is processed: its own store, its queue, params."""
+
+    __slots__ = ("keeper", "params", "height", "_state", "_queue", "_name")
+
+    def __init__(self, keeper: Keeper, policy: HealthPolicy, height: int) -> None:
+        self.keeper = keeper
+        self.params: Params = keeper.get_params()
+        self.height = height
+        self._name = policy.name
+        self._state = keys.POLICY_STATE + policy.prefix
+        self._queue = keys.POLICY_QUEUE + policy.prefix
+
+    def get_raw(self, address: str) -> bytes | None:
+        return self.keeper.store.get(self._state + address.encode())
+
+    def set_message(self, address: str, message: Message) -> None:
+        self.keeper.store.set(self._state + address.encode(), message.SerializeToString())
+        self.keeper.touched.add(address)
+
+    def delete(self, address: str) -> None:
+        self.keeper.store.delete(self._state + address.encode())
+        self.keeper.touched.add(address)
+
+    def iterate_raw(self) -> Iterable[tuple[str, bytes]]:
+        n = len(self._state)
+        for key, raw in list(self.keeper.store.iterate(self._state, prefix_end(self._state))):
+            yield key[n:].decode(), raw
+
+    def clear_all(self) -> list[str]:
+        """Delete every entry and queued wake-up; return the addresses that had entries."""
+        addresses = [address for address, _ in self.iterate_raw()]
+        for address in addresses:
+            self.delete(address)
+        for key, _ in list(self.keeper.store.iterate(self._queue, prefix_end(self._queue))):
+            self.keeper.store.delete(key)
+        return addresses
+
+    def schedule(self, height: int, address: str) -> None:
+        """Wake this policy for ``address`` in the end block of ``height`` (a height-keyed queue)."""
+        self.keeper.store.set(self._queue + keys.queue_key(height, address), b"")
+
+    def pop_due(self) -> list[str]:
+        """Addresses queued for a height <= now, deduplicated and sorted; their entries deleted."""
+        stop = self._queue + keys.encode_u64(self.height + 1)
+        due = list(self.keeper.store.iterate(self._queue, stop))
+        n = len(self._queue)
+        for key, _ in due:
+            self.keeper.store.delete(key)
+        return sorted({key[n + 8 :].decode() for key, _ in due})
+
+    def emit_transition(self, address: str, from_state: str, to_state: str, reason: str) -> None:
+        self.keeper.emit(
+            HealthTransition(self.height, self._name, address, from_state, to_state, reason)
+        )
+
+
+class PolicyReader:
+    """Read access for health verdicts at query time (a read-only keeper underneath)."""
+
+    __slots__ = ("keeper", "params", "_state")
+
+    def __init__(self, keeper: Keeper, policy: HealthPolicy) -> None:
+        self.keeper = keeper
+        self.params: Params = keeper.get_params()
+        self._state = keys.POLICY_STATE + policy.prefix
+
+    def get_raw(self, address: str) -> bytes | None:
+        return self.keeper.store.get(self._state + address.encode())
+
+
+class HealthPolicy:
+    """Base: no gate, no state. Subclasses override what they need."""
+
+    name: ClassVar[str] = "none"
+    prefix: ClassVar[bytes] = b"\x00"
+
+    def process_start(self, ctx: PolicyContext, address: str, inference_id: str) -> None:
+        """An inference was assigned to ``address`` in this block."""
+
+    def process_outcome(
+        self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
+    ) -> None:
+        """A result about ``address`` became known in this block."""
+
+    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+        """Once per block, after expiries; ``touched``: sorted addresses whose state changed."""
+
+    def process_epoch_boundary(self, ctx: PolicyContext) -> None:
+        """At epoch settlement, before summaries are written and stats reset."""
+
+    def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
+        return ADMITTED
+
+    def get_exclusion_cap_pct(self, params: Params) -> int:
+        """Most share of candidate weight this policy may keep out (100 = no cap)."""
+        return 100
+
+    def get_panic_pct(self, params: Params) -> int:
+        """Admit everyone when the admitted weight share falls below this (0 = never)."""
+        return 0
+
+    def is_fallback_allowed(self, params: Params) -> bool:
+        """When the gate leaves nobody: True -> the unfiltered list (Gonka); False -> an error."""
+        return True
+
+    def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
+        """A JSON-able view of the participant's policy state, for queries and metrics."""
+        health = self.get_health(reader, address, height)
+        return {"state": health.state, "admitted": health.admitted}

@@ -1,0 +1,232 @@
+"""SMG's consecutive-failure circuit breaker (SGLang model gateway), in blocks.
+
+CLOSED -(failure_threshold consecutive failures)-> OPEN -(timeout_blocks)-> HALF_OPEN;
+HALF_OPEN -(success_threshold consecutive successes)-> CLOSED; any HALF_OPEN failure -> OPEN
+(the timeout starts over). A success resets the failure streak; a neutral outcome (capacity
+pushback, SMG's 429) records nothing in either direction, so it can neither open nor close a
+breaker. SMG moves OPEN to HALF_OPEN at the next check of the worker; here that check is the end
+block of the timeout height, through the policy's wake-up queue, so idle blocks cost nothing.
+
+Per-participant overrides (``params.health_params.consecutive.overrides``) replace the
+thresholds, the timeout and the set of outcome classes counted as pushback ("declined", "miss");
+as in SMG, a list that is set replaces the default (``["declined"]``) instead of adding to it.
+
+``disabled`` mirrors ``--disable-circuit-breaker``: outcomes are still recorded (counters and
+streaks move) but a breaker never opens; reaching the threshold is recorded in the entry as a
+"would open" (``would_open_count``, ``last_would_open_block``; no transition event, since nothing
+changed for selection). As in SMG, a participant whose override sets its own
+``failure_threshold`` still gets a working breaker.
+
+When every candidate is open the pipeline answers NoExecutorsError ("no available executors",
+SMG's 503) unless ``fallback_when_all_open`` is set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from keepersim.keeper.policies.base import (
+    NEVER,
+    Health,
+    HealthPolicy,
+    PolicyContext,
+    PolicyReader,
+)
+from keepersim.types.events import Outcome
+from keepersim.types.pb.health_pb2 import CLOSED, HALF_OPEN, OPEN, ConsecutiveEntry
+from keepersim.types.pb.params_pb2 import ConsecutiveParams, Params
+
+STATE_NAMES = {CLOSED: "closed", OPEN: "open", HALF_OPEN: "half_open"}
+DEFAULT_PUSHBACK = frozenset({"declined"})
+OPEN_SEVERITY = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    """The effective settings of one participant's breaker (params with its override)."""
+
+    failure_threshold: int
+    success_threshold: int
+    timeout_blocks: int
+    pushback: frozenset[str]
+    enabled: bool
+
+
+def get_settings(params: ConsecutiveParams, address: str) -> BreakerSettings:
+    """Params merged with the participant's override (a linear scan: overrides are few)."""
+    for o in params.overrides:
+        if o.address != address:
+            continue
+        pushback = (
+            frozenset(o.pushback_outcomes)
+            if o.has_pushback_outcomes or len(o.pushback_outcomes) > 0
+            else DEFAULT_PUSHBACK
+        )
+        return BreakerSettings(
+            failure_threshold=(
+                o.failure_threshold if o.HasField("failure_threshold") else params.failure_threshold
+            ),
+            success_threshold=(
+                o.success_threshold if o.HasField("success_threshold") else params.success_threshold
+            ),
+            timeout_blocks=o.timeout_blocks if o.HasField("timeout_blocks") else params.timeout_blocks,
+            pushback=pushback,
+            # SMG: a worker's own failure threshold re-enables its breaker when globally disabled.
+            enabled=not params.disabled or o.HasField("failure_threshold"),
+        )
+    return BreakerSettings(
+        failure_threshold=params.failure_threshold,
+        success_threshold=params.success_threshold,
+        timeout_blocks=params.timeout_blocks,
+        pushback=DEFAULT_PUSHBACK,
+        enabled=not params.disabled,
+    )
+
+
+def compute_outcome_class(outcome: Outcome, pushback: frozenset[str]) -> Outcome:
+    """Map a chain outcome to success / failure (MISS) / neutral for this breaker.
+
+    A decline is pushback unless the participant's pushback set drops "declined" (then it is a
+    failure, like a 429 missing from SMG's capacity codes); a miss is neutral only if listed.
+    """
+    if outcome is Outcome.SUCCESS:
+        return Outcome.SUCCESS
+    if outcome is Outcome.MISS:
+        return Outcome.NEUTRAL if "miss" in pushback else Outcome.MISS
+    return Outcome.NEUTRAL if "declined" in pushback else Outcome.MISS
+
+
+class ConsecutiveBreaker(HealthPolicy):
+    name: ClassVar[str] = "consecutive"
+    prefix: ClassVar[bytes] = b"\x02"
+
+    @staticmethod
+    def get_entry(raw: bytes | None, address: str) -> ConsecutiveEntry:
+        if raw is None:
+            return ConsecutiveEntry(address=address, state=CLOSED)
+        return ConsecutiveEntry.FromString(raw)
+
+    def process_outcome(
+        self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
+    ) -> None:
+        settings = get_settings(ctx.params.health_params.consecutive, address)
+        kind = compute_outcome_class(outcome, settings.pushback)
+        entry = self.get_entry(ctx.get_raw(address), address)
+        if not settings.enabled and entry.state != CLOSED:
+            # Opened before the breaker was disabled: disabling closes it at its next result.
+            from_state = STATE_NAMES[entry.state]
+            entry.state = CLOSED
+            entry.consecutive_failures = 0
+            entry.consecutive_successes = 0
+            ctx.emit_transition(address, from_state, "closed", "breaker disabled")
+        if kind is Outcome.NEUTRAL:
+            # Records nothing on the breaker: no streak moves, no probe closes.
+            entry.total_neutral += 1
+        elif kind is Outcome.SUCCESS:
+            entry.total_successes += 1
+            entry.consecutive_failures = 0
+            if entry.state == HALF_OPEN:
+                entry.consecutive_successes += 1
+                if entry.consecutive_successes >= settings.success_threshold:
+                    self.process_close(ctx, entry)
+        else:
+            entry.total_failures += 1
+            entry.consecutive_successes = 0
+            if entry.state == HALF_OPEN:
+                self.process_open(ctx, entry, settings, "failure while half-open")
+            elif entry.state == CLOSED:
+                entry.consecutive_failures += 1
+                if entry.consecutive_failures >= settings.failure_threshold:
+                    if settings.enabled:
+                        self.process_open(
+                            ctx,
+                            entry,
+                            settings,
+                            f"{entry.consecutive_failures} consecutive failures",
+                        )
+                    elif entry.consecutive_failures == settings.failure_threshold:
+                        entry.would_open_count += 1
+                        entry.last_would_open_block = ctx.height
+            # OPEN: a late result of a request sent before the breaker opened; counted only.
+        ctx.set_message(address, entry)
+
+    def process_open(
+        self, ctx: PolicyContext, entry: ConsecutiveEntry, settings: BreakerSettings, reason: str
+    ) -> None:
+        from_state = STATE_NAMES[entry.state]
+        entry.state = OPEN
+        entry.opened_at_block = ctx.height
+        entry.half_open_at_block = ctx.height + settings.timeout_blocks
+        entry.consecutive_failures = 0
+        entry.consecutive_successes = 0
+        entry.open_count += 1
+        ctx.schedule(entry.half_open_at_block, entry.address)
+        ctx.emit_transition(entry.address, from_state, "open", reason)
+
+    def process_close(self, ctx: PolicyContext, entry: ConsecutiveEntry) -> None:
+        successes = entry.consecutive_successes
+        entry.state = CLOSED
+        entry.consecutive_successes = 0
+        entry.consecutive_failures = 0
+        ctx.emit_transition(
+            entry.address, "half_open", "closed", f"{successes} consecutive successes"
+        )
+
+    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+        """Only queued timeouts: OPEN -> HALF_OPEN once its timeout height is reached."""
+        for address in ctx.pop_due():
+            raw = ctx.get_raw(address)
+            if raw is None:
+                continue
+            entry = ConsecutiveEntry.FromString(raw)
+            if entry.state != OPEN or ctx.height < entry.half_open_at_block:
+                continue  # stale wake-up (reopened since with a later timeout)
+            entry.state = HALF_OPEN
+            entry.consecutive_successes = 0
+            ctx.set_message(address, entry)
+            ctx.emit_transition(
+                address, "open", "half_open", f"timeout of {entry.half_open_at_block - entry.opened_at_block} blocks"
+            )
+
+    def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
+        raw = reader.get_raw(address)
+        if raw is None:
+            return Health(True, state="closed")
+        entry = ConsecutiveEntry.FromString(raw)
+        if not get_settings(reader.params.health_params.consecutive, address).enabled:
+            return Health(True, state=STATE_NAMES[entry.state])
+        if entry.state == OPEN and height < entry.half_open_at_block:
+            return Health(
+                False,
+                severity=OPEN_SEVERITY,
+                valid_until=entry.half_open_at_block - 1,
+                state="open",
+            )
+        # An OPEN entry past its timeout is half-open at its next check (SMG); the end block of
+        # the timeout height writes that down.
+        state = "half_open" if entry.state != CLOSED else "closed"
+        return Health(True, valid_until=NEVER, state=state)
+
+    def is_fallback_allowed(self, params: Params) -> bool:
+        return params.health_params.consecutive.fallback_when_all_open
+
+    def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
+        entry = self.get_entry(reader.get_raw(address), address)
+        health = self.get_health(reader, address, height)
+        settings = get_settings(reader.params.health_params.consecutive, address)
+        return {
+            "state": STATE_NAMES[entry.state],
+            "admitted": health.admitted,
+            "enabled": settings.enabled,
+            "consecutive_failures": entry.consecutive_failures,
+            "consecutive_successes": entry.consecutive_successes,
+            "opened_at_block": entry.opened_at_block,
+            "half_open_at_block": entry.half_open_at_block if entry.state == OPEN else None,
+            "open_count": entry.open_count,
+            "would_open_count": entry.would_open_count,
+            "last_would_open_block": entry.last_would_open_block,
+            "total_successes": entry.total_successes,
+            "total_failures": entry.total_failures,
+            "total_neutral": entry.total_neutral,
+        }

@@ -1,0 +1,213 @@
+"""Executor selection: candidates -> PoC-slot filter -> health gate -> exclusion cap / panic ->
+fallback -> weight factor -> deterministic weighted draw. The pipeline exists here only.
+
+The draw uses integers and a seed hashed from chain data (chain id, height, model, request id),
+so every machine picks the same executor for the same request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from keepersim.keeper.keeper import Keeper
+from keepersim.keeper.policies.base import Health
+from keepersim.keeper.reputation import compute_adjusted_weight
+from keepersim.types.errors import NoExecutorsError, UnknownModelError
+from keepersim.types.pb.params_pb2 import EpochParams
+from keepersim.types.pb.types_pb2 import ACTIVE, Participant
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    address: str
+    weight: int  # group weight, reputation-adjusted when params say so
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionTable:
+    height: int
+    model: str
+    addresses: tuple[str, ...]
+    cumulative: tuple[int, ...]
+    total: int
+    fallback: bool
+    panic: bool
+    excluded: tuple[str, ...]
+    shadow_excluded: tuple[str, ...]
+    candidate_weight: int
+    excluded_weight: int
+
+
+def is_poc_phase(height: int, epoch_start: int, params: EpochParams) -> bool:
+    """PoC stages and the gap before the new validators take over, at the start of each epoch."""
+    span = (
+        params.poc_stage_duration
+        + params.poc_validation_delay
+        + params.poc_validation_duration
+        + params.set_new_validators_delay
+    )
+    return epoch_start <= height < epoch_start + span
+
+
+def has_poc_slot(participant: Participant, model: str) -> bool:
+    """Lists the model and has an ML node that keeps serving during PoC (timeslot 1)."""
+    if model and model not in participant.models:
+        return False
+    return any(
+        len(node.timeslot_allocation) > 1 and node.timeslot_allocation[1]
+        for node in participant.ml_nodes
+    )
+
+
+def get_candidates(keeper: Keeper, model: str, height: int) -> list[Candidate]:
+    """Active members of the effective epoch group (or the model's sub-group)."""
+    params = keeper.get_params()
+    epoch_index = keeper.get_effective_epoch_index()
+    group = keeper.get_epoch_group(epoch_index, model)
+    if group is None:
+        if model:
+            raise UnknownModelError(f"unknown model {model!r} in epoch {epoch_index}")
+        raise NoExecutorsError(f"no epoch group for epoch {epoch_index}")
+    epoch = keeper.get_epoch(epoch_index)
+    poc = epoch is not None and is_poc_phase(
+        height, epoch.poc_start_block_height, params.epoch_params
+    )
+    weighting = params.reputation_params.reputation_weighting
+    out: list[Candidate] = []
+    for member in group.validation_weights:
+        participant = keeper.get_participant(member.member_address)
+        if participant is None or participant.status != ACTIVE:
+            continue
+        if poc and not has_poc_slot(participant, model):
+            continue
+        weight = (
+            compute_adjusted_weight(member.weight, member.reputation)
+            if weighting
+            else member.weight
+        )
+        if weight > 0:
+            out.append(Candidate(member.member_address, weight))
+    if not out:
+        raise NoExecutorsError(
+            f"after filtering participants the pool for model {model!r} is empty "
+            f"(epoch {epoch_index}, height {height})"
+        )
+    return out
+
+
+def compute_selection_table(
+    candidates: Sequence[Candidate],
+    healths: Sequence[Health],
+    *,
+    height: int,
+    model: str,
+    cap_pct: int,
+    panic_pct: int,
+    fallback_allowed: bool,
+    shadow: bool,
+) -> SelectionTable:
+    """Apply gate, cap, panic, fallback and weight factors to candidates with their verdicts."""
+    total = sum(c.weight for c in candidates)
+    admitted = [h.admitted for h in healths]
+    out_idx = [i for i, ok in enumerate(admitted) if not ok]
+    out_weight = sum(candidates[i].weight for i in out_idx)
+    if out_idx and out_weight * 100 > cap_pct * total:
+        # Keep out the most degraded first, within the cap, and always at least one.
+        order = sorted(out_idx, key=lambda i: (-healths[i].severity, candidates[i].address))
+        kept_weight = 0
+        for n, i in enumerate(order):
+            w = candidates[i].weight
+            if n > 0 and (kept_weight + w) * 100 > cap_pct * total:
+                admitted[i] = True
+            else:
+                kept_weight += w
+    panic = False
+    admitted_weight = sum(c.weight for c, ok in zip(candidates, admitted, strict=True) if ok)
+    if panic_pct and admitted_weight * 100 < panic_pct * total:
+        panic = True
+        admitted = [True] * len(candidates)
+    fallback = False
+    if not any(admitted):
+        if not fallback_allowed:
+            raise NoExecutorsError(
+                f"no available executors for model {model!r}: every candidate is kept out"
+            )
+        fallback = True
+        admitted = [True] * len(candidates)
+    excluded = tuple(c.address for c, ok in zip(candidates, admitted, strict=True) if not ok)
+    shadow_excluded: tuple[str, ...] = ()
+    if shadow:
+        shadow_excluded, excluded = excluded, ()
+        admitted = [True] * len(candidates)
+    addresses: list[str] = []
+    cumulative: list[int] = []
+    running = 0
+    for c, h, ok in zip(candidates, healths, admitted, strict=True):
+        if not ok:
+            continue
+        w = c.weight if shadow else c.weight * h.factor_num // h.factor_den
+        if w <= 0:
+            continue
+        running += w
+        addresses.append(c.address)
+        cumulative.append(running)
+    if running == 0:
+        raise NoExecutorsError(f"no available executors for model {model!r}: all weights are 0")
+    excluded_weight = total - sum(
+        c.weight for c, ok in zip(candidates, admitted, strict=True) if ok
+    )
+    return SelectionTable(
+        height=height,
+        model=model,
+        addresses=tuple(addresses),
+        cumulative=tuple(cumulative),
+        total=running,
+        fallback=fallback,
+        panic=panic,
+        excluded=excluded,
+        shadow_excluded=shadow_excluded,
+        candidate_weight=total,
+        excluded_weight=excluded_weight,
+    )
+
+
+def compute_selection_seed(chain_id: str, height: int, model: str, request_id: str) -> int:
+    data = b"\x00".join(
+        (
+            b"keepersim/select/v1",
+            chain_id.encode(),
+            str(height).encode(),
+            model.encode(),
+            request_id.encode(),
+        )
+    )
+    return int.from_bytes(hashlib.sha256(data).digest(), "big")
+
+
+def compute_draw(table: SelectionTable, seed: int) -> str:
+    """First index whose cumulative weight exceeds r = seed mod total."""
+    return table.addresses[bisect_right(table.cumulative, seed % table.total)]
+
+
+def compute_draws(table: SelectionTable, seed: int, k: int) -> list[str]:
+    """k distinct executors, each drawn by weight among those not yet chosen (trin's sampling)."""
+    addresses = list(table.addresses)
+    weights = [table.cumulative[0]] + [
+        b - a for a, b in zip(table.cumulative, table.cumulative[1:], strict=False)
+    ]
+    chosen: list[str] = []
+    for i in range(min(k, len(addresses))):
+        total = sum(weights)
+        r = int.from_bytes(hashlib.sha256(seed.to_bytes(32, "big") + i.to_bytes(4, "big")).digest())
+        r %= total
+        running = 0
+        for j, w in enumerate(weights):
+            running += w
+            if r < running:
+                chosen.append(addresses.pop(j))
+                weights.pop(j)
+                break
+    return chosen

@@ -1,0 +1,68 @@
+"""The chain's slow deactivation: a Wald SPRT on misses, in fixed-point decimal (12 digits).
+
+The logarithms are computed once per params with Python's decimal module (correctly rounded, so
+identical on every machine) and quantized to 12 fractional digits; the running LLR is then an
+integer count of 1e-12 units, as the chain's Decimal{value, exponent=-12}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Context
+from decimal import Decimal as PyDecimal
+from functools import lru_cache
+
+from keepersim.types.params import DECIMAL_EXPONENT, get_decimal_value
+from keepersim.types.pb.params_pb2 import SprtParams
+from keepersim.types.pb.types_pb2 import Decimal
+
+_CTX = Context(prec=40, rounding=ROUND_HALF_EVEN)
+_QUANTUM = PyDecimal(1).scaleb(DECIMAL_EXPONENT)
+
+
+@dataclass(frozen=True, slots=True)
+class SprtConstants:
+    log_fail: int  # ln(p1/p0) in 1e-12 units
+    log_pass: int  # ln((1-p1)/(1-p0)) in 1e-12 units
+    threshold: int  # H in 1e-12 units
+
+
+def _to_units(x: PyDecimal) -> int:
+    return int(x.quantize(_QUANTUM, context=_CTX).scaleb(-DECIMAL_EXPONENT))
+
+
+@lru_cache(maxsize=32)
+def _compute_constants(p0: PyDecimal, p1: PyDecimal, threshold: PyDecimal) -> SprtConstants:
+    log_fail = _CTX.ln(_CTX.divide(p1, p0))
+    log_pass = _CTX.ln(_CTX.divide(1 - p1, 1 - p0))
+    return SprtConstants(_to_units(log_fail), _to_units(log_pass), _to_units(threshold))
+
+
+def compute_sprt_constants(params: SprtParams) -> SprtConstants:
+    return _compute_constants(
+        get_decimal_value(params.p0),
+        get_decimal_value(params.p1),
+        get_decimal_value(params.threshold),
+    )
+
+
+def compute_llr_update(llr: int, fails: int, passes: int, constants: SprtConstants) -> int:
+    """LLR += fails * ln(p1/p0) + passes * ln((1-p1)/(1-p0)); never clamped."""
+    return llr + fails * constants.log_fail + passes * constants.log_pass
+
+
+def is_sprt_failed(llr: int, constants: SprtConstants) -> bool:
+    return llr >= constants.threshold
+
+
+def get_llr(d: Decimal) -> int:
+    """A stored LLR in 1e-12 units (an unset Decimal is 0)."""
+    if d.value == 0:
+        return 0
+    shift = d.exponent - DECIMAL_EXPONENT
+    return d.value * 10**shift if shift >= 0 else d.value // 10 ** (-shift)
+
+
+def set_llr(d: Decimal, llr: int) -> None:
+    d.value = llr
+    d.exponent = DECIMAL_EXPONENT

@@ -1,0 +1,1 @@
+"""Block lifecycle of the inference module: begin block, messages, end block, epochs, genesis."""

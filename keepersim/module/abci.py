@@ -1,0 +1,43 @@
+"""Begin block and end block, written as ordered lists of named steps (like the chain's spec)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from keepersim.keeper.context import BlockContext
+from keepersim.keeper.inferences import process_inference_expiry
+from keepersim.keeper.keeper import Keeper
+from keepersim.module.epoch import process_epoch_boundary
+
+
+def process_pending_params(keeper: Keeper, height: int) -> bool:
+    """Params accepted by governance in the previous block take effect now."""
+    pending = keeper.get_pending_params()
+    if pending is None:
+        return False
+    keeper.set_params(pending)
+    keeper.delete_pending_params()
+    # New thresholds apply to everyone: let the policy look at every participant once.
+    keeper.touched.update(p.address for p in keeper.iterate_participants())
+    return True
+
+
+def begin_block(keeper: Keeper, height: int) -> bool:
+    """Returns whether new params took effect (every derived selection datum is then stale)."""
+    return process_pending_params(keeper, height)
+
+
+def process_policy_end_block(ctx: BlockContext) -> None:
+    ctx.policy.process_end_block(ctx.policy_ctx, sorted(ctx.keeper.touched))
+
+
+END_BLOCK_STEPS: tuple[Callable[[BlockContext], None], ...] = (
+    process_inference_expiry,  # expire inferences due now: miss -> stats, SPRT, policy
+    process_policy_end_block,  # breaker / policy transitions for this block
+    process_epoch_boundary,  # summaries, stats reset, reputation, clear breaker, new group
+)
+
+
+def end_block(ctx: BlockContext) -> None:
+    for step in END_BLOCK_STEPS:
+        step(ctx)

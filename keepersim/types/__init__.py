@@ -1,0 +1,1 @@
+"""Keys, params, errors, events and the generated protobuf messages of the inference module."""

@@ -1,0 +1,65 @@
+"""Typed errors of the module. Each names what was wrong, so a caller can act on it."""
+
+from __future__ import annotations
+
+
+class KeepersimError(Exception):
+    """Base of every error the module raises on bad input."""
+
+
+class KeyCodecError(KeepersimError):
+    pass
+
+
+class InvalidParamsError(KeepersimError):
+    """A params field breaks a rule; ``field`` and ``rule`` say which."""
+
+    def __init__(self, field: str, rule: str, value: object) -> None:
+        super().__init__(f"invalid params: {field}={value!r} breaks rule: {rule}")
+        self.field = field
+        self.rule = rule
+        self.value = value
+
+
+class UnauthorizedError(KeepersimError):
+    pass
+
+
+class InvalidMessageError(KeepersimError):
+    """A malformed message: a required field is missing or out of range."""
+
+
+class UnknownParticipantError(KeepersimError):
+    pass
+
+
+class DuplicateInferenceError(KeepersimError):
+    pass
+
+
+class UnknownInferenceError(KeepersimError):
+    pass
+
+
+class InferenceExpiredError(KeepersimError):
+    pass
+
+
+class InferenceStateError(KeepersimError):
+    """The message does not fit the inference's current status."""
+
+
+class NoExecutorsError(KeepersimError):
+    """Selection found nobody to serve the request."""
+
+
+class UnknownModelError(KeepersimError):
+    pass
+
+
+class BlockError(KeepersimError):
+    """A block could not be applied; the store stays at the last committed block."""
+
+
+class GenesisError(KeepersimError):
+    pass

@@ -1,0 +1,105 @@
+"""Typed events for every state change, handed to the caller after each block."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Outcome(enum.Enum):
+    """What a result means to a health policy (see docs/architecture.md)."""
+
+    SUCCESS = "success"  # a finished inference
+    MISS = "miss"  # an expired inference
+    NEUTRAL = "neutral"  # capacity pushback, or a result that cannot be attributed
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceStarted:
+    height: int
+    inference_id: str
+    assigned_to: str
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceFinished:
+    height: int
+    inference_id: str
+    executed_by: str
+    start_height: int
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceExpired:
+    height: int
+    inference_id: str
+    assigned_to: str
+    start_height: int
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceDeclined:
+    height: int
+    inference_id: str
+    assigned_to: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class HealthTransition:
+    """A health policy moved a participant between states (a breaker transition)."""
+
+    height: int
+    policy: str
+    address: str
+    from_state: str
+    to_state: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantDeactivated:
+    """SPRT declared the participant INACTIVE for the rest of the epoch."""
+
+    height: int
+    address: str
+    llr: str
+
+
+@dataclass(frozen=True, slots=True)
+class EpochSettled:
+    height: int
+    settled_epoch: int
+    new_epoch: int
+    participants: int
+
+
+@dataclass(frozen=True, slots=True)
+class ParamsUpdated:
+    height: int
+    effective_height: int
+    authority: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSelected:
+    """A selection query's answer (queries write no state; the event goes to the caller)."""
+
+    height: int
+    model: str
+    address: str
+    fallback: bool
+    panic: bool
+    request_id: str
+
+
+Event = (
+    InferenceStarted
+    | InferenceFinished
+    | InferenceExpired
+    | InferenceDeclined
+    | HealthTransition
+    | ParticipantDeactivated
+    | EpochSettled
+    | ParamsUpdated
+)

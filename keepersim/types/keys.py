@@ -1,0 +1,116 @@
+"""Collection prefixes and key codecs, in the Cosmos collections style of the chain's store.
+
+uint64 values are 8-byte big-endian so that byte order equals numeric order; a string that is not
+the last part of a composite key ends with 0x00 so that ``"ab"`` never sorts inside ``"a"``'s range.
+"""
+
+from __future__ import annotations
+
+from keepersim.types.errors import KeyCodecError
+
+# Chain collections (x/inference types/keys.go).
+PARTICIPANTS = b"\x00"
+INFERENCE_TIMEOUTS = b"\x07"
+EPOCH_GROUP_DATA = b"\x0a"
+EPOCHS = b"\x0b"
+EFFECTIVE_EPOCH_INDEX = b"\x0c"
+INFERENCES = b"\x0e"
+EPOCH_PERFORMANCE_SUMMARIES = b"\x12"
+EXCLUDED_PARTICIPANTS = b"\x18"
+
+# keepersim collections.
+PARAMS = b"\x28"
+PENDING_PARAMS = b"\x29"
+CHAIN_ID = b"\x2a"
+# Health-policy state: each policy owns one prefix byte (keepersim.keeper.policies).
+POLICY_STATE = b"\x40"
+# Height-keyed wake-up queue of health policies: (policy prefix, uint64 height, address).
+POLICY_QUEUE = b"\x41"
+
+U64_MAX = (1 << 64) - 1
+
+
+def encode_u64(value: int) -> bytes:
+    if not 0 <= value <= U64_MAX:
+        raise KeyCodecError(f"uint64 key part out of range: {value}")
+    return value.to_bytes(8, "big")
+
+
+def decode_u64(data: bytes) -> int:
+    if len(data) != 8:
+        raise KeyCodecError(f"uint64 key part must be 8 bytes, got {len(data)}")
+    return int.from_bytes(data, "big")
+
+
+def encode_str(value: str, *, last: bool) -> bytes:
+    raw = value.encode()
+    if b"\x00" in raw:
+        raise KeyCodecError(f"string key part contains a 0x00 byte: {value!r}")
+    return raw if last else raw + b"\x00"
+
+
+def split_str(data: bytes) -> tuple[str, bytes]:
+    """Decode a 0x00-terminated string at the start of ``data``; return it and the rest."""
+    end = data.find(b"\x00")
+    if end < 0:
+        raise KeyCodecError("composite key: missing 0x00 terminator after a string part")
+    return data[:end].decode(), data[end + 1 :]
+
+
+def participant_key(address: str) -> bytes:
+    return encode_str(address, last=True)
+
+
+def inference_key(inference_id: str) -> bytes:
+    return encode_str(inference_id, last=True)
+
+
+def timeout_key(expiration_height: int, inference_id: str) -> bytes:
+    return encode_u64(expiration_height) + encode_str(inference_id, last=True)
+
+
+def decode_timeout_key(key: bytes) -> tuple[int, str]:
+    if len(key) < 8:
+        raise KeyCodecError("timeout key shorter than its uint64 height")
+    return decode_u64(key[:8]), key[8:].decode()
+
+
+def epoch_key(epoch_index: int) -> bytes:
+    return encode_u64(epoch_index)
+
+
+def epoch_group_key(epoch_index: int, model: str) -> bytes:
+    return encode_u64(epoch_index) + encode_str(model, last=True)
+
+
+def decode_epoch_group_key(key: bytes) -> tuple[int, str]:
+    return decode_u64(key[:8]), key[8:].decode()
+
+
+def summary_key(address: str, epoch_index: int) -> bytes:
+    return encode_str(address, last=False) + encode_u64(epoch_index)
+
+
+def decode_summary_key(key: bytes) -> tuple[str, int]:
+    address, rest = split_str(key)
+    return address, decode_u64(rest)
+
+
+def summary_prefix(address: str) -> bytes:
+    return encode_str(address, last=False)
+
+
+def excluded_key(epoch_index: int, address: str) -> bytes:
+    return encode_u64(epoch_index) + encode_str(address, last=True)
+
+
+def decode_excluded_key(key: bytes) -> tuple[int, str]:
+    return decode_u64(key[:8]), key[8:].decode()
+
+
+def queue_key(height: int, address: str) -> bytes:
+    return encode_u64(height) + encode_str(address, last=True)
+
+
+def decode_queue_key(key: bytes) -> tuple[int, str]:
+    return decode_u64(key[:8]), key[8:].decode()
