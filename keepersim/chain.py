@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from google.protobuf.message import Message
@@ -33,7 +33,7 @@ from keepersim.keeper.selection import (
 )
 from keepersim.module.abci import begin_block, end_block
 from keepersim.module.genesis import export_genesis, init_genesis
-from keepersim.module.msg_server import process_tx
+from keepersim.module.msg_server import get_message_kind, process_msg
 from keepersim.rwlock import RWLock
 from keepersim.store.committed import CommitStore
 from keepersim.store.kv import KVBackend
@@ -109,30 +109,40 @@ class Selection:
     panic: bool
 
 
+@dataclass(slots=True)
+class _ModelTable:
+    candidates: list[Candidate]
+    healths: list[Health]
+    position: dict[str, int]
+    min_valid_until: int
+    table: SelectionTable
+
+
 class _SelectionIndex:
     """Derived selection data of the committed height, kept between blocks.
 
     A participant's health verdict is recomputed only when its state changed in a block (the
-    keeper's touched set) or its verdict's validity ran out, so a table costs O(changes).
+    keeper's touched set) or the verdict's ``valid_until`` height passed, and the table is rebuilt
+    only when a verdict actually changed: a block with outcomes costs O(changes), not O(fleet).
     """
 
-    __slots__ = ("healths", "candidates", "tables", "last_tables")
+    __slots__ = ("candidates", "tables", "models", "dirty")
 
     def __init__(self) -> None:
-        self.healths: dict[str, Health] = {}
         self.candidates: dict[tuple[str, bool], list[Candidate]] = {}
         self.tables: dict[str, SelectionTable] = {}
-        self.last_tables: dict[str, tuple[list[Candidate], list[Health], SelectionTable]] = {}
+        self.models: dict[str, _ModelTable] = {}
+        self.dirty: dict[str, set[str]] = {}
 
     def process_commit(self, touched: set[str], reset: bool) -> None:
         self.tables = {}
         if reset:
-            self.healths.clear()
             self.candidates.clear()
-            self.last_tables.clear()
+            self.models.clear()
+            self.dirty.clear()
             return
-        for address in touched:
-            self.healths.pop(address, None)
+        for dirty in self.dirty.values():
+            dirty.update(touched)
 
 
 class Chain:
@@ -256,10 +266,9 @@ class Chain:
                 ctx = BlockContext(keeper, policy, h)
                 results = []
                 for i, msg in enumerate(txs):
-                    tx = make_tx(msg)
-                    kind = tx.WhichOneof("msg") or "empty"
+                    kind = get_message_kind(msg)
                     try:
-                        process_tx(ctx, tx)
+                        process_msg(ctx, msg)
                     except KeepersimError as exc:
                         if strict:
                             raise BlockError(f"block {h}, tx {i} ({kind}): {exc}") from exc
@@ -306,13 +315,14 @@ class Chain:
 
     def get_selection_table(self, model: str = "") -> SelectionTable:
         """The selection table of the committed height (computed once per height and model)."""
+        table = self._index.tables.get(model)  # a plain dict read: the hot path takes no lock
+        if table is not None:
+            return table
         with self.read() as k, self._index_lock:
-            index = self._index
-            table = index.tables.get(model)
-            if table is not None:
-                return table
-            table = self._compute_table(k, model)
-            index.tables[model] = table
+            table = self._index.tables.get(model)
+            if table is None:
+                table = self._compute_table(k, model)
+                self._index.tables[model] = table
             return table
 
     def _compute_table(self, keeper: Keeper, model: str) -> SelectionTable:
@@ -329,38 +339,74 @@ class Chain:
             candidates = get_candidates(keeper, model, height)
             index.candidates[(model, poc)] = candidates
         reader = PolicyReader(keeper, policy)
-        healths: list[Health] = []
-        memo = index.healths
-        for c in candidates:
-            h = memo.get(c.address)
-            if h is None or h.valid_until < height:
-                h = policy.get_health(reader, c.address, height)
-                memo[c.address] = h
-            healths.append(h)
-        last = index.last_tables.get(model)
-        if last is not None and last[0] == candidates and last[1] == healths:
-            table = last[2]
-        else:
-            table = compute_selection_table(
-                candidates,
-                healths,
-                height=height,
-                model=model,
-                cap_pct=policy.get_exclusion_cap_pct(params),
-                panic_pct=policy.get_panic_pct(params),
-                fallback_allowed=policy.is_fallback_allowed(params),
-                shadow=params.health_params.shadow,
-            )
-            index.last_tables[model] = (candidates, healths, table)
+        dirty = index.dirty.setdefault(model, set())
+        last = index.models.get(model)
+        if last is not None and last.candidates is candidates:
+            recheck = [a for a in dirty if a in last.position]
+            if height > last.min_valid_until:
+                recheck += [
+                    c.address
+                    for c, h in zip(candidates, last.healths, strict=True)
+                    if h.valid_until < height
+                ]
+            changed = False
+            expired = height > last.min_valid_until
+            for address in recheck:
+                i = last.position[address]
+                health = policy.get_health(reader, address, height)
+                if health != last.healths[i]:
+                    last.healths[i] = health
+                    changed = True
+                elif health.valid_until != last.healths[i].valid_until:
+                    last.healths[i] = health
+                if health.valid_until < last.min_valid_until:
+                    last.min_valid_until = health.valid_until
+            dirty.clear()
+            if expired:
+                last.min_valid_until = min(h.valid_until for h in last.healths)
+            if changed:
+                last.table = self._assemble_table(policy, params, candidates, last.healths, model)
+            elif last.table.height != height:
+                last.table = replace(last.table, height=height)
+            return last.table
+        healths = [policy.get_health(reader, c.address, height) for c in candidates]
+        dirty.clear()
+        table = self._assemble_table(policy, params, candidates, healths, model)
+        index.models[model] = _ModelTable(
+            candidates,
+            healths,
+            {c.address: i for i, c in enumerate(candidates)},
+            min(h.valid_until for h in healths),
+            table,
+        )
         return table
+
+    def _assemble_table(
+        self,
+        policy: HealthPolicy,
+        params: Params,
+        candidates: list[Candidate],
+        healths: list[Health],
+        model: str,
+    ) -> SelectionTable:
+        return compute_selection_table(
+            candidates,
+            healths,
+            height=self.height,
+            model=model,
+            cap_pct=policy.get_exclusion_cap_pct(params),
+            panic_pct=policy.get_panic_pct(params),
+            fallback_allowed=policy.is_fallback_allowed(params),
+            shadow=params.health_params.shadow,
+        )
 
     def get_random_executor(self, model: str = "", request_id: str = "") -> Selection:
         """GetRandomExecutor: a weighted, deterministic draw among admitted candidates."""
         table = self.get_selection_table(model)
-        seed = compute_selection_seed(self._chain_id, self.height, model, request_id)
+        seed = compute_selection_seed(self._chain_id, table.height, model, request_id)
         return Selection(
             compute_draw(table, seed),
-            self.height,
+            table.height,
             model,
             request_id,
             table.fallback,
@@ -370,7 +416,7 @@ class Chain:
     def select_executors(self, model: str, k: int, request_id: str = "") -> list[str]:
         """k distinct executors drawn by weight without replacement."""
         table = self.get_selection_table(model)
-        seed = compute_selection_seed(self._chain_id, self.height, model, request_id)
+        seed = compute_selection_seed(self._chain_id, table.height, model, request_id)
         return compute_draws(table, seed, k)
 
     def export_genesis(self) -> GenesisState:

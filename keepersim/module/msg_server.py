@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf.message import Message
+
 from keepersim.keeper.context import BlockContext
 from keepersim.keeper.inferences import (
     process_decline_inference,
@@ -11,7 +16,14 @@ from keepersim.keeper.inferences import (
 from keepersim.types.errors import InvalidMessageError, UnauthorizedError
 from keepersim.types.events import ParamsUpdated
 from keepersim.types.params import validate_params
-from keepersim.types.pb.tx_pb2 import MsgSubmitNewParticipant, MsgUpdateParams, Tx
+from keepersim.types.pb.tx_pb2 import (
+    MsgDeclineInference,
+    MsgFinishInference,
+    MsgStartInference,
+    MsgSubmitNewParticipant,
+    MsgUpdateParams,
+    Tx,
+)
 from keepersim.types.pb.types_pb2 import ACTIVE, Participant
 
 
@@ -53,17 +65,29 @@ def process_submit_new_participant(ctx: BlockContext, msg: MsgSubmitNewParticipa
     keeper.set_participant(participant)
 
 
-def process_tx(ctx: BlockContext, tx: Tx) -> None:
-    kind = tx.WhichOneof("msg")
-    if kind == "start_inference":
-        process_start_inference(ctx, tx.start_inference)
-    elif kind == "finish_inference":
-        process_finish_inference(ctx, tx.finish_inference)
-    elif kind == "decline_inference":
-        process_decline_inference(ctx, tx.decline_inference)
-    elif kind == "update_params":
-        process_update_params(ctx, tx.update_params)
-    elif kind == "submit_new_participant":
-        process_submit_new_participant(ctx, tx.submit_new_participant)
-    else:
-        raise InvalidMessageError("Tx carries no message")
+_HANDLERS: dict[type[Message], Callable[[BlockContext, Any], None]] = {
+    MsgStartInference: process_start_inference,
+    MsgFinishInference: process_finish_inference,
+    MsgDeclineInference: process_decline_inference,
+    MsgUpdateParams: process_update_params,
+    MsgSubmitNewParticipant: process_submit_new_participant,
+}
+
+
+def get_message_kind(msg: Message) -> str:
+    if isinstance(msg, Tx):
+        return msg.WhichOneof("msg") or "empty"
+    return type(msg).__name__
+
+
+def process_msg(ctx: BlockContext, msg: Message) -> None:
+    """Dispatch one message (or a Tx wrapping one) to its handler."""
+    if isinstance(msg, Tx):
+        kind = msg.WhichOneof("msg")
+        if kind is None:
+            raise InvalidMessageError("Tx carries no message")
+        msg = getattr(msg, kind)
+    handler = _HANDLERS.get(type(msg))
+    if handler is None:
+        raise InvalidMessageError(f"not a module message: {type(msg).__name__}")
+    handler(ctx, msg)
