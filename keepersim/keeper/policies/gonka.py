@@ -136,8 +136,14 @@ class GonkaBreaker(HealthPolicy):
 
     def process_epoch_boundary(self, ctx: PolicyContext) -> None:
         """ClearAllCBState: the epoch is the backstop; no exclusion outlives it."""
+        states = {
+            address: CircuitBreakerEntry.FromString(raw).state for address, raw in ctx.iterate_raw()
+        }
         for address in ctx.clear_all():
-            ctx.emit_transition(address, "any", "healthy", "epoch boundary reset")
+            if states[address] != HEALTHY:  # a kept (restored) entry changes no state
+                ctx.emit_transition(
+                    address, STATE_NAMES[states[address]], "healthy", "epoch boundary reset"
+                )
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         """The read-only health filter."""
