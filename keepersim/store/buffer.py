@@ -1,0 +1,214 @@
+"""Per-block write buffer: keeper code reads and writes here; nothing reaches the backend
+until CommitStore commits it, so a block that fails midway is dropped with ``discard()``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+from itertools import islice
+from typing import Protocol
+
+from keepersim.store.kv import KVBackend
+
+RESERVED_PREFIX = b"\xff"
+"""Keys starting with 0xff belong to the store (metadata); keeper code cannot write them."""
+
+
+class KVStore(Protocol):
+    """The read-write surface keeper code uses."""
+
+    def get(self, key: bytes) -> bytes | None:
+        """Value at ``key`` or None."""
+        ...
+
+    def has(self, key: bytes) -> bool:
+        """Whether ``key`` holds a value."""
+        ...
+
+    def set(self, key: bytes, value: bytes) -> None:
+        """Store ``value`` at ``key``."""
+        ...
+
+    def delete(self, key: bytes) -> None:
+        """Remove ``key`` (no error if absent)."""
+        ...
+
+    def iterate(
+        self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``start <= key < stop`` in bytewise order (descending if ``reverse``)."""
+        ...
+
+
+_EMPTY: tuple[tuple[bytes, bytes], ...] = ()
+
+
+class BlockBuffer:
+    """KVStore over a KVBackend that holds writes in a dict until commit.
+
+    ``_pending`` maps key -> value, or -> None as the tombstone of a delete. Keys are never
+    removed from it before ``discard()``, so dict insertion order lets ``iterate`` keep a
+    sorted key list up to date by sorting in only the keys added since its last call.
+
+    The user keyspace is ``[b"", b"\\xff")``: reserved keys cannot be written or deleted and
+    never show up in ``iterate``; ``get`` does not check (one compare fewer per read).
+    """
+
+    __slots__ = ("backend", "_pending", "_sorted")
+
+    def __init__(self, backend: KVBackend) -> None:
+        self.backend = backend
+        self._pending: dict[bytes, bytes | None] = {}
+        self._sorted: list[bytes] = []
+
+    def get(self, key: bytes) -> bytes | None:
+        """Own pending write (or tombstone) first, else the backend."""
+        pending = self._pending
+        if key in pending:
+            return pending[key]
+        return self.backend.get(key)
+
+    def has(self, key: bytes) -> bool:
+        """Whether ``key`` holds a value, counting this block's writes."""
+        pending = self._pending
+        if key in pending:
+            return pending[key] is not None
+        return self.backend.get(key) is not None
+
+    def set(self, key: bytes, value: bytes) -> None:
+        """Buffer a put. Rejects non-bytes (None would read as a tombstone) and reserved keys."""
+        if key.__class__ is not bytes or value.__class__ is not bytes:
+            raise TypeError(f"key and value must be bytes, got {type(key)}, {type(value)}")
+        if key >= RESERVED_PREFIX:
+            raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
+        self._pending[key] = value
+
+    def delete(self, key: bytes) -> None:
+        """Buffer a delete as a tombstone (also hides a value the backend has)."""
+        if key.__class__ is not bytes:
+            raise TypeError(f"key must be bytes, got {type(key)}")
+        if key >= RESERVED_PREFIX:
+            raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
+        self._pending[key] = None
+
+    def iterate(
+        self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Backend entries merged with pending writes, as of this call.
+
+        The pending entries in range are copied now and the backend iterator reads a snapshot,
+        so writing while iterating is safe and does not change what the iteration yields.
+        With no pending writes in range the backend's own iterator is returned unwrapped.
+        """
+        if stop is None or stop > RESERVED_PREFIX:
+            stop = RESERVED_PREFIX
+        if start is not None and start >= stop:
+            return iter(_EMPTY)
+        pending = self._pending
+        if not pending:
+            return self.backend.iterate(start, stop, reverse)
+        keys = self._sorted
+        if len(keys) != len(pending):
+            keys.extend(islice(pending, len(keys), None))
+            keys.sort()
+        lo = 0 if start is None else bisect_left(keys, start)
+        hi = bisect_left(keys, stop)
+        if lo >= hi:
+            return self.backend.iterate(start, stop, reverse)
+        overlay = [(key, pending[key]) for key in keys[lo:hi]]
+        base = self.backend.iterate(start, stop, reverse)
+        if reverse:
+            overlay.reverse()
+            return _merge_reverse(base, overlay)
+        return _merge_forward(base, overlay)
+
+    def pending(self) -> tuple[dict[bytes, bytes], list[bytes]]:
+        """Fresh ``(puts, deletes)`` for a write batch; the caller may mutate them."""
+        puts: dict[bytes, bytes] = {}
+        deletes: list[bytes] = []
+        for key, value in self._pending.items():
+            if value is None:
+                deletes.append(key)
+            else:
+                puts[key] = value
+        return puts, deletes
+
+    def discard(self) -> None:
+        """Drop every pending write (after a failed block, or after commit)."""
+        self._pending = {}
+        self._sorted = []
+
+    def is_dirty(self) -> bool:
+        """Whether any write (including a delete of an absent key) is pending."""
+        return bool(self._pending)
+
+    def __len__(self) -> int:
+        """Number of distinct keys written in this block."""
+        return len(self._pending)
+
+
+def _merge_forward(
+    base: Iterator[tuple[bytes, bytes]], overlay: list[tuple[bytes, bytes | None]]
+) -> Iterator[tuple[bytes, bytes]]:
+    """Ascending merge; an overlay entry replaces (or, if None, hides) the base entry."""
+    n = len(overlay)
+    i = 0
+    okey, oval = overlay[0]
+    for key, value in base:
+        while okey < key:
+            if oval is not None:
+                yield okey, oval
+            i += 1
+            if i == n:
+                yield key, value
+                yield from base
+                return
+            okey, oval = overlay[i]
+        if okey == key:
+            if oval is not None:
+                yield okey, oval
+            i += 1
+            if i == n:
+                yield from base
+                return
+            okey, oval = overlay[i]
+        else:
+            yield key, value
+    for j in range(i, n):
+        okey, oval = overlay[j]
+        if oval is not None:
+            yield okey, oval
+
+
+def _merge_reverse(
+    base: Iterator[tuple[bytes, bytes]], overlay: list[tuple[bytes, bytes | None]]
+) -> Iterator[tuple[bytes, bytes]]:
+    """Descending twin of ``_merge_forward``."""
+    n = len(overlay)
+    i = 0
+    okey, oval = overlay[0]
+    for key, value in base:
+        while okey > key:
+            if oval is not None:
+                yield okey, oval
+            i += 1
+            if i == n:
+                yield key, value
+                yield from base
+                return
+            okey, oval = overlay[i]
+        if okey == key:
+            if oval is not None:
+                yield okey, oval
+            i += 1
+            if i == n:
+                yield from base
+                return
+            okey, oval = overlay[i]
+        else:
+            yield key, value
+    for j in range(i, n):
+        okey, oval = overlay[j]
+        if oval is not None:
+            yield okey, oval

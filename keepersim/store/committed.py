@@ -1,0 +1,122 @@
+"""Commit point of the chain state: one atomic write batch per block, with its metadata."""
+
+from __future__ import annotations
+
+from keepersim.store.apphash import (
+    MODULUS,
+    compute_app_hash,
+    compute_entry_term,
+    compute_state_sum,
+)
+from keepersim.store.buffer import RESERVED_PREFIX, BlockBuffer
+from keepersim.store.errors import StoreError
+from keepersim.store.kv import KVBackend, KVReader
+
+META_PREFIX = b"\xffmeta/"
+HEIGHT_KEY = META_PREFIX + b"height"
+"""Last committed height, 8-byte big-endian."""
+STATE_SUM_KEY = META_PREFIX + b"state_sum"
+"""AdHash state sum of the non-reserved keys, 32-byte big-endian."""
+APP_HASH_KEY = META_PREFIX + b"app_hash"
+"""App hash of that state, stored so tools can read it without this module."""
+
+
+class CommitStore:
+    """Owns a backend; hands out one BlockBuffer per block; commits it atomically together with
+    metadata (height, state sum, app hash), so a crash never leaves state and hash out of step.
+
+    Metadata lives under the reserved ``b"\\xff"`` keyspace and is not part of the hashed state.
+    """
+
+    __slots__ = ("backend", "_height", "_state_sum", "_app_hash", "_has_commit")
+
+    def __init__(self, backend: KVBackend) -> None:
+        self.backend = backend
+        height = backend.get(HEIGHT_KEY)
+        state_sum = backend.get(STATE_SUM_KEY)
+        app_hash = backend.get(APP_HASH_KEY)
+        if height is None and state_sum is None and app_hash is None:
+            # Never committed here; state written by other means still gets a correct sum.
+            self._has_commit = False
+            self._height = 0
+            self._state_sum = compute_state_sum(backend.iterate(None, RESERVED_PREFIX))
+        else:
+            if height is None or state_sum is None or app_hash is None:
+                raise StoreError("store metadata is incomplete (height, state_sum, app_hash)")
+            if len(height) != 8 or len(state_sum) != 32:
+                raise StoreError("store metadata has a wrong length")
+            self._has_commit = True
+            self._height = int.from_bytes(height, "big")
+            self._state_sum = int.from_bytes(state_sum, "big")
+            if compute_app_hash(self._state_sum) != app_hash:
+                raise StoreError("stored app hash does not match the stored state sum")
+        self._app_hash = compute_app_hash(self._state_sum)
+
+    def get_height(self) -> int:
+        """Last committed height (0 if none)."""
+        return self._height
+
+    def get_app_hash(self) -> bytes:
+        """App hash of the last committed state (hash of the empty state if none)."""
+        return self._app_hash
+
+    def get_state_sum(self) -> int:
+        """AdHash state sum of the last committed state."""
+        return self._state_sum
+
+    def begin(self) -> BlockBuffer:
+        """A new, empty buffer over the backend for the next block."""
+        return BlockBuffer(self.backend)
+
+    def commit(self, buffer: BlockBuffer, height: int) -> bytes:
+        """Write the buffer's changes and the new metadata in one batch; return the app hash.
+
+        The old term of each written key comes from one backend read per distinct key. The
+        height must exceed the last committed one (any height >= 0 for the first commit). On
+        success the buffer is emptied; if the write fails, nothing changes and the buffer
+        keeps its writes.
+        """
+        if buffer.backend is not self.backend:
+            raise ValueError("buffer belongs to a different backend")
+        if height < 0 or (self._has_commit and height <= self._height):
+            raise ValueError(f"height {height} must be above last committed {self._height}")
+        puts, deletes = buffer.pending()
+        get = self.backend.get
+        term = compute_entry_term
+        state_sum = self._state_sum
+        for key, value in puts.items():
+            old = get(key)
+            if old is not None:
+                if old == value:
+                    continue
+                state_sum -= term(key, old)
+            state_sum += term(key, value)
+        for key in deletes:
+            old = get(key)
+            if old is not None:
+                state_sum -= term(key, old)
+        state_sum %= MODULUS
+        app_hash = compute_app_hash(state_sum)
+        puts[HEIGHT_KEY] = height.to_bytes(8, "big")
+        puts[STATE_SUM_KEY] = state_sum.to_bytes(32, "big")
+        puts[APP_HASH_KEY] = app_hash
+        self.backend.write_batch(puts, deletes)
+        self._has_commit = True
+        self._height = height
+        self._state_sum = state_sum
+        self._app_hash = app_hash
+        buffer.discard()
+        return app_hash
+
+    def verify_app_hash(self) -> bool:
+        """Recompute the state sum from every non-reserved key and compare with the tracked one."""
+        state_sum = compute_state_sum(self.backend.iterate(None, RESERVED_PREFIX))
+        return state_sum == self._state_sum and compute_app_hash(state_sum) == self._app_hash
+
+    def get_committed_view(self) -> KVReader:
+        """Snapshot of the last committed state, for queries while the next block is built."""
+        return self.backend.snapshot()
+
+    def close(self) -> None:
+        """Close the backend."""
+        self.backend.close()

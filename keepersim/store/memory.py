@@ -1,0 +1,163 @@
+"""In-memory backend: same semantics as LevelDB, for fast tests and throwaway runs.
+
+State is a dict plus a sorted key list kept up to date at write time (bisect for a few keys,
+one timsort merge for many). Snapshots and iterators are copy-on-write views: taking one is
+O(1); the next write copies the dict and list once, and only if a view is still alive (tracked
+with a weak reference), so iterating every block does not cost a copy per block.
+"""
+
+from __future__ import annotations
+
+import weakref
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from keepersim.store.errors import StoreClosedError
+
+# Up to this many new (or removed) keys per batch are placed with bisect; above it the
+# list is re-sorted (timsort merges the sorted runs in linear time) or rebuilt.
+_BISECT_LIMIT = 16
+
+
+def _closed_get(key: bytes) -> bytes | None:
+    raise StoreClosedError("memory store is closed")
+
+
+class _State:
+    """Closed flag shared by a backend and its views, so views fail after close like plyvel's."""
+
+    __slots__ = ("closed",)
+
+    def __init__(self) -> None:
+        self.closed = False
+
+
+class MemoryView:
+    """Immutable version of a MemoryBackend's state (its snapshot type)."""
+
+    __slots__ = ("_data", "_keys", "_state", "__weakref__")
+
+    def __init__(self, data: dict[bytes, bytes], keys: list[bytes], state: _State) -> None:
+        self._data = data
+        self._keys = keys
+        self._state = state
+
+    def get(self, key: bytes) -> bytes | None:
+        """Value at ``key`` in this version."""
+        if self._state.closed:
+            raise StoreClosedError("memory store is closed")
+        return self._data.get(key)
+
+    def iterate(
+        self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries in ``[start, stop)`` of this version."""
+        if self._state.closed:
+            raise StoreClosedError("memory store is closed")
+        return _iter_view(self, start, stop, reverse)
+
+
+def _iter_view(
+    view: MemoryView, start: bytes | None, stop: bytes | None, reverse: bool
+) -> Iterator[tuple[bytes, bytes]]:
+    # The generator holds ``view`` for its whole life, which keeps the copy-on-write pin.
+    # Lazy C-level index maps: opening a scan costs O(log n) however large the range, and an
+    # early ``break`` pays nothing for the rest.
+    keys = view._keys
+    lo = 0 if start is None else bisect_left(keys, start)
+    hi = len(keys) if stop is None else bisect_left(keys, stop)
+    if lo >= hi:
+        return
+    span = range(hi - 1, lo - 1, -1) if reverse else range(lo, hi)
+    key_at = keys.__getitem__
+    yield from zip(map(key_at, span), map(view._data.__getitem__, map(key_at, span)), strict=True)
+
+
+class MemoryBackend:
+    """KVBackend held in process memory."""
+
+    __slots__ = ("get", "_data", "_keys", "_view", "_state")
+
+    get: Callable[[bytes], bytes | None]
+    """Value at ``key`` or None: bound straight to ``dict.get`` to skip a Python frame."""
+
+    def __init__(self) -> None:
+        self._data: dict[bytes, bytes] = {}
+        self._keys: list[bytes] = []
+        self._view: weakref.ref[MemoryView] | None = None
+        self._state = _State()
+        self.get = self._data.get
+
+    def _current_view(self) -> MemoryView:
+        view = self._view() if self._view is not None else None
+        if view is None:
+            view = MemoryView(self._data, self._keys, self._state)
+            self._view = weakref.ref(view)
+        return view
+
+    def iterate(
+        self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries in ``[start, stop)``; unaffected by writes made while iterating."""
+        if self._state.closed:
+            raise StoreClosedError("memory store is closed")
+        return _iter_view(self._current_view(), start, stop, reverse)
+
+    def snapshot(self) -> MemoryView:
+        """O(1) consistent view; the next write copies the state once while it is alive."""
+        if self._state.closed:
+            raise StoreClosedError("memory store is closed")
+        return self._current_view()
+
+    def write_batch(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
+        """Validate everything first, then apply: puts, then deletes. All or nothing."""
+        if self._state.closed:
+            raise StoreClosedError("memory store is closed")
+        dels = deletes if isinstance(deletes, list | tuple) else list(deletes)
+        for key, value in puts.items():
+            if key.__class__ is not bytes or value.__class__ is not bytes:
+                raise TypeError(f"keys and values must be bytes, got {key!r}: {value!r}")
+        for key in dels:
+            if key.__class__ is not bytes:
+                raise TypeError(f"keys must be bytes, got {key!r}")
+        if not puts and not dels:
+            return
+        if self._view is not None:
+            if self._view() is not None:  # a live view still reads the current objects
+                self._data = dict(self._data)
+                self._keys = list(self._keys)
+                self.get = self._data.get
+            self._view = None
+        data = self._data
+        keys = self._keys
+        new = [key for key in puts if key not in data]
+        data.update(puts)
+        if new:
+            if len(new) <= _BISECT_LIMIT:
+                for key in new:
+                    insort(keys, key)
+            else:
+                keys.extend(new)
+                keys.sort()
+        removed = 0
+        for key in dels:
+            if key in data:
+                del data[key]
+                removed += 1
+        if removed:
+            if removed <= _BISECT_LIMIT:
+                # Every removed key was in ``keys``; locate the ones now missing from ``data``.
+                for key in dels:
+                    i = bisect_left(keys, key)
+                    if i < len(keys) and keys[i] == key and key not in data:
+                        del keys[i]
+            else:
+                keys[:] = [key for key in keys if key in data]
+
+    def close(self) -> None:
+        """Mark closed; later calls (and calls on its snapshots) raise StoreClosedError."""
+        self._state.closed = True
+        self.get = _closed_get
+
+    def __len__(self) -> int:
+        return len(self._data)
