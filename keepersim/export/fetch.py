@@ -1,0 +1,293 @@
+"""JSON fetching for exporters: bounded retries and a shared back-off.
+
+Semantics (from the export back-off fix):
+
+* client timeout 60 s by default (a short timeout abandons requests that keep
+  running server-side, and the next request piles more load on);
+* at most ``max_attempts`` (3) attempts, retried only on timeout, transport
+  error, HTTP 429 and HTTP 5xx;
+* any other non-2xx status and a body that is not valid JSON fail at once;
+* every retryable failure pauses all workers sharing the
+  :class:`~keepersim.export.backoff.BackoffGate`, and every attempt first
+  waits for the gate.
+
+A :class:`Fetcher` is meant to be shared by the exporter's worker threads
+(``DEFAULT_CONCURRENCY`` of them by default); its counters are thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from keepersim.export.backoff import BackoffGate
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "ExportFetchError",
+    "FetchStats",
+    "Fetcher",
+    "QueryParams",
+    "is_retryable_status",
+]
+
+DEFAULT_CONCURRENCY = 4
+DEFAULT_TIMEOUT_SECONDS = 60.0
+DEFAULT_MAX_ATTEMPTS = 3
+
+_BODY_EXCERPT_CHARS = 200
+
+QueryValue = str | int | float | bool | None
+QueryParams = Mapping[str, QueryValue | Sequence[QueryValue]]
+
+
+def is_retryable_status(status_code: int) -> bool:
+    """HTTP 429 and 5xx are worth retrying; every other status is final."""
+    return status_code == 429 or 500 <= status_code <= 599
+
+
+class ExportFetchError(Exception):
+    """A GET failed for good.
+
+    Attributes:
+        url: the full request URL, query included.
+        reason: what went wrong (status code, JSON error position, ...).
+        status_code: the last HTTP status received, if any.
+        attempts: attempts made.
+        retryable: whether the last failure was of a retryable kind (so the
+            request gave up after ``attempts`` attempts).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        reason: str,
+        *,
+        status_code: int | None = None,
+        attempts: int = 1,
+        retryable: bool = False,
+    ) -> None:
+        if retryable:
+            message = f"GET {url} failed after {attempts} attempt(s): {reason}"
+        else:
+            message = f"GET {url} failed: {reason}"
+        super().__init__(message)
+        self.url = url
+        self.reason = reason
+        self.status_code = status_code
+        self.attempts = attempts
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class FetchStats:
+    """Counter snapshot.
+
+    Attributes:
+        requests: HTTP requests sent (attempts).
+        retries: attempts made after a retryable failure.
+        errors: retryable failures seen (timeouts, transport errors, 429, 5xx).
+        fatal_errors: non-retryable failures (other 4xx/non-2xx, bad JSON).
+        gave_up: ``get_json`` calls that exhausted their attempts.
+        backoff_pauses: pauses of the shared gate (``fetch_backoff_pauses``).
+    """
+
+    requests: int
+    retries: int
+    errors: int
+    fatal_errors: int
+    gave_up: int
+    backoff_pauses: int
+
+
+class _RetryableFailure(Exception):
+    def __init__(self, reason: str, status_code: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status_code = status_code
+
+
+class Fetcher:
+    """GETs JSON documents with bounded retries and a shared back-off gate.
+
+    Args:
+        client: HTTP client to use; the fetcher creates (and :meth:`close`
+            closes) its own when omitted. An injected client is not closed.
+        gate: back-off gate shared by all workers; a fresh
+            :class:`BackoffGate` when omitted (shared by every thread using
+            this fetcher).
+        timeout: per-request timeout in seconds (connect, read, write, pool).
+        max_attempts: attempts per ``get_json`` call, at least 1.
+    """
+
+    def __init__(
+        self,
+        client: httpx.Client | None = None,
+        *,
+        gate: BackoffGate | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts!r}")
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.Client()
+        self._gate = gate if gate is not None else BackoffGate()
+        self._timeout = float(timeout)
+        self._max_attempts = max_attempts
+        self._lock = threading.Lock()
+        self._requests = 0
+        self._retries = 0
+        self._errors = 0
+        self._fatal_errors = 0
+        self._gave_up = 0
+
+    @property
+    def gate(self) -> BackoffGate:
+        return self._gate
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @property
+    def max_attempts(self) -> int:
+        return self._max_attempts
+
+    def get_json(self, url: str, params: QueryParams | None = None) -> Any:
+        """GET ``url`` (with query ``params``) and return the decoded JSON body.
+
+        Raises:
+            ExportFetchError: a non-retryable failure, or retryable failures
+                on every one of ``max_attempts`` attempts. The message names
+                the full URL and the cause.
+        """
+        attempt = 1
+        while True:
+            self._gate.wait()
+            request = self._client.build_request(
+                "GET", url, params=params, timeout=httpx.Timeout(self._timeout)
+            )
+            full_url = str(request.url)
+            self._count(requests=1, retries=1 if attempt > 1 else 0)
+            try:
+                return self._attempt(request, full_url)
+            except _RetryableFailure as failure:
+                self._count(errors=1)
+                self._gate.pause(attempt)
+                if attempt >= self._max_attempts:
+                    self._count(gave_up=1)
+                    raise ExportFetchError(
+                        full_url,
+                        failure.reason,
+                        status_code=failure.status_code,
+                        attempts=attempt,
+                        retryable=True,
+                    ) from failure.__cause__
+                attempt += 1
+            except ExportFetchError as error:
+                self._count(fatal_errors=1)
+                error.attempts = attempt
+                raise
+
+    def stats(self) -> FetchStats:
+        """Snapshot of the counters."""
+        with self._lock:
+            return FetchStats(
+                requests=self._requests,
+                retries=self._retries,
+                errors=self._errors,
+                fatal_errors=self._fatal_errors,
+                gave_up=self._gave_up,
+                backoff_pauses=self._gate.pauses,
+            )
+
+    def close(self) -> None:
+        """Close the HTTP client if this fetcher created it."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------
+
+    def _attempt(self, request: httpx.Request, full_url: str) -> Any:
+        """One attempt: the decoded body, or _RetryableFailure / ExportFetchError."""
+        try:
+            response = self._client.send(request)
+        except httpx.TimeoutException as exc:
+            raise _RetryableFailure(
+                f"timed out after {self._timeout:g}s ({type(exc).__name__})"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise _RetryableFailure(f"transport error: {type(exc).__name__}: {exc}") from exc
+        status = response.status_code
+        if is_retryable_status(status):
+            raise _RetryableFailure(_describe_status(response), status_code=status)
+        if not response.is_success:
+            raise ExportFetchError(full_url, _describe_status(response), status_code=status)
+        try:
+            return json.loads(response.content)
+        except json.JSONDecodeError as exc:
+            raise ExportFetchError(
+                full_url,
+                f"invalid JSON in HTTP {status} response: {exc.msg} at line {exc.lineno} "
+                f"column {exc.colno} (char {exc.pos})",
+                status_code=status,
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise ExportFetchError(
+                full_url,
+                f"invalid JSON in HTTP {status} response: undecodable byte at position "
+                f"{exc.start} ({exc.reason})",
+                status_code=status,
+            ) from exc
+
+    def _count(
+        self,
+        *,
+        requests: int = 0,
+        retries: int = 0,
+        errors: int = 0,
+        fatal_errors: int = 0,
+        gave_up: int = 0,
+    ) -> None:
+        with self._lock:
+            self._requests += requests
+            self._retries += retries
+            self._errors += errors
+            self._fatal_errors += fatal_errors
+            self._gave_up += gave_up
+
+
+def _describe_status(response: httpx.Response) -> str:
+    text = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+    try:
+        body = response.text.strip()
+    except (UnicodeDecodeError, LookupError):
+        body = ""
+    if body:
+        excerpt = body[:_BODY_EXCERPT_CHARS]
+        if len(body) > _BODY_EXCERPT_CHARS:
+            excerpt += "..."
+        text += f": {excerpt}"
+    return text
