@@ -1,0 +1,468 @@
+"""The ``keepersim`` command.
+
+Subcommands are a registry: each command is one ``add_<name>_command(subparsers)`` function that
+adds its parser and sets ``handler`` (a function ``(argparse.Namespace) -> int``) with
+``set_defaults``. To add a command, write such a function (import heavy modules inside the
+handler, so ``keepersim --help`` stays fast) and append it to :data:`COMMANDS`, or decorate it
+with :func:`register_command`.
+
+Errors from bad input (a missing or invalid scenario, an unknown policy, an invalid governance
+entry...) print ``keepersim: error: ...`` on stderr, without a traceback, and exit with status 2
+(as argparse does for bad arguments). Handlers signal such errors by raising :class:`UsageError`
+or one of :data:`INPUT_ERRORS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "COMMANDS",
+    "UsageError",
+    "add_compare_command",
+    "add_scenarios_command",
+    "add_simulate_command",
+    "build_parser",
+    "main",
+    "register_command",
+]
+
+CommandAdder = Callable[[Any], None]
+DEFAULT_REPORT_DIR = "keepersim-report"
+DEFAULT_COMPARE_SCENARIO = "mainnet_like"
+DEFAULT_COMPARE_SEEDS = 3
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    from keepersim.report.compare import CompareError
+    from keepersim.sim.scenario import ScenarioError
+    from keepersim.types.errors import KeepersimError
+
+    return (UsageError, ScenarioError, CompareError, KeepersimError, OSError)
+
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    value = getattr(args, "progress", None)
+    return sys.stderr.isatty() if value is None else bool(value)
+
+
+def _add_progress_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal)",
+    )
+
+
+def _load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
+    """A built-in name (built with ``seed``, default 1) or a scenario file. Returns the scenario
+    and the run seed override (None: the scenario's own seed)."""
+    from keepersim.sim.scenario import load_scenario
+    from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
+
+    if value in list_builtin_scenarios() and not Path(value).exists():
+        return get_builtin_scenario(value, 1 if seed is None else seed), seed
+    path = Path(value)
+    if not path.exists():
+        raise UsageError(
+            f"{value!r} is neither a built-in scenario ({', '.join(list_builtin_scenarios())}) "
+            "nor an existing file (see `keepersim scenarios list`)"
+        )
+    return load_scenario(path), seed
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{what} {path!r}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from exc
+
+
+def _write_json(path: str, data: Any) -> None:
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------
+# simulate
+# --------------------------------------------------------------------------------------------
+
+
+def add_simulate_command(subparsers: Any) -> None:
+    from keepersim.sim.driver import GOVERNANCE_HELP
+
+    parser = subparsers.add_parser(
+        "simulate",
+        help="run one scenario under one policy",
+        description=(
+            "Run one scenario under one policy on a fresh chain and print its metrics.\n\n"
+            "SCENARIO is a built-in name (`keepersim scenarios list`; --seed also builds the fleet,"
+            " default 1) or a scenario file (--seed overrides the file's seed)."
+        ),
+        epilog="governance file (--governance):\n" + GOVERNANCE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("scenario", metavar="SCENARIO", help="built-in scenario name or file")
+    parser.add_argument("--policy", default="gonka", help="health policy (default: gonka)")
+    parser.add_argument("--seed", type=int, default=None, help="run seed")
+    parser.add_argument(
+        "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
+    )
+    parser.add_argument(
+        "--store-dir",
+        default=None,
+        help="keep the LevelDB chain in this (empty) folder (default: a temporary folder)",
+    )
+    parser.add_argument("--trace-out", default=None, help="write the run's trace (JSON lines)")
+    parser.add_argument("--out", default=None, help="write the full result JSON here ('-': stdout)")
+    parser.add_argument("--governance", default=None, help="governance schedule file (see below)")
+    parser.add_argument(
+        "--shadow",
+        action="store_true",
+        help="shadow mode: the policy only reports whom it would exclude",
+    )
+    _add_progress_option(parser)
+    parser.set_defaults(handler=run_simulate)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from keepersim.sim.driver import (
+        build_params,
+        get_known_policies,
+        parse_governance,
+        run_scenario,
+    )
+
+    if args.policy not in get_known_policies():
+        raise UsageError(
+            f"unknown policy {args.policy!r}; known: {', '.join(get_known_policies())}"
+        )
+    if args.seed is not None and args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    if args.store == "memory" and args.store_dir is not None:
+        raise UsageError("--store-dir needs --store leveldb")
+    scenario, seed = _load_scenario_arg(args.scenario, args.seed)
+    governance: list[Any] = []
+    if args.governance is not None:
+        data = _read_json(args.governance, "governance file")
+        base = build_params(scenario, args.policy, shadow=args.shadow)
+        governance = parse_governance(data, base, source=args.governance)
+        late = [h for h, _ in governance if h > scenario.blocks]
+        if late:
+            raise UsageError(
+                f"{args.governance}: height {late[0]} is beyond the run's last block "
+                f"{scenario.blocks}"
+            )
+    result = run_scenario(
+        scenario,
+        args.policy,
+        seed=seed,
+        store=args.store,
+        store_dir=args.store_dir,
+        governance=governance,
+        trace_out=args.trace_out,
+        progress=_progress(args),
+        shadow=args.shadow,
+    )
+    record = result.to_dict()
+    if args.out is not None:
+        _write_json(args.out, record)
+    if args.out != "-":
+        shown = (
+            "scenario",
+            "policy",
+            "seed",
+            "blocks",
+            "requests",
+            "inferences",
+            "misses",
+            "miss_rate",
+            "declines",
+            "fallback_selections",
+            "panic_selections",
+            "false_exclusion_weight_share",
+            "excluded_weight_share",
+            "transitions",
+            "in_flight_at_end",
+            "app_hash",
+            "wall_seconds",
+            "inferences_per_second",
+        )
+        width = max(len(k) for k in shown)
+        for key in shown:
+            print(f"{key.ljust(width)}  {_fmt(record[key])}")
+        for key in ("detection_delay", "recovery_delay"):
+            d = record[key]
+            print(
+                f"{key.ljust(width)}  median {d['median']}, mean {_fmt(d['mean'])}, n {d['count']}"
+            )
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# compare
+# --------------------------------------------------------------------------------------------
+
+
+def add_compare_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare policies over scenarios and seeds",
+        description=(
+            "Run every policy (plus the `none` and `oracle` baselines) on each scenario over N "
+            "seeds; print a table; write report.json, runs.csv, summary.csv and PNG plots.\n\n"
+            f"Defaults: scenario {DEFAULT_COMPARE_SCENARIO}, every registered policy, "
+            f"{DEFAULT_COMPARE_SEEDS} seeds, output ./{DEFAULT_REPORT_DIR}/.\n"
+            "A built-in scenario is rebuilt for each seed 1..N; a scenario file keeps its fleet "
+            "and runs seeds file_seed .. file_seed + N - 1."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help=f"built-in names or scenario files (default: {DEFAULT_COMPARE_SCENARIO})",
+    )
+    parser.add_argument(
+        "--policies",
+        default=None,
+        help="comma-separated policies (default: every registered policy)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=DEFAULT_COMPARE_SEEDS, help="seeds per scenario"
+    )
+    parser.add_argument("--out", default=DEFAULT_REPORT_DIR, help="output folder")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="worker processes (default: cores, at most 2)"
+    )
+    parser.add_argument(
+        "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    _add_progress_option(parser)
+    parser.set_defaults(handler=run_compare)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    import time
+
+    from keepersim.report.compare import compare
+    from keepersim.sim.driver import get_known_policies
+
+    if args.policies is None:
+        policies = get_known_policies()
+    else:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        if not policies:
+            raise UsageError("--policies is empty")
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    started = time.perf_counter()
+    report = compare(
+        args.scenarios or [DEFAULT_COMPARE_SCENARIO],
+        policies,
+        args.seeds,
+        args.out,
+        store=args.store,
+        progress=_progress(args),
+        jobs=args.jobs,
+        plots=not args.no_plots,
+    )
+    wall = time.perf_counter() - started
+    print(
+        f"\n{len(report['runs'])} runs in {wall:.1f} s; report: "
+        f"{os.path.join(args.out, 'report.json')}"
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# scenarios
+# --------------------------------------------------------------------------------------------
+
+
+def _pair(kind: type[float] | type[int]) -> Callable[[str], tuple[float, float]]:
+    def parse(text: str) -> tuple[float, float]:
+        parts = text.split(",")
+        if len(parts) != 2:
+            raise argparse.ArgumentTypeError(f"expected LO,HI, got {text!r}")
+        try:
+            return kind(parts[0]), kind(parts[1])
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected two numbers LO,HI, got {text!r}") from exc
+
+    return parse
+
+
+def add_scenarios_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "scenarios", help="list the built-in scenarios or generate a new one"
+    )
+    sub = parser.add_subparsers(dest="scenarios_command", metavar="{list,generate}")
+    sub.required = True
+    lister = sub.add_parser("list", help="the built-in scenarios and what they model")
+    lister.set_defaults(handler=run_scenarios_list)
+    gen = sub.add_parser(
+        "generate",
+        help="generate a scenario file from a few knobs and a seed",
+        description=(
+            "Generate a scenario (lognormal weights; healthy, degraded and outage nodes) and save "
+            "it as a scenario file; or save a built-in scenario with --builtin."
+        ),
+    )
+    gen.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
+    gen.add_argument("--out", default="-", help="output file (default: stdout)")
+    gen.add_argument("--builtin", default=None, help="save this built-in scenario instead")
+    gen.add_argument("--name", default="generated", help="scenario name")
+    gen.add_argument("--participants", type=int, default=150)
+    gen.add_argument("--blocks", type=int, default=12000)
+    gen.add_argument("--epoch-length", type=int, default=4000)
+    gen.add_argument("--arrivals", type=float, default=4.6, help="requests per block")
+    gen.add_argument("--degraded-share", type=float, default=0.1, help="weight share degraded")
+    gen.add_argument("--degraded-miss", type=_pair(float), default=(0.15, 0.3), metavar="LO,HI")
+    gen.add_argument("--healthy-miss", type=_pair(float), default=(0.005, 0.02), metavar="LO,HI")
+    gen.add_argument("--outage-share", type=float, default=0.0, help="weight share with outages")
+    gen.add_argument("--capacity", type=int, default=None, help="in-flight capacity per node")
+    gen.add_argument("--latency", type=_pair(int), default=(1, 8), metavar="LO,HI")
+    gen.add_argument("--expiration-blocks", type=int, default=150)
+    gen.set_defaults(handler=run_scenarios_generate)
+
+
+def run_scenarios_list(args: argparse.Namespace) -> int:
+    from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
+
+    names = list_builtin_scenarios()
+    width = max(len(n) for n in names)
+    for name in names:
+        s = get_builtin_scenario(name, 1)
+        print(
+            f"{name.ljust(width)}  {len(s.participants)} participants, {s.blocks} blocks, "
+            f"{s.arrivals_per_block:g}/block. {s.description}"
+        )
+    return 0
+
+
+def run_scenarios_generate(args: argparse.Namespace) -> int:
+    from keepersim.sim.generate import generate_scenario
+    from keepersim.sim.scenario import format_scenario_json
+    from keepersim.sim.suite import get_builtin_scenario
+
+    if args.builtin is not None:
+        scenario = get_builtin_scenario(args.builtin, args.seed)
+    else:
+        try:
+            scenario = generate_scenario(
+                args.name,
+                args.seed,
+                participants=args.participants,
+                blocks=args.blocks,
+                epoch_length=args.epoch_length,
+                arrivals_per_block=args.arrivals,
+                degraded_share=args.degraded_share,
+                degraded_miss=args.degraded_miss,
+                healthy_miss=args.healthy_miss,
+                outage_share=args.outage_share,
+                capacity=args.capacity,
+                latency=args.latency,
+                expiration_blocks=args.expiration_blocks,
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+    text = format_scenario_json(scenario)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}: {scenario.name}, {len(scenario.participants)} participants")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Registry and entry point
+# --------------------------------------------------------------------------------------------
+
+#: Every subcommand, in help order. Append an ``add_<name>_command`` function to add one.
+COMMANDS: list[CommandAdder] = [
+    add_simulate_command,
+    add_compare_command,
+    add_scenarios_command,
+]
+
+
+def register_command(adder: CommandAdder) -> CommandAdder:
+    """Decorator: add a subcommand (``adder(subparsers)``) to the registry."""
+    if adder not in COMMANDS:
+        COMMANDS.append(adder)
+    return adder
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="keepersim",
+        description="Deterministic simulator of the Gonka chain's inference module.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for adder in COMMANDS:
+        adder(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 2 bad input)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        status = handler(args)
+    except _input_errors() as exc:
+        message = str(exc).strip() or type(exc).__name__
+        print(f"keepersim: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("keepersim: interrupted", file=sys.stderr)
+        return 130
+    return int(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,378 @@
+"""Compare health policies on scenarios over several seeds, paired on the same request streams.
+
+:func:`compare` runs every (scenario, policy, seed), always including the baselines ``none`` (no
+health filter) and ``oracle`` (admits exactly the truly healthy), then aggregates per scenario
+and policy, prints a table and writes ``report.json``, ``runs.csv``, ``summary.csv`` and PNG plots.
+
+Seeds: a built-in scenario name is rebuilt for each seed ``1..N``
+(``get_builtin_scenario(name, seed)``) and run with that seed, so both the fleet and the request
+stream vary; a scenario file (or a :class:`Scenario`) keeps its fleet and runs with seeds
+``scenario.seed + 0 .. scenario.seed + N - 1``. Every policy of one (scenario, seed) sees the same
+fleet and the same request stream, which is what makes ``oracle_efficiency`` a paired measure:
+``(misses_none - misses_policy) / (misses_none - misses_oracle)`` on the same seed (NaN, written
+as null, when the oracle avoids nothing).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import csv
+import json
+import math
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from keepersim.report.stats import (
+    compute_oracle_efficiency,
+    compute_t_interval,
+    mean_or_none,
+)
+from keepersim.report.tables import format_summary_table
+from keepersim.sim.driver import StoreKind, get_known_policies, run_scenario
+from keepersim.sim.scenario import Scenario, ScenarioError, load_scenario
+from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
+
+__all__ = [
+    "BASELINES",
+    "REPORT_VERSION",
+    "SPEC_RUN_KEYS",
+    "CompareError",
+    "RunTask",
+    "compare",
+    "get_default_jobs",
+    "order_policies",
+    "resolve_scenarios",
+]
+
+REPORT_VERSION = 1
+BASELINES = ("none", "oracle")
+#: Keys every run record carries (shared/spec/scenario-format.md, "What a run reports").
+SPEC_RUN_KEYS = (
+    "scenario",
+    "policy",
+    "seed",
+    "inferences",
+    "misses",
+    "miss_rate",
+    "fallback_selections",
+    "false_exclusion_weight_share",
+    "oracle_efficiency",
+    "app_hash",
+)
+_NESTED_RUN_KEYS = ("timeline", "participants")
+
+
+class CompareError(ValueError):
+    """Bad comparison input (unknown policy or scenario, bad seeds or jobs)."""
+
+
+@dataclass(frozen=True)
+class _ScenarioSource:
+    label: str
+    builtin: str | None = None
+    scenario: Scenario | None = None
+
+    def get(self, index: int) -> tuple[Scenario, int]:
+        """The scenario and run seed of the ``index``-th seed (0-based)."""
+        if self.builtin is not None:
+            seed = index + 1
+            return get_builtin_scenario(self.builtin, seed), seed
+        assert self.scenario is not None
+        return self.scenario, self.scenario.seed + index
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One run of a comparison (picklable: it goes to a worker process)."""
+
+    scenario: Scenario
+    label: str
+    policy: str
+    seed: int
+    store: StoreKind
+
+
+def get_default_jobs() -> int:
+    """Worker processes by default: the machine's cores, at most 2."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def resolve_scenarios(items: Sequence[Scenario | str | os.PathLike[str]]) -> list[_ScenarioSource]:
+    """Built-in names, scenario file paths or Scenario objects -> sources with unique labels."""
+    out: list[_ScenarioSource] = []
+    builtins = set(list_builtin_scenarios())
+    for item in items:
+        if isinstance(item, Scenario):
+            out.append(_ScenarioSource(item.name, scenario=item))
+        elif isinstance(item, str) and item in builtins and not Path(item).exists():
+            out.append(_ScenarioSource(item, builtin=item))
+        else:
+            path = Path(item)
+            if not path.exists():
+                raise CompareError(
+                    f"{os.fspath(item)!r} is neither a built-in scenario "
+                    f"({', '.join(sorted(builtins))}) nor an existing file"
+                )
+            scenario = load_scenario(path)
+            out.append(_ScenarioSource(scenario.name, scenario=scenario))
+    seen: dict[str, int] = {}
+    unique: list[_ScenarioSource] = []
+    for src in out:
+        n = seen.get(src.label, 0) + 1
+        seen[src.label] = n
+        label = src.label if n == 1 else f"{src.label}#{n}"
+        unique.append(_ScenarioSource(label, src.builtin, src.scenario))
+    return unique
+
+
+def order_policies(policies: Sequence[str]) -> list[str]:
+    """``none`` first, the given policies in order (duplicates dropped), ``oracle`` last."""
+    known = get_known_policies()
+    middle: list[str] = []
+    for p in policies:
+        if p not in known:
+            raise CompareError(f"unknown policy {p!r}; known: {', '.join(known)}")
+        if p not in BASELINES and p not in middle:
+            middle.append(p)
+    return ["none", *middle, "oracle"]
+
+
+def _run_task(task: RunTask) -> dict[str, Any]:
+    result = run_scenario(task.scenario, task.policy, seed=task.seed, store=task.store)
+    record = result.to_dict()
+    record["scenario"] = task.label
+    record["scenario_name"] = task.scenario.name
+    return record
+
+
+def _execute(tasks: list[RunTask], jobs: int, progress: bool) -> list[dict[str, Any]]:
+    from tqdm import tqdm
+
+    results: list[dict[str, Any] | None] = [None] * len(tasks)
+    bar = tqdm(total=len(tasks), disable=not progress, unit="run", desc="keepersim compare")
+    try:
+        if jobs <= 1:
+            for i, task in enumerate(tasks):
+                bar.set_postfix_str(f"{task.label}/{task.policy}/{task.seed}", refresh=False)
+                results[i] = _run_task(task)
+                bar.update(1)
+        else:
+            context = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(
+                max_workers=jobs, mp_context=context
+            ) as pool:
+                futures = {pool.submit(_run_task, t): i for i, t in enumerate(tasks)}
+                try:
+                    for future in concurrent.futures.as_completed(futures):
+                        results[futures[future]] = future.result()
+                        bar.update(1)
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
+    finally:
+        bar.close()
+    return [r for r in results if r is not None]
+
+
+def _pooled(records: list[dict[str, Any]], key: str) -> list[int]:
+    out: list[int] = []
+    for r in records:
+        for p in r["participants"]:
+            out.extend(p[key])
+    return out
+
+
+def _median(values: list[int]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def _aggregate(
+    label: str, policy: str, records: list[dict[str, Any]], efficiencies: list[float]
+) -> dict[str, Any]:
+    miss_mean, miss_lo, miss_hi = compute_t_interval([r["miss_rate"] for r in records])
+    eff_mean, eff_lo, eff_hi = compute_t_interval(efficiencies)
+    detection = _pooled(records, "detection_delays")
+    recovery = _pooled(records, "recovery_delays")
+    periods = sum(r["degraded_periods"] for r in records)
+    undetected = sum(r["undetected_periods"] for r in records)
+
+    def mean(key: str) -> float | None:
+        return mean_or_none(r[key] for r in records)
+
+    return {
+        "scenario": label,
+        "policy": policy,
+        "runs": len(records),
+        "seeds": [r["seed"] for r in records],
+        "inferences_mean": mean("inferences"),
+        "misses_mean": mean("misses"),
+        "miss_rate_mean": miss_mean,
+        "miss_rate_ci_low": miss_lo,
+        "miss_rate_ci_high": miss_hi,
+        "oracle_efficiency_mean": eff_mean,
+        "oracle_efficiency_ci_low": eff_lo,
+        "oracle_efficiency_ci_high": eff_hi,
+        "oracle_efficiency_per_seed": [None if math.isnan(e) else e for e in efficiencies],
+        "misses_avoided_mean": mean("misses_avoided"),
+        "false_exclusion_weight_share_mean": mean("false_exclusion_weight_share"),
+        "excluded_weight_share_mean": mean("excluded_weight_share"),
+        "detection_delay_median": _median(detection),
+        "detection_delay_mean": float(statistics.fmean(detection)) if detection else None,
+        "degraded_periods": periods,
+        "undetected_share": undetected / periods if periods else None,
+        "recovery_delay_median": _median(recovery),
+        "recovery_delay_mean": float(statistics.fmean(recovery)) if recovery else None,
+        "never_readmitted": sum(r["never_readmitted"] for r in records),
+        "fallback_selections_mean": mean("fallback_selections"),
+        "panic_selections_mean": mean("panic_selections"),
+        "declines_mean": mean("declines"),
+        "unserved_requests_mean": mean("unserved_requests"),
+        "transitions_mean": mean("transitions"),
+        "traffic_weight_distance_mean": mean("traffic_weight_distance"),
+        "wall_seconds_mean": mean("wall_seconds"),
+        "inferences_per_second_mean": mean("inferences_per_second"),
+    }
+
+
+def _add_pairing(records: list[dict[str, Any]]) -> None:
+    """Per run: oracle_efficiency and misses_avoided against the same seed's baselines."""
+    base: dict[tuple[str, int, str], int] = {
+        (r["scenario"], r["seed"], r["policy"]): r["misses"]
+        for r in records
+        if r["policy"] in BASELINES
+    }
+    for r in records:
+        m_none = base[(r["scenario"], r["seed"], "none")]
+        m_oracle = base[(r["scenario"], r["seed"], "oracle")]
+        r["oracle_efficiency"] = compute_oracle_efficiency(m_none, r["misses"], m_oracle)
+        r["misses_avoided"] = m_none - r["misses"]
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _flatten(record: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if key in _NESTED_RUN_KEYS:
+            continue
+        if isinstance(value, dict):
+            for k, v in value.items():
+                out[f"{key}_{k}"] = v
+        elif isinstance(value, list):
+            out[key] = " ".join(str(v) for v in value)
+        else:
+            out[key] = value
+    return out
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    columns: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in columns:
+                columns.append(key)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+
+
+def compare(
+    scenarios: Sequence[Scenario | str | os.PathLike[str]],
+    policies: Sequence[str],
+    seeds: int = 3,
+    out_dir: str | os.PathLike[str] | None = None,
+    *,
+    store: StoreKind = "leveldb",
+    progress: bool = True,
+    jobs: int | None = None,
+    plots: bool = True,
+    stream: IO[str] | None = None,
+) -> dict[str, Any]:
+    """Run and compare; return the report (the content of ``report.json``).
+
+    ``scenarios``: built-in names, scenario files or :class:`Scenario` objects. ``policies``: the
+    policies to compare (``none`` and ``oracle`` are always added). ``out_dir``: where the files
+    go (None: nothing is written). ``jobs``: worker processes (default
+    :func:`get_default_jobs`; 1 runs in this process). The table goes to ``stream`` (default
+    stdout; pass ``io.StringIO()`` to silence it).
+    """
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise CompareError(f"seeds must be an integer >= 1, got {seeds!r}")
+    jobs = get_default_jobs() if jobs is None else jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise CompareError(f"jobs must be an integer >= 1, got {jobs!r}")
+    if not scenarios:
+        raise CompareError("no scenario given")
+    ordered = order_policies(policies)
+    try:
+        sources = resolve_scenarios(scenarios)
+    except ScenarioError as exc:
+        raise CompareError(str(exc)) from exc
+    tasks: list[RunTask] = []
+    for src in sources:
+        for i in range(seeds):
+            scenario, seed = src.get(i)
+            for policy in ordered:
+                tasks.append(RunTask(scenario, src.label, policy, seed, store))
+    started = time.perf_counter()
+    records = _execute(tasks, jobs, progress)
+    wall = time.perf_counter() - started
+    _add_pairing(records)
+    summary: list[dict[str, Any]] = []
+    for src in sources:
+        for policy in ordered:
+            mine = [r for r in records if r["scenario"] == src.label and r["policy"] == policy]
+            efficiencies = [float(r["oracle_efficiency"]) for r in mine]
+            summary.append(_aggregate(src.label, policy, mine, efficiencies))
+    report: dict[str, Any] = {
+        "version": REPORT_VERSION,
+        "config": {
+            "scenarios": [s.label for s in sources],
+            "policies": ordered,
+            "seeds": seeds,
+            "store": store,
+            "jobs": jobs,
+        },
+        "wall_seconds": wall,
+        "summary": summary,
+        "runs": records,
+    }
+    report = _json_safe(report)
+    table = format_summary_table(report["summary"])
+    out = sys.stdout if stream is None else stream
+    out.write(table + "\n")
+    if out_dir is not None:
+        folder = Path(out_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "report.json").write_text(
+            json.dumps(report, indent=1, allow_nan=False) + "\n", encoding="utf-8"
+        )
+        _write_csv(folder / "runs.csv", [_flatten(r) for r in report["runs"]])
+        _write_csv(folder / "summary.csv", [_flatten(r) for r in report["summary"]])
+        (folder / "table.txt").write_text(table + "\n", encoding="utf-8")
+        if plots:
+            from keepersim.report.plots import write_plots
+
+            report["plots"] = [p.name for p in write_plots(report, folder)]
+            (folder / "report.json").write_text(
+                json.dumps(report, indent=1, allow_nan=False) + "\n", encoding="utf-8"
+            )
+    return report

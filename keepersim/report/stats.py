@@ -1,0 +1,96 @@
+"""Small statistics for comparisons (numpy only): means, t-intervals, NaN-safe ratios."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["compute_oracle_efficiency", "compute_t_interval", "get_t_quantile", "mean_or_none"]
+
+# Two-sided 95% Student t quantiles t_{0.975, df} for df = 1..30.
+_T975 = (
+    12.706205,
+    4.302653,
+    3.182446,
+    2.776445,
+    2.570582,
+    2.446912,
+    2.364624,
+    2.306004,
+    2.262157,
+    2.228139,
+    2.200985,
+    2.178813,
+    2.160369,
+    2.144787,
+    2.131450,
+    2.119905,
+    2.109816,
+    2.100922,
+    2.093024,
+    2.085963,
+    2.079614,
+    2.073873,
+    2.068658,
+    2.063899,
+    2.059539,
+    2.055529,
+    2.051831,
+    2.048407,
+    2.045230,
+    2.042272,
+)
+_Z975 = 1.959963984540054
+
+
+def get_t_quantile(df: int) -> float:
+    """t_{0.975, df}: exact table up to 30 degrees of freedom, Cornish-Fisher above (error < 1e-4)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
+
+
+def _finite(values: Iterable[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
+def mean_or_none(values: Iterable[float | None]) -> float | None:
+    """Mean of the finite values (None and NaN skipped); None when there are none."""
+    xs = _finite(values)
+    return float(np.mean(xs)) if xs else None
+
+
+def compute_t_interval(
+    values: Sequence[float | None],
+) -> tuple[float | None, float | None, float | None]:
+    """``(mean, low, high)`` of a 95% t-interval over the finite values.
+
+    With one value the interval is undefined: ``(value, None, None)``; with none, all None.
+    """
+    xs = np.asarray(_finite(values), dtype=float)
+    n = len(xs)
+    if n == 0:
+        return None, None, None
+    mean = float(xs.mean())
+    if n == 1:
+        return mean, None, None
+    half = get_t_quantile(n - 1) * float(xs.std(ddof=1)) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def compute_oracle_efficiency(misses_none: int, misses_policy: int, misses_oracle: int) -> float:
+    """``(none - policy) / (none - oracle)`` on one seed; NaN when the denominator is 0."""
+    denominator = misses_none - misses_oracle
+    if denominator == 0:
+        return math.nan
+    return (misses_none - misses_policy) / denominator

@@ -1,0 +1,90 @@
+"""Plain-text, aligned tables of comparison summaries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["SUMMARY_COLUMNS", "format_summary_table", "format_table"]
+
+
+def _pct(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _miss_rate(row: dict[str, Any]) -> str:
+    mean = row.get("miss_rate_mean")
+    lo, hi = row.get("miss_rate_ci_low"), row.get("miss_rate_ci_high")
+    if mean is None:
+        return "-"
+    if lo is None or hi is None:
+        return _pct(mean)
+    return f"{_pct(mean)} [{_pct(lo)}, {_pct(hi)}]"
+
+
+def _efficiency(row: dict[str, Any]) -> str:
+    mean = row.get("oracle_efficiency_mean")
+    lo, hi = row.get("oracle_efficiency_ci_low"), row.get("oracle_efficiency_ci_high")
+    if mean is None:
+        return "-"
+    if lo is None or hi is None:
+        return f"{mean:.2f}"
+    return f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+#: (header, right-aligned, formatter) of each column of the summary table.
+SUMMARY_COLUMNS: tuple[tuple[str, bool, Any], ...] = (
+    ("scenario", False, lambda r: str(r["scenario"])),
+    ("policy", False, lambda r: str(r["policy"])),
+    ("runs", True, lambda r: str(r["runs"])),
+    ("miss rate [95% CI]", True, _miss_rate),
+    ("oracle eff. [95% CI]", True, _efficiency),
+    ("avoided", True, lambda r: _num(r.get("misses_avoided_mean"), 1)),
+    ("false excl.", True, lambda r: _pct(r.get("false_exclusion_weight_share_mean"))),
+    ("excluded", True, lambda r: _pct(r.get("excluded_weight_share_mean"))),
+    ("detect med", True, lambda r: _num(r.get("detection_delay_median"))),
+    ("undetected", True, lambda r: _pct(r.get("undetected_share"), 0)),
+    ("recover med", True, lambda r: _num(r.get("recovery_delay_median"))),
+    ("fallback", True, lambda r: _num(r.get("fallback_selections_mean"), 1)),
+)
+
+
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]
+) -> str:
+    """Columns padded to their widest cell, separated by two spaces, a dashed rule under the head."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [line(headers), "  ".join("-" * w for w in widths)]
+    out.extend(line(row) for row in rows)
+    return "\n".join(out)
+
+
+def format_summary_table(summary: Sequence[dict[str, Any]]) -> str:
+    """The comparison table: one row per (scenario, policy); a blank line between scenarios."""
+    headers = [c[0] for c in SUMMARY_COLUMNS]
+    right = [c[1] for c in SUMMARY_COLUMNS]
+    rows = [[c[2](row) for c in SUMMARY_COLUMNS] for row in summary]
+    table = format_table(headers, rows, right)
+    lines = table.split("\n")
+    out = lines[:2]
+    previous = None
+    for row, text in zip(summary, lines[2:], strict=True):
+        if previous is not None and row["scenario"] != previous:
+            out.append("")
+        out.append(text)
+        previous = row["scenario"]
+    return "\n".join(out)

@@ -1,0 +1,752 @@
+"""Drive a chain through a scenario: arrivals, selection, outcomes, block by block.
+
+:func:`run_scenario` opens a fresh chain (LevelDB in a temporary folder by default, or memory),
+writes a genesis from the scenario, and delivers blocks ``1..scenario.blocks``. Exactly:
+
+Params
+    Unless ``params`` is given: the chain's code defaults (:func:`get_default_params`) with
+    ``expiration_blocks`` and ``epoch_params.epoch_length`` from the scenario and the PoC stages
+    set to 0 (the whole epoch serves inference). ``health_params.policy`` is the run's policy.
+    SPRT: for every policy except ``sprt``, ``sprt_params.enabled`` is False, as on mainnet ("SPRT
+    is explicitly disabled on mainnet"), so that a policy is measured alone; for ``sprt`` the
+    code defaults stay (p0 0.10, p1 0.20, threshold 4) and SPRT deactivation is the whole policy.
+    A given ``params`` is used as is, except for ``health_params.policy`` (and ``shadow``).
+
+Genesis
+    Every scenario participant with its weight, its models (default ``["default"]``) and one ML
+    node with ``timeslot_allocation [True, True]``; chain id ``keepersim-<scenario name>``.
+
+Requests
+    The number of requests arriving at height ``h`` is Poisson(``arrivals_per_block``), drawn
+    for all heights at once from ``numpy.random.default_rng(seed)``: nothing else uses that
+    generator, so every policy sees the same request stream. Request ``n`` (numbered from 0 in
+    arrival order) has inference id ``req-<n, 8 digits>``; its model is the only model of the
+    fleet, or (several models) one drawn uniformly, keyed by ``(seed, n)``.
+
+Assignment (block ``h``)
+    A request arriving at ``h`` is assigned by ``chain.get_random_executor(model, id)`` *before*
+    block ``h`` is delivered: it reads the state committed at ``h - 1``, so an outcome applied in
+    block ``h - 1`` (a finish, or an expiry in end block ``h - 1``) is visible to it, one applied
+    in block ``h`` is not. Its ``MsgStartInference`` is in block ``h`` (start height ``h``).
+
+Outcome of request ``n`` on executor ``a`` at ``h``
+    ``d = blake2b("<seed>/<n>/<a>", 16 bytes)``; ``u = d[0:8] / 2**64``; latency
+    ``L = latency_min + d[8:16] mod (latency_max - latency_min + 1)``. The same (request,
+    executor) pair gets the same outcome under every policy. Capacity first: "in flight" are the
+    requests ``a`` accepted at heights ``s`` with ``s + L_s > h`` (missed ones included); with
+    ``capacity`` of them in flight the request is over capacity and occupies no slot, otherwise
+    it takes a slot until ``h + L``. Then:
+
+    * over capacity, scenario without ``pushback``: a miss;
+    * over capacity with ``pushback``: the executor declines: ``MsgDeclineInference`` in block
+      ``h + 1`` (its answer), and the requester re-selects before block ``h + 1`` (reading the
+      state committed at ``h``) with id ``<id>/r1`` (then ``/r2`` ...), at most
+      ``max_reselects`` times; each re-selection is a new assignment (a new on-chain inference,
+      a new outcome draw keyed by the same ``n`` and the new executor). A request whose last
+      attempt is declined is counted in ``unserved_requests``;
+    * ``u < p_a(h)``: a miss;
+    * ``L > expiration_blocks`` (in force at ``h``): a miss (the finish would come too late);
+    * otherwise ``MsgFinishInference`` (executed by ``a``) in block ``h + L``.
+
+    A miss produces no message: the chain expires the inference in end block
+    ``h + expiration_blocks`` (the metrics count misses from those expiry events).
+
+Block ``h`` holds, in order: the governance ``MsgUpdateParams`` scheduled at ``h`` (effective
+from ``h + 1``), the finishes due at ``h``, the declines due at ``h``, then the starts (re-selected
+requests first, then the new arrivals). Blocks are delivered with ``strict=True``: a message the
+chain rejects is a driver bug and fails the run.
+
+End of run
+    After block ``scenario.blocks`` the run stops; inferences still in flight are not counted in
+    ``inferences`` or ``misses`` (they are reported as ``in_flight_at_end``).
+
+If no executor can be selected at all (``NoExecutorsError``: every candidate kept out and the
+policy allows no fallback), the request is dropped and counted in ``unassigned_requests``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from keepersim.chain import Chain, Selection
+from keepersim.keeper.policies import BUILTIN_POLICIES
+from keepersim.keeper.selection import SelectionTable
+from keepersim.sim.metrics import (
+    DECLINED,
+    DEFAULT_BUCKET_BLOCKS,
+    EXPIRED,
+    FINISHED,
+    MetricsCollector,
+)
+from keepersim.sim.oracle import ORACLE_POLICY_NAME, make_oracle_factory
+from keepersim.sim.scenario import Scenario
+from keepersim.sim.trace_writer import TraceWriter
+from keepersim.types.errors import InvalidParamsError, KeepersimError, NoExecutorsError
+from keepersim.types.events import (
+    EpochSettled,
+    HealthTransition,
+    InferenceDeclined,
+    InferenceExpired,
+    InferenceFinished,
+    ParamsUpdated,
+    ParticipantDeactivated,
+)
+from keepersim.types.params import (
+    compute_decimal,
+    get_default_params,
+    params_from_dict,
+    params_to_dict,
+    validate_params,
+)
+from keepersim.types.pb.genesis_pb2 import GenesisState
+from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.tx_pb2 import (
+    MsgDeclineInference,
+    MsgFinishInference,
+    MsgStartInference,
+    MsgUpdateParams,
+)
+from keepersim.types.pb.types_pb2 import STARTED, Inference, MLNodeInfo, Participant
+
+__all__ = [
+    "REQUESTER",
+    "GOVERNANCE_HELP",
+    "GovernanceError",
+    "RunResult",
+    "SimulationError",
+    "StoreKind",
+    "build_genesis",
+    "build_params",
+    "draw_outcome",
+    "get_known_policies",
+    "get_request_id",
+    "parse_governance",
+    "run_scenario",
+]
+
+StoreKind = Literal["leveldb", "memory"]
+STORE_KINDS: tuple[StoreKind, ...] = ("leveldb", "memory")
+
+#: The account that sends every MsgStartInference (the simulated transfer agent).
+REQUESTER = "keepersim-requester"
+#: Reason written into MsgDeclineInference.
+DECLINE_REASON = "capacity"
+
+
+class SimulationError(KeepersimError):
+    """The run cannot start (bad policy, store folder in use) or failed."""
+
+
+class GovernanceError(SimulationError):
+    """A scheduled params change is invalid (names the entry and the rule it breaks)."""
+
+
+def get_known_policies() -> list[str]:
+    """Policies a run can use: every registered built-in plus the ``oracle`` baseline."""
+    return sorted({*BUILTIN_POLICIES, ORACLE_POLICY_NAME})
+
+
+def get_request_id(request_index: int, attempt: int = 0) -> str:
+    """Inference id of request ``n``'s ``attempt``-th assignment (0 = the first)."""
+    base = f"req-{request_index:08d}"
+    return base if attempt == 0 else f"{base}/r{attempt}"
+
+
+def draw_outcome(
+    seed: int, request_index: int, address: str, lat_min: int, lat_max: int
+) -> tuple[float, int]:
+    """``(u, latency)`` of request ``n`` on ``address``: uniform u in [0, 1) and a latency drawn
+    uniformly from ``[lat_min, lat_max]``, both keyed by ``(seed, n, address)``."""
+    digest = hashlib.blake2b(f"{seed}/{request_index}/{address}".encode(), digest_size=16).digest()
+    u = int.from_bytes(digest[:8], "big") / 2.0**64
+    latency = lat_min + int.from_bytes(digest[8:], "big") % (lat_max - lat_min + 1)
+    return u, latency
+
+
+def _pick_model(seed: int, request_index: int, models: Sequence[str]) -> str:
+    if len(models) == 1:
+        return models[0]
+    digest = hashlib.blake2b(f"{seed}/{request_index}/model".encode(), digest_size=8).digest()
+    return models[int.from_bytes(digest, "big") % len(models)]
+
+
+def build_params(
+    scenario: Scenario,
+    policy: str,
+    *,
+    params: Params | None = None,
+    shadow: bool = False,
+) -> Params:
+    """The params a run starts with (see the module docstring); validated."""
+    out = Params()
+    if params is None:
+        out.CopyFrom(get_default_params())
+        out.expiration_blocks = scenario.expiration_blocks
+        epoch = out.epoch_params
+        epoch.epoch_length = scenario.epoch_length
+        epoch.poc_stage_duration = 0
+        epoch.poc_validation_delay = 0
+        epoch.poc_validation_duration = 0
+        epoch.set_new_validators_delay = 0
+        out.sprt_params.enabled = policy == "sprt"
+    else:
+        out.CopyFrom(params)
+    out.health_params.policy = policy
+    if shadow:
+        out.health_params.shadow = True
+    validate_params(out)
+    return out
+
+
+def build_genesis(scenario: Scenario, params: Params) -> GenesisState:
+    genesis = GenesisState(params=params, chain_id=f"keepersim-{scenario.name}", height=0)
+    for spec in scenario.participants:
+        genesis.participants.append(
+            Participant(
+                address=spec.address,
+                index=spec.address,
+                weight=spec.weight,
+                models=list(spec.models),
+                ml_nodes=[MLNodeInfo(node_id="node-0", timeslot_allocation=[True, True])],
+            )
+        )
+    return genesis
+
+
+@dataclass
+class RunResult:
+    """One run's identity, final app hash and metrics (see :mod:`keepersim.sim.metrics`)."""
+
+    scenario: str
+    policy: str
+    seed: int
+    blocks: int
+    store: str
+    shadow: bool
+    chain_id: str
+    app_hash: str
+    metrics: dict[str, Any]
+    wall_seconds: float
+    governance_heights: list[int] = field(default_factory=list)
+    trace_path: str | None = None
+
+    @property
+    def inferences(self) -> int:
+        return int(self.metrics["inferences"])
+
+    @property
+    def misses(self) -> int:
+        return int(self.metrics["misses"])
+
+    @property
+    def miss_rate(self) -> float:
+        return float(self.metrics["miss_rate"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat JSON-able record: identity, every metric, timing."""
+        inferences = self.inferences
+        return {
+            "scenario": self.scenario,
+            "policy": self.policy,
+            "seed": self.seed,
+            "blocks": self.blocks,
+            "store": self.store,
+            "shadow": self.shadow,
+            "chain_id": self.chain_id,
+            "app_hash": self.app_hash,
+            **self.metrics,
+            "governance_heights": list(self.governance_heights),
+            "trace_path": self.trace_path,
+            "wall_seconds": self.wall_seconds,
+            "inferences_per_second": inferences / self.wall_seconds if self.wall_seconds else 0.0,
+            "blocks_per_second": self.blocks / self.wall_seconds if self.wall_seconds else 0.0,
+        }
+
+
+@dataclass(slots=True)
+class _InFlight:
+    start: int
+    address: str
+
+
+def _check_governance(
+    governance: Sequence[tuple[int, Params]], blocks: int
+) -> list[tuple[int, Params]]:
+    out: list[tuple[int, Params]] = []
+    for i, (height, params) in enumerate(governance):
+        where = f"governance[{i}] (height {height})"
+        if isinstance(height, bool) or not isinstance(height, int) or not 1 <= height <= blocks:
+            raise GovernanceError(f"{where}: height must be an integer in [1, {blocks}]")
+        try:
+            validate_params(params)
+        except InvalidParamsError as exc:
+            raise GovernanceError(f"{where}: {exc}") from exc
+        out.append((height, params))
+    out.sort(key=lambda item: item[0])  # stable: same-height entries keep their order
+    return out
+
+
+def run_scenario(
+    scenario: Scenario,
+    policy: str,
+    *,
+    seed: int | None = None,
+    store: StoreKind = "leveldb",
+    store_dir: str | os.PathLike[str] | None = None,
+    params: Params | None = None,
+    governance: Sequence[tuple[int, Params]] = (),
+    trace_out: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+    shadow: bool = False,
+    bucket_blocks: int = DEFAULT_BUCKET_BLOCKS,
+    on_block: Callable[[Chain, int], None] | None = None,
+) -> RunResult:
+    """Run ``scenario`` under ``policy``; see the module docstring for the exact semantics.
+
+    ``seed`` overrides ``scenario.seed``. ``store_dir`` (LevelDB only) keeps the chain in that
+    folder (it must not hold a chain yet); by default a temporary folder is used and removed.
+    ``governance``: ``(height, params)`` pairs, each sent as ``MsgUpdateParams`` from the
+    governance authority in block ``height`` (effective from ``height + 1``); every entry is
+    validated before the run starts (:class:`GovernanceError`). ``on_block(chain, height)`` is
+    called after each block (tests, live inspection).
+    """
+    if policy not in get_known_policies():
+        raise SimulationError(
+            f"unknown policy {policy!r}; known: {', '.join(get_known_policies())}"
+        )
+    if store not in STORE_KINDS:
+        raise SimulationError(f"unknown store {store!r}; one of {', '.join(STORE_KINDS)}")
+    if store == "memory" and store_dir is not None:
+        raise SimulationError("store_dir is for the leveldb store only")
+    run_seed = scenario.seed if seed is None else seed
+    try:
+        initial = build_params(scenario, policy, params=params, shadow=shadow)
+    except InvalidParamsError as exc:
+        raise SimulationError(f"run params: {exc}") from exc
+    schedule = _check_governance(governance, scenario.blocks)
+    genesis = build_genesis(scenario, initial)
+    extra = {ORACLE_POLICY_NAME: make_oracle_factory(scenario)}
+
+    tmp: str | None = None
+    if store == "leveldb":
+        if store_dir is None:
+            tmp = tempfile.mkdtemp(prefix="keepersim-run-")
+            folder = Path(tmp) / "chain"
+        else:
+            folder = Path(store_dir)
+            if folder.exists() and any(folder.iterdir()):
+                raise SimulationError(f"store folder {folder} is not empty")
+    trace: TraceWriter | None = None
+    started = time.perf_counter()
+    try:
+        chain = (
+            Chain.open(memory=True, genesis=genesis, extra_policies=extra)
+            if store == "memory"
+            else Chain.open(folder, genesis=genesis, extra_policies=extra)
+        )
+        with chain:
+            if trace_out is not None:
+                trace = TraceWriter(
+                    trace_out,
+                    chain_id=chain.chain_id,
+                    first_height=1,
+                    last_height=scenario.blocks,
+                    scenario=scenario.name,
+                    seed=run_seed,
+                    policy=policy,
+                )
+            collector = _Run(
+                scenario, chain, run_seed, initial, schedule, trace, bucket_blocks, on_block
+            ).run(progress)
+            app_hash = chain.app_hash.hex()
+            chain_id = chain.chain_id
+    except BaseException:
+        if trace is not None:
+            trace.abort()
+        raise
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    wall = time.perf_counter() - started
+    return RunResult(
+        scenario=scenario.name,
+        policy=policy,
+        seed=run_seed,
+        blocks=scenario.blocks,
+        store=store,
+        shadow=shadow,
+        chain_id=chain_id,
+        app_hash=app_hash,
+        metrics=collector.compute(),
+        wall_seconds=wall,
+        governance_heights=[h for h, _ in schedule],
+        trace_path=None if trace_out is None else os.fspath(trace_out),
+    )
+
+
+class _Run:
+    """The block loop of one run (state kept between blocks)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        chain: Chain,
+        seed: int,
+        params: Params,
+        schedule: list[tuple[int, Params]],
+        trace: TraceWriter | None,
+        bucket_blocks: int,
+        on_block: Callable[[Chain, int], None] | None,
+    ) -> None:
+        self.s = scenario
+        self.chain = chain
+        self.seed = seed
+        self.params = params
+        self.trace = trace
+        self.on_block = on_block
+        self.metrics = MetricsCollector(scenario, bucket_blocks=bucket_blocks)
+        self.specs = {p.address: p for p in scenario.participants}
+        self.models = sorted({m for p in scenario.participants for m in p.models})
+        self.model_members = {
+            m: frozenset(p.address for p in scenario.participants if m in p.models)
+            for m in self.models
+        }
+        self.governance: dict[int, list[Params]] = {}
+        for height, p in schedule:
+            self.governance.setdefault(height, []).append(p)
+        self.finishes: dict[int, list[MsgFinishInference]] = {}
+        self.declines: dict[int, list[MsgDeclineInference]] = {}
+        self.reselects: dict[int, list[tuple[int, int, str]]] = {}
+        self.slots: dict[str, list[int]] = {
+            p.address: [] for p in scenario.participants if p.capacity is not None
+        }
+        self.in_flight: dict[str, _InFlight] = {}
+        self.inactive: set[str] = set()
+        self._last_tables: tuple[SelectionTable | str, ...] = ()
+        self._last_inactive: frozenset[str] = frozenset()
+        self._kept: frozenset[str] = frozenset()
+        self.next_request = 0
+
+    # one assignment ------------------------------------------------------------------------
+
+    def assign(
+        self, height: int, request: int, attempt: int, model: str, starts: list[MsgStartInference]
+    ) -> None:
+        rid = get_request_id(request, attempt)
+        try:
+            sel: Selection = self.chain.get_random_executor(model, rid)
+        except NoExecutorsError:
+            self.metrics.unassigned_requests += 1
+            return
+        address = sel.address
+        self.metrics.record_selection(address, fallback=sel.fallback, panic=sel.panic)
+        spec = self.specs[address]
+        u, latency = draw_outcome(self.seed, request, address, spec.latency_min, spec.latency_max)
+        over = False
+        if spec.capacity is not None:
+            heap = self.slots[address]
+            while heap and heap[0] <= height:
+                heapq.heappop(heap)
+            if len(heap) >= spec.capacity:
+                over = True
+            else:
+                heapq.heappush(heap, height + latency)
+        if over and self.s.pushback:
+            self.declines.setdefault(height + 1, []).append(
+                MsgDeclineInference(creator=address, inference_id=rid, reason=DECLINE_REASON)
+            )
+            if attempt < self.s.max_reselects:
+                self.reselects.setdefault(height + 1, []).append((request, attempt + 1, model))
+            else:
+                self.metrics.unserved_requests += 1
+        elif (
+            over or u < spec.get_miss_probability(height) or latency > self.params.expiration_blocks
+        ):
+            self.metrics.planned_misses += 1
+        else:
+            self.finishes.setdefault(height + latency, []).append(
+                MsgFinishInference(
+                    creator=address,
+                    inference_id=rid,
+                    executed_by=address,
+                    model=model,
+                    requested_by=REQUESTER,
+                )
+            )
+        starts.append(
+            MsgStartInference(
+                creator=REQUESTER,
+                inference_id=rid,
+                model=model,
+                requested_by=REQUESTER,
+                assigned_to=address,
+            )
+        )
+        self.in_flight[rid] = _InFlight(height, address)
+        if self.trace is not None:
+            self.trace.add_started(height)
+
+    # per block -----------------------------------------------------------------------------
+
+    def get_kept_out(self) -> frozenset[str]:
+        """Who the health machinery keeps out of the selection of the next block."""
+        tables: list[SelectionTable | str] = []
+        for model in self.models:
+            try:
+                tables.append(self.chain.get_selection_table(model))
+            except NoExecutorsError:
+                tables.append(model)  # nobody selectable for this model
+        inactive = frozenset(self.inactive)
+        if (
+            len(tables) == len(self._last_tables)
+            and all(a is b for a, b in zip(tables, self._last_tables, strict=True))
+            and inactive == self._last_inactive
+        ):
+            return self._kept
+        kept: set[str] = set(inactive)
+        for model, table in zip(self.models, tables, strict=True):
+            if isinstance(table, str):
+                kept.update(self.model_members[model])
+            else:
+                kept.update(table.excluded)
+                kept.update(table.shadow_excluded)
+        self._last_tables = tuple(tables)
+        self._last_inactive = inactive
+        self._kept = frozenset(kept)
+        return self._kept
+
+    def run(self, progress: bool) -> MetricsCollector:
+        from tqdm import tqdm
+
+        s, chain, metrics, trace = self.s, self.chain, self.metrics, self.trace
+        counts = np.random.default_rng(self.seed).poisson(s.arrivals_per_block, size=s.blocks)
+        if trace is not None:
+            trace.add_params(0, self.params)
+            with chain.read() as k:
+                trace.add_participants(0, 0, list(k.iterate_participants()))
+            trace.flush(0)
+        bar = tqdm(
+            total=s.blocks,
+            disable=not progress,
+            unit="block",
+            desc=f"{s.name}/{self.params.health_params.policy}",
+            mininterval=0.5,
+            leave=False,
+        )
+        pending_bar = 0
+        try:
+            for h in range(1, s.blocks + 1):
+                metrics.record_block(h, self.get_kept_out())
+                txs: list[Any] = []
+                authority = self.params.authority
+                for p in self.governance.get(h, ()):
+                    txs.append(MsgUpdateParams(authority=authority, params=p))
+                    authority = p.authority
+                txs.extend(self.finishes.pop(h, ()))
+                txs.extend(self.declines.pop(h, ()))
+                starts: list[MsgStartInference] = []
+                for request, attempt, model in self.reselects.pop(h, ()):
+                    self.assign(h, request, attempt, model, starts)
+                for _ in range(int(counts[h - 1])):
+                    n = self.next_request
+                    self.next_request += 1
+                    metrics.record_request()
+                    self.assign(h, n, 0, _pick_model(self.seed, n, self.models), starts)
+                txs.extend(starts)
+                result = chain.deliver_block(txs, strict=True)
+                self.process_events(h, result.events)
+                if trace is not None:
+                    trace.flush(h)
+                if self.on_block is not None:
+                    self.on_block(chain, h)
+                pending_bar += 1
+                if pending_bar >= 100:
+                    bar.update(pending_bar)
+                    pending_bar = 0
+            bar.update(pending_bar)
+        finally:
+            bar.close()
+        metrics.in_flight_at_end = len(self.in_flight)
+        if trace is not None:
+            with chain.read() as k:
+                left: list[Inference] = []
+                for rid in sorted(self.in_flight, key=lambda r: (self.in_flight[r].start, r)):
+                    inference = k.get_inference(rid)
+                    if inference is not None and inference.status == STARTED:
+                        left.append(inference)
+            trace.close(left)
+        return metrics
+
+    def process_events(self, height: int, events: Sequence[object]) -> None:
+        metrics, trace = self.metrics, self.trace
+        resolved: list[str] = []
+        for e in events:
+            kind: str | None = None
+            if isinstance(e, InferenceFinished):
+                rid, kind = e.inference_id, FINISHED
+            elif isinstance(e, InferenceExpired):
+                rid, kind = e.inference_id, EXPIRED
+            elif isinstance(e, InferenceDeclined):
+                rid, kind = e.inference_id, DECLINED
+            elif isinstance(e, HealthTransition):
+                metrics.transitions += 1
+            elif isinstance(e, ParticipantDeactivated):
+                self.inactive.add(e.address)
+            elif isinstance(e, EpochSettled):
+                self.inactive.clear()
+                if trace is not None:
+                    with self.chain.read() as k:
+                        trace.add_epoch_summary(
+                            e.settled_epoch, height, k.get_summaries_for_epoch(e.settled_epoch)
+                        )
+                        trace.add_participants(e.new_epoch, height, list(k.iterate_participants()))
+            elif isinstance(e, ParamsUpdated):
+                with self.chain.read() as k:
+                    pending = k.get_pending_params()
+                if pending is not None:
+                    self.params = pending
+                    if trace is not None and height + 1 <= self.s.blocks:
+                        trace.add_params(height + 1, pending)
+            if kind is not None:
+                flight = self.in_flight.pop(rid)
+                metrics.record_outcome(flight.address, flight.start, kind)
+                resolved.append(rid)
+        if trace is not None and resolved:
+            with self.chain.read() as k:
+                for rid in resolved:
+                    inference = k.get_inference(rid)
+                    if inference is None:  # pragma: no cover - the chain just wrote it
+                        raise SimulationError(f"resolved inference {rid!r} is not in the store")
+                    trace.add_resolved(inference)
+
+
+# --------------------------------------------------------------------------------------------
+# Governance schedules
+# --------------------------------------------------------------------------------------------
+
+GOVERNANCE_HELP = """\
+A governance schedule is a JSON list; each entry is sent as MsgUpdateParams from the governance
+authority in block "height" and takes effect from the next block. Entries apply in height order
+(same height: file order), each to the params in force after the previous ones:
+  {"height": 5000, "params": {...}}   Params JSON (as /params returns) merged onto the params in
+                                       force: fields not given keep their values
+  {"height": 5000, "set": {"circuit_breaker_params.miss_threshold_pct": 10,
+                           "health_params.policy": "windowed", "sprt_params.p0": "0.05"}}
+                                       dotted field paths; a Decimal field takes a decimal string
+                                       or number
+Every resulting Params is validated before the run starts; an invalid entry fails with the rule
+it breaks."""
+
+
+def _deep_merge(base: dict[str, Any], patch: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in patch.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value, f"{where}.{key}")
+        else:
+            out[key] = value
+    return out
+
+
+def _set_dotted(data: dict[str, Any], path: str, value: Any, where: str) -> None:
+    parts = path.split(".")
+    descriptor = Params.DESCRIPTOR
+    node = data
+    for i, part in enumerate(parts):
+        fd = descriptor.fields_by_name.get(part)
+        if fd is None:
+            prefix = ".".join(parts[:i]) or "Params"
+            known = ", ".join(sorted(descriptor.fields_by_name))
+            raise GovernanceError(f"{where}: {prefix} has no field {part!r} (fields: {known})")
+        last = i == len(parts) - 1
+        message_type = None if _is_repeated(fd) else fd.message_type
+        if last:
+            if (
+                message_type is not None
+                and message_type.full_name.endswith(".Decimal")
+                and isinstance(value, str | int | float)
+                and not isinstance(value, bool)
+            ):
+                try:
+                    dec = compute_decimal(str(value))
+                except (ValueError, ArithmeticError) as exc:
+                    raise GovernanceError(f"{where}: {path}: {exc}") from exc
+                value = {"value": str(dec.value), "exponent": dec.exponent}
+            node[part] = value
+            return
+        if message_type is None:
+            raise GovernanceError(f"{where}: {'.'.join(parts[: i + 1])} is not a message field")
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+        descriptor = message_type
+
+
+def _is_repeated(fd: Any) -> bool:
+    return bool(getattr(fd, "is_repeated", False) or getattr(fd, "label", 0) == 3)
+
+
+def parse_governance(
+    data: object, base: Params, source: str = "governance"
+) -> list[tuple[int, Params]]:
+    """A decoded governance schedule (see :data:`GOVERNANCE_HELP`) -> ``(height, Params)``
+    pairs, each entry applied to the params in force after the previous ones (starting from
+    ``base``) and validated. Raises :class:`GovernanceError` naming the entry."""
+    if not isinstance(data, list):
+        raise GovernanceError(
+            f"{source}: expected a JSON list of entries, got {type(data).__name__}"
+        )
+    indexed: list[tuple[int, int, Mapping[str, Any]]] = []
+    for i, entry in enumerate(data):
+        where = f"{source}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise GovernanceError(f"{where}: expected an object, got {type(entry).__name__}")
+        unknown = sorted(set(entry) - {"height", "params", "set"})
+        if unknown:
+            raise GovernanceError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}")
+        height = entry.get("height")
+        if isinstance(height, bool) or not isinstance(height, int) or height < 1:
+            raise GovernanceError(f"{where}: 'height' must be an integer >= 1, got {height!r}")
+        if ("params" in entry) == ("set" in entry):
+            raise GovernanceError(f"{where}: needs exactly one of 'params' or 'set'")
+        indexed.append((height, i, entry))
+    indexed.sort(key=lambda item: (item[0], item[1]))
+    current = Params()
+    current.CopyFrom(base)
+    out: list[tuple[int, Params]] = []
+    for height, i, entry in indexed:
+        where = f"{source}[{i}] (height {height})"
+        data_now = params_to_dict(current)
+        if "params" in entry:
+            patch = entry["params"]
+            if not isinstance(patch, Mapping):
+                raise GovernanceError(f"{where}: 'params' must be an object")
+            merged = _deep_merge(data_now, patch, "params")
+        else:
+            changes = entry["set"]
+            if not isinstance(changes, Mapping) or not changes:
+                raise GovernanceError(f"{where}: 'set' must be a non-empty object")
+            merged = data_now
+            for path, value in changes.items():
+                _set_dotted(merged, str(path), value, where)
+        try:
+            new = params_from_dict(merged)
+            validate_params(new)
+        except InvalidParamsError as exc:
+            raise GovernanceError(f"{where}: {exc}") from exc
+        out.append((height, new))
+        current = new
+    return out

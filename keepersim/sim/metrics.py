@@ -1,0 +1,366 @@
+"""Run metrics: what one simulation run did, measured per block from the chain itself.
+
+The driver (:mod:`keepersim.sim.driver`) feeds a :class:`MetricsCollector`:
+
+* once per block ``h``, *before* the block's requests are assigned, the set of participants the
+  health machinery keeps out of the selection the requests of block ``h`` are drawn from (the
+  selection table of the state committed at ``h - 1``: ``table.excluded``, or
+  ``table.shadow_excluded`` in shadow mode, plus participants the SPRT made INACTIVE);
+* every selection (its fallback / panic flags) and every assignment;
+* every resolved inference (finished, expired = a miss, declined = capacity pushback), with its
+  start height, as the chain's events report them.
+
+Definitions (the keys of :meth:`MetricsCollector.compute`):
+
+``inferences``
+    assignments to an executor (an on-chain inference each, re-selections after pushback
+    included) that resolved within the run; inferences still in flight after the last block are
+    not counted anywhere (``in_flight_at_end``).
+``misses`` / ``miss_rate``
+    expired inferences / ``misses / inferences`` (0 when there are none).
+``false_exclusion_weight_share``
+    mean over blocks of the weight kept out while its true ``p(h) <= 0.05``, over total weight.
+``excluded_weight_share``
+    mean over blocks of the weight kept out, over total weight.
+``detection``
+    per degraded period of a participant (a maximal run of heights with true ``p > 0.05``, from
+    the scenario's miss schedule, clipped to the run): blocks from its start to the first block
+    the participant is kept out within it; ``undetected_share`` = share of periods in which it
+    never was.
+``recovery``
+    per detected degraded period that ends within the run: blocks from its end (the first
+    healthy height) to the first height at which the participant is admitted again (0 if it
+    already is); ``never_readmitted`` counts periods still kept out at the end of the run.
+``participants``
+    per participant: weight share, traffic share (share of all assignments), assignments,
+    misses, declines.
+``timeline``
+    per bucket of ``bucket_blocks`` heights: mean excluded and falsely excluded weight share,
+    and the miss rate of the inferences *started* in the bucket (resolved ones only).
+
+Weights are the scenario's weights (the same for every policy), not the chain's
+reputation-adjusted selection weights.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from keepersim.sim.oracle import HEALTHY_MISS_THRESHOLD
+from keepersim.sim.scenario import ParticipantSpec, Scenario
+
+__all__ = [
+    "DEFAULT_BUCKET_BLOCKS",
+    "DegradedPeriod",
+    "MetricsCollector",
+    "compute_degraded_periods",
+    "summarize_delays",
+]
+
+DEFAULT_BUCKET_BLOCKS = 100
+
+FINISHED = "finished"
+EXPIRED = "expired"
+DECLINED = "declined"
+
+
+@dataclass(frozen=True, slots=True)
+class DegradedPeriod:
+    """Heights ``[start, end)`` during which the participant's true ``p > 0.05``.
+
+    ``end`` is ``blocks + 1`` when the period lasts to the end of the run (``ends_in_run`` False).
+    """
+
+    address: str
+    start: int
+    end: int
+    ends_in_run: bool
+
+
+def compute_degraded_periods(spec: ParticipantSpec, blocks: int) -> list[DegradedPeriod]:
+    """The participant's degraded periods within heights ``1..blocks`` (adjacent degraded
+    segments of the miss schedule are merged)."""
+    out: list[DegradedPeriod] = []
+    bounds = [b for b, _ in spec.miss[1:]] + [math.inf]
+    start: int | None = None
+    for (from_block, p), next_from in zip(spec.miss, bounds, strict=True):
+        seg_start = max(1, from_block)
+        seg_end = min(blocks + 1, next_from)
+        if seg_start >= seg_end:
+            continue
+        degraded = p > HEALTHY_MISS_THRESHOLD
+        if degraded and start is None:
+            start = seg_start
+        elif not degraded and start is not None:
+            out.append(DegradedPeriod(spec.address, start, seg_start, True))
+            start = None
+    if start is not None:
+        out.append(DegradedPeriod(spec.address, start, blocks + 1, False))
+    return out
+
+
+def summarize_delays(delays: Iterable[int]) -> dict[str, float | int | None]:
+    """``count``, ``median``, ``mean``, ``max`` of a list of delays (None when empty)."""
+    values = list(delays)
+    if not values:
+        return {"count": 0, "median": None, "mean": None, "max": None}
+    return {
+        "count": len(values),
+        "median": float(statistics.median(values)),
+        "mean": float(statistics.fmean(values)),
+        "max": max(values),
+    }
+
+
+class _Bucket:
+    __slots__ = ("blocks", "excluded", "false_excluded", "started", "misses", "declines")
+
+    def __init__(self) -> None:
+        self.blocks = 0
+        self.excluded = 0.0
+        self.false_excluded = 0.0
+        self.started = 0  # resolved inferences started in the bucket
+        self.misses = 0
+        self.declines = 0
+
+
+class MetricsCollector:
+    """Accumulates one run's metrics; see the module docstring for the definitions."""
+
+    def __init__(self, scenario: Scenario, *, bucket_blocks: int = DEFAULT_BUCKET_BLOCKS) -> None:
+        if bucket_blocks <= 0:
+            raise ValueError(f"bucket_blocks must be > 0, got {bucket_blocks}")
+        self.scenario = scenario
+        self.bucket_blocks = bucket_blocks
+        self._specs = {p.address: p for p in scenario.participants}
+        self._weights = {p.address: p.weight for p in scenario.participants}
+        self._total_weight = scenario.get_total_weight()
+        n_buckets = (scenario.blocks + bucket_blocks - 1) // bucket_blocks
+        self._buckets = [_Bucket() for _ in range(n_buckets)]
+        # Per block
+        self._blocks_recorded = 0
+        self._excluded_sum = 0.0
+        self._false_sum = 0.0
+        self._kept: frozenset[str] = frozenset()
+        self._kept_weight = 0
+        self._open: dict[str, int] = {}  # address -> first height of its current kept-out run
+        self._intervals: dict[str, list[tuple[int, int]]] = {}
+        # Selections and outcomes
+        self.requests = 0
+        self.selections = 0
+        self.fallback_selections = 0
+        self.panic_selections = 0
+        self.unassigned_requests = 0
+        self.unserved_requests = 0
+        self.transitions = 0
+        self.planned_misses = 0
+        self.assigned: dict[str, int] = dict.fromkeys(self._weights, 0)
+        self.resolved: dict[str, int] = dict.fromkeys(self._weights, 0)
+        self.missed: dict[str, int] = dict.fromkeys(self._weights, 0)
+        self.declined: dict[str, int] = dict.fromkeys(self._weights, 0)
+        self.finished = 0
+        self.misses = 0
+        self.declines = 0
+        self.in_flight_at_end = 0
+
+    # feeding -----------------------------------------------------------------------------
+
+    def record_block(self, height: int, kept_out: frozenset[str]) -> None:
+        """The participants kept out of the selection the requests of ``height`` are drawn from."""
+        if kept_out != self._kept:
+            for address in self._kept - kept_out:
+                start = self._open.pop(address)
+                self._intervals.setdefault(address, []).append((start, height))
+            for address in kept_out - self._kept:
+                self._open[address] = height
+            self._kept = kept_out
+            self._kept_weight = sum(self._weights.get(a, 0) for a in kept_out)
+        false_weight = 0
+        for address in kept_out:
+            spec = self._specs.get(address)
+            if spec is not None and spec.get_miss_probability(height) <= HEALTHY_MISS_THRESHOLD:
+                false_weight += spec.weight
+        excluded = self._kept_weight / self._total_weight
+        false = false_weight / self._total_weight
+        self._blocks_recorded += 1
+        self._excluded_sum += excluded
+        self._false_sum += false
+        bucket = self._bucket(height)
+        bucket.blocks += 1
+        bucket.excluded += excluded
+        bucket.false_excluded += false
+
+    def record_request(self) -> None:
+        self.requests += 1
+
+    def record_selection(self, address: str, *, fallback: bool, panic: bool) -> None:
+        self.selections += 1
+        self.fallback_selections += fallback
+        self.panic_selections += panic
+        self.assigned[address] = self.assigned.get(address, 0) + 1
+
+    def record_outcome(self, address: str, start_height: int, kind: str) -> None:
+        """A resolved inference: ``kind`` is ``finished``, ``expired`` or ``declined``."""
+        bucket = self._bucket(start_height)
+        bucket.started += 1
+        self.resolved[address] = self.resolved.get(address, 0) + 1
+        if kind == FINISHED:
+            self.finished += 1
+        elif kind == EXPIRED:
+            self.misses += 1
+            bucket.misses += 1
+            self.missed[address] = self.missed.get(address, 0) + 1
+        elif kind == DECLINED:
+            self.declines += 1
+            bucket.declines += 1
+            self.declined[address] = self.declined.get(address, 0) + 1
+        else:
+            raise ValueError(f"unknown outcome kind {kind!r}")
+
+    def _bucket(self, height: int) -> _Bucket:
+        i = min(max(height - 1, 0) // self.bucket_blocks, len(self._buckets) - 1)
+        return self._buckets[i]
+
+    # results -----------------------------------------------------------------------------
+
+    def get_intervals(self, last_height: int) -> dict[str, list[tuple[int, int]]]:
+        """Kept-out intervals ``[first, end)`` per address, open ones closed at ``last_height + 1``."""
+        out = {a: list(v) for a, v in self._intervals.items()}
+        for address, start in self._open.items():
+            out.setdefault(address, []).append((start, last_height + 1))
+        for v in out.values():
+            v.sort()
+        return out
+
+    def compute(self) -> dict[str, Any]:
+        """Every metric as a JSON-able dict (see the module docstring)."""
+        s = self.scenario
+        last = s.blocks
+        intervals = self.get_intervals(last)
+        detection: list[int] = []
+        recovery: list[int] = []
+        periods = 0
+        undetected = 0
+        never_readmitted = 0
+        per_participant_delays: dict[str, dict[str, list[int]]] = {}
+        for spec in s.participants:
+            kept = intervals.get(spec.address, [])
+            for period in compute_degraded_periods(spec, last):
+                periods += 1
+                first = _first_kept_in(kept, period.start, period.end)
+                mine = per_participant_delays.setdefault(
+                    spec.address, {"detection": [], "recovery": []}
+                )
+                if first is None:
+                    undetected += 1
+                    continue
+                detection.append(first - period.start)
+                mine["detection"].append(first - period.start)
+                if not period.ends_in_run:
+                    continue
+                readmitted = _first_admitted_from(kept, period.end, last)
+                if readmitted is None:
+                    never_readmitted += 1
+                else:
+                    recovery.append(readmitted - period.end)
+                    mine["recovery"].append(readmitted - period.end)
+        inferences = self.finished + self.misses + self.declines
+        total_assigned = sum(self.assigned.values())
+        participants = []
+        for spec in s.participants:
+            a = spec.address
+            delays = per_participant_delays.get(a, {"detection": [], "recovery": []})
+            participants.append(
+                {
+                    "address": a,
+                    "weight": spec.weight,
+                    "weight_share": spec.weight / self._total_weight,
+                    "traffic_share": (self.assigned.get(a, 0) / total_assigned)
+                    if total_assigned
+                    else 0.0,
+                    "assigned": self.assigned.get(a, 0),
+                    "resolved": self.resolved.get(a, 0),
+                    "misses": self.missed.get(a, 0),
+                    "declines": self.declined.get(a, 0),
+                    "kept_out_blocks": sum(e - b for b, e in intervals.get(a, [])),
+                    "detection_delays": delays["detection"],
+                    "recovery_delays": delays["recovery"],
+                }
+            )
+        traffic_tv = 0.5 * sum(
+            abs(
+                (self.assigned.get(p.address, 0) / total_assigned if total_assigned else 0.0)
+                - p.weight / self._total_weight
+            )
+            for p in s.participants
+        )
+        timeline = []
+        for i, b in enumerate(self._buckets):
+            timeline.append(
+                {
+                    "start": i * self.bucket_blocks + 1,
+                    "end": min((i + 1) * self.bucket_blocks, last),
+                    "excluded_weight_share": b.excluded / b.blocks if b.blocks else 0.0,
+                    "false_exclusion_weight_share": b.false_excluded / b.blocks
+                    if b.blocks
+                    else 0.0,
+                    "inferences": b.started,
+                    "misses": b.misses,
+                    "declines": b.declines,
+                    "miss_rate": b.misses / b.started if b.started else None,
+                }
+            )
+        n = self._blocks_recorded
+        return {
+            "requests": self.requests,
+            "selections": self.selections,
+            "inferences": inferences,
+            "finished": self.finished,
+            "misses": self.misses,
+            "declines": self.declines,
+            "miss_rate": self.misses / inferences if inferences else 0.0,
+            "in_flight_at_end": self.in_flight_at_end,
+            "unassigned_requests": self.unassigned_requests,
+            "unserved_requests": self.unserved_requests,
+            "fallback_selections": self.fallback_selections,
+            "panic_selections": self.panic_selections,
+            "false_exclusion_weight_share": self._false_sum / n if n else 0.0,
+            "excluded_weight_share": self._excluded_sum / n if n else 0.0,
+            "transitions": self.transitions,
+            "degraded_periods": periods,
+            "detection_delay": summarize_delays(detection),
+            "undetected_periods": undetected,
+            "undetected_share": undetected / periods if periods else None,
+            "recovery_delay": summarize_delays(recovery),
+            "never_readmitted": never_readmitted,
+            "traffic_weight_distance": traffic_tv,
+            "bucket_blocks": self.bucket_blocks,
+            "timeline": timeline,
+            "participants": participants,
+        }
+
+
+def _first_kept_in(intervals: list[tuple[int, int]], start: int, end: int) -> int | None:
+    """First height in ``[start, end)`` covered by a kept-out interval."""
+    for a, b in intervals:
+        if b > start and a < end:
+            return max(a, start)
+        if a >= end:
+            break
+    return None
+
+
+def _first_admitted_from(intervals: list[tuple[int, int]], height: int, last: int) -> int | None:
+    """First height >= ``height`` not covered by a kept-out interval (None: kept out to the end)."""
+    h = height
+    for a, b in intervals:
+        if b <= h:
+            continue
+        if a > h:
+            break
+        h = b
+    return h if h <= last else None

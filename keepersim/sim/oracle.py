@@ -1,0 +1,95 @@
+"""The ``oracle`` baseline: a health policy that knows the scenario's true miss probabilities.
+
+It admits exactly the participants whose true miss probability is at most
+:data:`HEALTHY_MISS_THRESHOLD` (0.05) and keeps everyone else out. It has no state, no exclusion
+cap and no panic; the chain's fallback (everyone) applies only when every candidate is degraded.
+
+Which height it looks at: the chain computes a selection table from the state committed at height
+``H``, and that table serves the requests started in block ``H + 1`` (the simulator assigns the
+requests of block ``h`` before delivering it). So the oracle's verdict at query height ``H`` is
+about ``p(H + 1)``: the miss probability of the requests the table will actually assign.
+
+Use it by registering the factory when the chain is opened::
+
+    Chain.open(..., extra_policies={"oracle": make_oracle_factory(scenario)})
+
+and setting ``params.health_params.policy = "oracle"``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import ClassVar
+
+from keepersim.keeper.policies import PolicyFactory
+from keepersim.keeper.policies.base import NEVER, Health, HealthPolicy, PolicyReader
+from keepersim.sim.scenario import ParticipantSpec, Scenario
+
+__all__ = [
+    "HEALTHY_MISS_THRESHOLD",
+    "ORACLE_POLICY_NAME",
+    "OraclePolicy",
+    "is_truly_healthy",
+    "make_oracle_factory",
+]
+
+#: A participant whose true miss probability is at most this counts as healthy (spec value).
+HEALTHY_MISS_THRESHOLD = 0.05
+ORACLE_POLICY_NAME = "oracle"
+
+
+def is_truly_healthy(spec: ParticipantSpec, height: int) -> bool:
+    """True iff the participant's true miss probability at ``height`` is <= 0.05."""
+    return spec.get_miss_probability(height) <= HEALTHY_MISS_THRESHOLD
+
+
+class OraclePolicy(HealthPolicy):
+    """Admits exactly the truly healthy participants (see the module docstring)."""
+
+    name: ClassVar[str] = ORACLE_POLICY_NAME
+    prefix: ClassVar[bytes] = b"\x7f"  # never written: the oracle keeps no state
+
+    def __init__(self, scenario: Scenario) -> None:
+        self._specs = {p.address: p for p in scenario.participants}
+        self._breaks = {p.address: tuple(b for b, _ in p.miss) for p in scenario.participants}
+
+    def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
+        spec = self._specs.get(address)
+        if spec is None:  # not in the scenario: nothing known, admit
+            return Health(True, state="unknown")
+        target = height + 1
+        p = spec.get_miss_probability(target)
+        # The verdict can change only when the next break point is reached: the table at query
+        # height b - 1 serves height b.
+        breaks = self._breaks[address]
+        i = bisect.bisect_right(breaks, target)
+        valid_until = breaks[i] - 2 if i < len(breaks) else NEVER
+        valid_until = max(valid_until, height)
+        if p <= HEALTHY_MISS_THRESHOLD:
+            return Health(True, valid_until=valid_until, state="healthy")
+        return Health(
+            False,
+            severity=int(p * 1_000_000),
+            valid_until=valid_until,
+            state="degraded",
+        )
+
+    def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
+        spec = self._specs.get(address)
+        health = self.get_health(reader, address, height)
+        return {
+            "state": health.state,
+            "admitted": health.admitted,
+            "true_miss_probability": None
+            if spec is None
+            else spec.get_miss_probability(height + 1),
+        }
+
+
+def make_oracle_factory(scenario: Scenario) -> PolicyFactory:
+    """A zero-argument factory for ``Chain.open(extra_policies={"oracle": ...})``."""
+
+    def factory() -> HealthPolicy:
+        return OraclePolicy(scenario)
+
+    return factory
