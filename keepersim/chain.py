@@ -68,6 +68,10 @@ _TX_FIELDS: dict[type[Message], str] = {
 }
 
 
+# Message kinds (get_message_kind) of a participant registration.
+_REGISTRATION_KINDS = frozenset({"MsgSubmitNewParticipant", "submit_new_participant"})
+
+
 def make_tx(msg: Message) -> Tx:
     """Wrap one message into a Tx (a Tx is passed through)."""
     if isinstance(msg, Tx):
@@ -265,6 +269,7 @@ class Chain:
                 policy = self.get_policy_object(params.health_params.policy)
                 ctx = BlockContext(keeper, policy, h)
                 results = []
+                registered = False  # a registration can change who has a PoC slot
                 for i, msg in enumerate(txs):
                     kind = get_message_kind(msg)
                     try:
@@ -275,9 +280,14 @@ class Chain:
                         results.append(TxResult(i, kind, False, f"{type(exc).__name__}: {exc}"))
                     else:
                         results.append(TxResult(i, kind, True))
+                        registered = registered or kind in _REGISTRATION_KINDS
                 end_block(ctx)
-                reset = params_changed or any(
-                    isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events
+                reset = (
+                    params_changed
+                    or registered
+                    or any(
+                        isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events
+                    )
                 )
                 with self._rw.write():
                     app_hash = self._store.commit(buffer, h)
