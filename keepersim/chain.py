@@ -186,7 +186,11 @@ class Chain:
             backend = LevelDBBackend(folder)
         chain = cls(backend, extra_policies=extra_policies)
         if genesis is not None and not chain.has_genesis():
-            chain.init_genesis(genesis)
+            try:
+                chain.init_genesis(genesis)
+            except BaseException:
+                chain.close()  # release the folder: the caller never gets this chain to close
+                raise
         return chain
 
     # lifecycle
