@@ -1,15 +1,10 @@
-"""Comparisons of health policies: runs over seeds, aggregates, tables, plots."""
+"""Comparisons of health policies: runs over seeds, aggregates, tables, plots.
 
-from keepersim.report.compare import BASELINES, SPEC_RUN_KEYS, CompareError, compare
-from keepersim.report.stats import compute_oracle_efficiency, compute_t_interval
-from keepersim.report.tables import format_summary_table
+* :mod:`keepersim.report.compare`: ``compare(scenarios, policies, seeds, out_dir, ...)``;
+* :mod:`keepersim.report.stats`: t-intervals, oracle efficiency;
+* :mod:`keepersim.report.tables`: aligned plain-text tables;
+* :mod:`keepersim.report.plots`: the PNG plots (matplotlib, Agg).
 
-__all__ = [
-    "BASELINES",
-    "SPEC_RUN_KEYS",
-    "CompareError",
-    "compare",
-    "compute_oracle_efficiency",
-    "compute_t_interval",
-    "format_summary_table",
-]
+(The function ``compare`` is deliberately not re-exported here: it would shadow the module
+``keepersim.report.compare``.)
+"""

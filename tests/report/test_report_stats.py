@@ -1,0 +1,70 @@
+"""Statistics and table formatting of comparisons."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from keepersim.report.stats import (
+    compute_oracle_efficiency,
+    compute_t_interval,
+    get_t_quantile,
+    mean_or_none,
+)
+from keepersim.report.tables import format_summary_table, format_table
+
+
+def test_t_quantiles() -> None:
+    assert get_t_quantile(1) == pytest.approx(12.7062, abs=1e-4)
+    assert get_t_quantile(2) == pytest.approx(4.3027, abs=1e-4)
+    assert get_t_quantile(30) == pytest.approx(2.0423, abs=1e-4)
+    assert get_t_quantile(31) == pytest.approx(2.0395, abs=1e-4)
+    assert get_t_quantile(60) == pytest.approx(2.0003, abs=1e-4)
+    assert get_t_quantile(10_000) == pytest.approx(1.9602, abs=1e-4)
+    with pytest.raises(ValueError):
+        get_t_quantile(0)
+
+
+def test_t_interval() -> None:
+    values = [0.10, 0.12, 0.14]
+    mean, lo, hi = compute_t_interval(values)
+    half = 4.302653 * float(np.std(values, ddof=1)) / math.sqrt(3)
+    assert mean == pytest.approx(0.12)
+    assert lo == pytest.approx(0.12 - half)
+    assert hi == pytest.approx(0.12 + half)
+    assert compute_t_interval([0.5]) == (0.5, None, None)
+    assert compute_t_interval([]) == (None, None, None)
+    assert compute_t_interval([math.nan, None, 1.0, 1.0]) == (1.0, 1.0, 1.0)
+
+
+def test_oracle_efficiency_is_nan_safe() -> None:
+    assert compute_oracle_efficiency(100, 60, 20) == pytest.approx(0.5)
+    assert compute_oracle_efficiency(100, 100, 20) == 0.0
+    assert compute_oracle_efficiency(100, 20, 20) == 1.0
+    assert math.isnan(compute_oracle_efficiency(50, 40, 50))
+    assert mean_or_none([math.nan, None]) is None
+    assert mean_or_none([1.0, math.nan, 3.0]) == 2.0
+
+
+def test_tables_are_aligned() -> None:
+    text = format_table(["a", "bb"], [["xyz", "1"], ["q", "12345"]], [False, True])
+    lines = text.split("\n")
+    assert lines[0] == "a       bb"
+    assert lines[2] == "xyz      1"
+    assert lines[3] == "q    12345"
+    row = {
+        "scenario": "s",
+        "policy": "gonka",
+        "runs": 3,
+        "miss_rate_mean": 0.1,
+        "miss_rate_ci_low": 0.05,
+        "miss_rate_ci_high": 0.15,
+        "oracle_efficiency_mean": None,
+    }
+    table = format_summary_table([row, {**row, "scenario": "t"}])
+    assert "10.00% [5.00%, 15.00%]" in table
+    assert "" in table.split("\n")  # a blank line between scenarios
+    widths = {len(line) for line in table.split("\n")[:2]}
+    assert len(widths) == 1

@@ -1,0 +1,110 @@
+"""The trace written during a run (docs/trace-format.md): content and order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from keepersim.sim.driver import build_params, parse_governance, run_scenario
+from keepersim.sim.scenario import parse_scenario
+
+
+def make_scenario() -> Any:
+    return parse_scenario(
+        {
+            "name": "trace",
+            "seed": 11,
+            "blocks": 250,
+            "epoch_length": 100,
+            "expiration_blocks": 15,
+            "arrivals_per_block": 1.5,
+            "participants": [
+                {"address": "a", "weight": 1000, "latency_blocks": [1, 6], "miss": [[0, 0.02]]},
+                {"address": "b", "weight": 700, "miss": [[0, 0.0], [50, 0.8], [120, 0.0]]},
+                {"address": "c", "weight": 500, "miss": [[0, 0.05]]},
+            ],
+        },
+        "test",
+    )
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_trace_lines_come_in_height_order(tmp_path: Path) -> None:
+    s = make_scenario()
+    path = tmp_path / "trace.jsonl"
+    governance = parse_governance(
+        [{"height": 80, "set": {"expiration_blocks": 25}}], build_params(s, "gonka")
+    )
+    result = run_scenario(
+        s, "gonka", store="memory", trace_out=path, governance=governance
+    ).to_dict()
+    lines = read_trace(path)
+    header = lines[0]
+    assert header == {
+        "type": "header",
+        "version": 1,
+        "chain_id": "keepersim-trace",
+        "source": "simulate",
+        "first_height": "1",
+        "last_height": "250",
+        "scenario": "trace",
+        "seed": 11,
+        "policy": "gonka",
+    }
+    kinds = [line["type"] for line in lines]
+    assert kinds.count("header") == 1
+    params = [line for line in lines if line["type"] == "params"]
+    assert [p["height"] for p in params] == ["0", "81"]
+    assert params[0]["params"]["expiration_blocks"] == "15"  # int64 as a string
+    assert params[1]["params"]["expiration_blocks"] == "25"
+    participants = [line for line in lines if line["type"] == "participants"]
+    assert [(p["epoch_index"], p["height"]) for p in participants] == [
+        ("0", "0"),
+        ("1", "100"),
+        ("2", "200"),
+    ]
+    assert {p["address"] for p in participants[0]["participants"]} == {"a", "b", "c"}
+    summaries = [line for line in lines if line["type"] == "epoch_summary"]
+    assert [(x["epoch_index"], x["height"]) for x in summaries] == [("0", "100"), ("1", "200")]
+    assert len(summaries[0]["summaries"]) == 3
+
+    inferences = [line for line in lines if line["type"] == "inference"]
+    assert len(inferences) == result["selections"]
+    keys = [(int(i["start_block_height"]), i["inference_id"]) for i in inferences]
+    assert keys == sorted(keys)
+    statuses = [i["status"] for i in inferences]
+    assert statuses.count("EXPIRED") == result["misses"]
+    assert statuses.count("FINISHED") == result["finished"]
+    assert statuses.count("STARTED") == result["in_flight_at_end"]
+    # Order by height: each non-inference line at height H follows every inference line that
+    # started before H and precedes those that started at or after H.
+    position = {id(line): n for n, line in enumerate(lines)}
+    for line in params + participants + summaries:
+        height = int(line["height"])
+        for inf in inferences:
+            start = int(inf["start_block_height"])
+            if start < height:
+                assert position[id(inf)] < position[id(line)]
+            else:
+                assert position[id(inf)] > position[id(line)]
+    # Summaries agree with the inference lines of their epoch.
+    first = summaries[0]["summaries"]
+    misses_epoch0 = sum(int(x["missed_requests"]) for x in first)
+
+    def expiry(inf: dict[str, Any]) -> int:  # expiration_blocks 15, then 25 from height 81
+        start = int(inf["start_block_height"])
+        return start + (15 if start <= 80 else 25)
+
+    expired_in_epoch0 = sum(1 for i in inferences if i["status"] == "EXPIRED" and expiry(i) <= 100)
+    assert misses_epoch0 == expired_in_epoch0
+
+
+def test_no_trace_file_without_trace_out(tmp_path: Path) -> None:
+    s = make_scenario()
+    result = run_scenario(s, "none", store="memory")
+    assert result.trace_path is None
+    assert list(tmp_path.iterdir()) == []
