@@ -1,0 +1,37 @@
+"""Fixtures of the core tests: block drivers over real LevelDB chains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from core_helpers import Driver
+
+from keepersim.types.pb.params_pb2 import Params
+
+
+@pytest.fixture
+def breaker_params(make_test_params: Callable[..., Params]) -> Params:
+    """Code defaults (breaker 25% / 4 / 50 / 500) with long epochs, expiry after 5 blocks and the
+    SPRT off, so that only the circuit breaker acts."""
+    params = make_test_params()
+    params.epoch_params.epoch_length = 1000
+    params.expiration_blocks = 5
+    params.sprt_params.enabled = False
+    return params
+
+
+@pytest.fixture
+def make_driver(make_chain: Any, make_genesis: Any) -> Callable[..., Driver]:
+    """Factory: ``make_driver(params, n=4, **genesis_kwargs)`` -> Driver over a fresh chain."""
+
+    def make(params: Params, n: int = 4, **kw: Any) -> Driver:
+        return Driver(make_chain(make_genesis(n, params=params, **kw)))
+
+    return make
+
+
+@pytest.fixture
+def driver(make_driver: Callable[..., Driver], breaker_params: Params) -> Driver:
+    return make_driver(breaker_params)

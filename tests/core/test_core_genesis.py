@@ -1,0 +1,114 @@
+"""Genesis: export -> JSON -> import into a fresh store -> export gives the same JSON and app hash,
+and the imported chain goes on exactly like the original."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from core_helpers import GONKA_QUEUE, GONKA_STATE, MODEL, Driver
+
+from keepersim.chain import Chain
+from keepersim.module.genesis import genesis_from_json, genesis_to_json
+from keepersim.types.params import GOV_AUTHORITY
+from keepersim.types.pb.health_pb2 import EXCLUDED, PROBE
+from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgSubmitNewParticipant, MsgUpdateParams
+from keepersim.types.pb.types_pb2 import INACTIVE, STARTED
+
+
+@pytest.fixture
+def lived_in(make_driver: Callable[..., Driver], breaker_params: Params) -> Driver:
+    """A chain 45 blocks in: a settled epoch, breaker entries in every state, SPRT exclusions,
+    inferences in flight, a finish that came before its start, a late registration."""
+    breaker_params.epoch_params.epoch_length = 30
+    breaker_params.sprt_params.enabled = True
+    breaker_params.circuit_breaker_params.initial_cooldown_blocks = 10
+    d = make_driver(breaker_params, n=5)
+    d.success("p0", 3, 4)
+    d.miss("p3", 12)
+    d.add(20, MsgSubmitNewParticipant(creator="late", weight=500, models=[MODEL]))
+    d.success("p2", 32, 3)
+    d.miss("p2", 33, 4)  # excluded at 33, PROBE at 43
+    d.success("p1", 37, 3)
+    d.miss("p1", 38, 4)  # excluded at 38, cooldown ends at 48
+    for h in range(38, 44):
+        d.miss("p4", h)  # six straight misses: SPRT INACTIVE at 43
+    d.miss("p3", 49, 2)  # in flight at 45
+    d.add(44, MsgFinishInference(inference_id="early-finish", executed_by="p0"))
+    d.run_to(45)
+    return d
+
+
+def test_lived_in_state_has_everything(lived_in: Driver) -> None:
+    d = lived_in
+    assert d.entry("p1").state == EXCLUDED and d.entry("p2").state == PROBE  # type: ignore[union-attr]
+    assert d.participant("p4").status == INACTIVE
+    genesis = d.chain.export_genesis()
+    assert genesis.height == 45 and genesis.effective_epoch_index == 1
+    assert len(genesis.epoch_performance_summaries) == 6  # epoch 0: p0..p4 and late
+    assert [x.address for x in genesis.excluded_participants] == ["p4"]
+    in_flight = {i.inference_id for i in genesis.inferences if i.status == STARTED}
+    assert len(in_flight) == 2
+    assert {t.inference_id for t in genesis.inference_timeouts} == in_flight
+    assert any(i.finished_before_start for i in genesis.inferences)
+    keys = [e.key for e in genesis.policy_state]
+    assert GONKA_STATE + b"p1" in keys and any(k.startswith(GONKA_QUEUE) for k in keys)
+
+
+@pytest.mark.parametrize("memory", [False, True], ids=["leveldb", "memory"])
+def test_export_import_export_roundtrip(
+    lived_in: Driver, make_chain: Callable[..., Chain], memory: bool
+) -> None:
+    original = lived_in.chain
+    text = genesis_to_json(original.export_genesis())
+    imported = make_chain(genesis_from_json(text, "export.json"), memory=memory)
+    assert imported.height == original.height == 45
+    assert imported.app_hash == original.app_hash
+    assert genesis_to_json(imported.export_genesis()) == text
+    assert imported._store.verify_app_hash()
+    for model in ("", MODEL):
+        assert imported.get_selection_table(model) == original.get_selection_table(model)
+    for a in ("p0", "p1", "p2", "p3", "p4", "late"):
+        assert imported.get_policy_state(a) == original.get_policy_state(a)
+    # Both go on identically: same events and app hash at every later height (expiries,
+    # breaker promotion from the queue, the epoch boundary at 60 and the SPRT reset).
+    twin = Driver(imported)
+    for driver in (lived_in, twin):
+        driver._seq = 100
+        driver.success("p2", 50)
+        driver.miss("p1", 55)
+        driver.success("late", 61)
+    lived_in.run_to(70)
+    twin.run_to(70)
+    for h in range(46, 71):
+        assert twin.results[h].events == lived_in.results[h].events, h
+        assert twin.results[h].app_hash == lived_in.results[h].app_hash, h
+    assert any(r.events for h, r in twin.results.items() if h in (48, 60))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="GenesisState has no field for params accepted by MsgUpdateParams in the last block "
+    "(effective next block): export_genesis drops them, so the imported app hash differs and the "
+    "vote is lost. Needs a pending_params field in proto/.../genesis.proto (not in tests' scope).",
+)
+def test_roundtrip_with_params_pending(chain: Chain, make_chain: Callable[..., Chain]) -> None:
+    params = chain.get_params()
+    params.expiration_blocks = 7
+    assert not chain.deliver_block(
+        [MsgUpdateParams(authority=GOV_AUTHORITY, params=params)]
+    ).get_failed()
+    imported = make_chain(genesis_from_json(genesis_to_json(chain.export_genesis())))
+    assert imported.app_hash == chain.app_hash
+    imported.deliver_block([])
+    assert imported.get_params().expiration_blocks == 7
+
+
+def test_genesis_json_errors_name_the_source() -> None:
+    from keepersim.types.errors import GenesisError
+
+    with pytest.raises(GenesisError, match=r"g\.json: line 1 column 2"):
+        genesis_from_json("{x", "g.json")
+    with pytest.raises(GenesisError, match=r"g\.json: .*no_such_field"):
+        genesis_from_json('{"no_such_field": 1}', "g.json")

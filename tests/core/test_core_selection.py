@@ -1,0 +1,211 @@
+"""Executor selection: weighted frequencies, k distinct executors, errors, the PoC-slot filter."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from core_helpers import MODEL, Driver
+
+from keepersim.chain import Chain
+from keepersim.keeper.selection import compute_draw, compute_selection_seed
+from keepersim.types.errors import NoExecutorsError, UnknownModelError
+from keepersim.types.pb.genesis_pb2 import GenesisState
+from keepersim.types.pb.tx_pb2 import MsgSubmitNewParticipant
+from keepersim.types.pb.types_pb2 import (
+    Epoch,
+    EpochGroupData,
+    MLNodeInfo,
+    Participant,
+    ValidationWeight,
+)
+
+# address: (group weight, reputation, adjusted = weight * rep / 100, floor weight / 100), by hand
+MEMBERS = {
+    "a": (1000, 100, 1000),
+    "b": (1000, 50, 500),
+    "c": (2000, 26, 520),
+    "d": (700, 0, 7),
+    "e": (3000, 10, 300),
+}
+DRAWS = 20_000
+CHI2_CRITICAL_DF4_P001 = 18.467  # chi-square 0.999 quantile, 4 degrees of freedom
+
+
+@pytest.fixture
+def weighted_chain(
+    make_chain: Callable[..., Chain],
+    make_genesis: Callable[..., GenesisState],
+    make_participant: Callable[..., Participant],
+) -> Chain:
+    """Epoch 7's group given verbatim in genesis, with the reputations of MEMBERS."""
+    participants = [make_participant(a, w) for a, (w, _, _) in MEMBERS.items()]
+    genesis = make_genesis(participants=participants, height=50)
+    genesis.epochs.append(Epoch(index=7, poc_start_block_height=0))
+    genesis.effective_epoch_index = 7
+    weights = [
+        ValidationWeight(member_address=a, weight=w, reputation=r)
+        for a, (w, r, _) in MEMBERS.items()
+    ]
+    total = sum(w for w, _, _ in MEMBERS.values())
+    for model in ("", MODEL):
+        genesis.epoch_groups.append(
+            EpochGroupData(
+                epoch_index=7, model_id=model, validation_weights=weights, total_weight=total
+            )
+        )
+    return make_chain(genesis)
+
+
+def chi_square(observed: Counter[str], weights: dict[str, int], n: int) -> float:
+    total = sum(weights.values())
+    return sum((observed[a] - n * w / total) ** 2 / (n * w / total) for a, w in weights.items())
+
+
+def test_selection_frequencies_follow_adjusted_weights(weighted_chain: Chain) -> None:
+    chain = weighted_chain
+    table = chain.get_selection_table(MODEL)
+    adjusted = {a: adj for a, (_, _, adj) in MEMBERS.items()}
+    assert table.addresses == tuple(adjusted)
+    assert table.total == sum(adjusted.values()) == 2327
+    counts: Counter[str] = Counter()
+    for i in range(DRAWS):
+        seed = compute_selection_seed(chain.chain_id, chain.height, MODEL, f"request-{i}")
+        counts[compute_draw(table, seed)] += 1
+    assert chi_square(counts, adjusted, DRAWS) < CHI2_CRITICAL_DF4_P001, counts
+    # The same test has power: raw group weights (reputation ignored) are far off.
+    raw = {a: w for a, (w, _, _) in MEMBERS.items()}
+    assert chi_square(counts, raw, DRAWS) > 1000
+    # GetRandomExecutor is that same draw.
+    for i in range(0, DRAWS, 997):
+        seed = compute_selection_seed(chain.chain_id, chain.height, MODEL, f"request-{i}")
+        selection = chain.get_random_executor(MODEL, f"request-{i}")
+        assert selection.address == compute_draw(table, seed)
+        assert (selection.height, selection.fallback) == (50, False)
+
+
+def test_draw_is_first_cumulative_above_r(weighted_chain: Chain) -> None:
+    table = weighted_chain.get_selection_table(MODEL)
+    assert table.cumulative == (1000, 1500, 2020, 2027, 2327)
+    expected = {
+        0: "a",
+        999: "a",
+        1000: "b",
+        1499: "b",
+        1500: "c",
+        2019: "c",
+        2020: "d",
+        2026: "d",
+        2027: "e",
+        2326: "e",
+    }
+    for r, address in expected.items():
+        assert compute_draw(table, r) == address
+        assert compute_draw(table, r + 7 * table.total) == address
+
+
+def test_select_executors_k_distinct(weighted_chain: Chain) -> None:
+    chain = weighted_chain
+    for i in range(50):
+        three = chain.select_executors(MODEL, 3, f"r{i}")
+        assert len(three) == 3 == len(set(three))
+        assert set(three) <= set(MEMBERS)
+    assert sorted(chain.select_executors(MODEL, 10, "all")) == sorted(MEMBERS)
+    assert chain.select_executors(MODEL, 0, "none") == []
+    assert chain.select_executors(MODEL, 3, "same") == chain.select_executors(MODEL, 3, "same")
+    firsts = Counter(chain.select_executors(MODEL, 2, f"q{i}")[0] for i in range(2000))
+    assert firsts.most_common(1)[0][0] == "a" and firsts["d"] < firsts["e"]
+
+
+def test_unknown_model(chain: Chain) -> None:
+    with pytest.raises(UnknownModelError, match=r"unknown model 'no-such-model' in epoch 0"):
+        chain.get_random_executor("no-such-model", "r")
+    with pytest.raises(UnknownModelError, match="no-such-model"):
+        chain.select_executors("no-such-model", 2, "r")
+
+
+def test_empty_pool(
+    make_chain: Callable[..., Chain], make_genesis: Callable[..., GenesisState]
+) -> None:
+    chain = make_chain(make_genesis(0))
+    with pytest.raises(NoExecutorsError, match=r"pool for model '' is empty \(epoch 0, height 0\)"):
+        chain.get_random_executor("", "r")
+    zero = make_chain(make_genesis(3, weight=0))
+    with pytest.raises(NoExecutorsError, match="pool for model '' is empty"):
+        zero.get_random_executor("", "r")
+
+
+POC_PARTICIPANTS: dict[str, dict[str, Any]] = {
+    "a": dict(models=[MODEL], timeslots=(True, True)),  # PoC slot
+    "b": dict(models=[MODEL], timeslots=(True, False)),  # no PoC slot
+    "c": dict(models=["other"], timeslots=(False, True)),  # slot, other model
+    "d": dict(models=[MODEL], timeslots=None),  # no ML node
+    "e": dict(models=[MODEL], timeslots=(True,)),  # allocation too short for slot 1
+}
+
+
+@pytest.fixture
+def poc_driver(
+    make_chain: Callable[..., Chain],
+    make_genesis: Callable[..., GenesisState],
+    make_participant: Callable[..., Participant],
+    make_test_params: Callable[..., object],
+) -> Driver:
+    params = make_test_params(poc=True)  # PoC 2 + 1 + 2 + 1 = 6 blocks, epoch length 40
+    participants = [make_participant(a, **kw) for a, kw in POC_PARTICIPANTS.items()]
+    return Driver(make_chain(make_genesis(participants=participants, params=params)))
+
+
+def test_poc_phase_keeps_only_poc_slot_participants(poc_driver: Driver) -> None:
+    d = poc_driver
+    span = 6
+    for height in range(0, 48):
+        d.run_to(height)
+        in_poc = height < span or 40 <= height < 40 + span
+        table = d.chain.get_selection_table(MODEL)
+        if in_poc:
+            assert table.addresses == ("a",), height
+            assert d.chain.get_selection_table("other").addresses == ("c",), height
+        else:
+            assert table.addresses == ("a", "b", "d", "e"), height
+            assert d.chain.get_selection_table("other").addresses == ("c",), height
+
+
+def test_poc_phase_empty_pool(
+    make_chain: Callable[..., Chain],
+    make_genesis: Callable[..., GenesisState],
+    make_participant: Callable[..., Participant],
+    make_test_params: Callable[..., object],
+) -> None:
+    chain = make_chain(
+        make_genesis(
+            participants=[make_participant("b", timeslots=(True, False))],
+            params=make_test_params(poc=True),
+        )
+    )
+    with pytest.raises(
+        NoExecutorsError, match=r"pool for model 'm' is empty \(epoch 0, height 0\)"
+    ):
+        chain.get_random_executor(MODEL, "r")
+    Driver(chain).run_to(6)
+    assert chain.get_random_executor(MODEL, "r").address == "b"
+
+
+def test_poc_filter_follows_a_registration_update(poc_driver: Driver, tmp_path: object) -> None:
+    """A query answers from committed state only: a chain that has served queries before gives
+    the same table as a freshly opened chain over the same store."""
+    d = poc_driver
+    d.run_to(1)
+    assert d.chain.get_selection_table(MODEL).addresses == ("a",)
+    node = MLNodeInfo(node_id="b-node", timeslot_allocation=[True, True])
+    d.add(2, MsgSubmitNewParticipant(creator="b", weight=1000, models=[MODEL], ml_nodes=[node]))
+    d.run_to(2)
+    running = d.chain.get_selection_table(MODEL).addresses
+    backend_path = d.chain._store.backend.path  # type: ignore[attr-defined]
+    d.chain.close()
+    with Chain.open(backend_path) as fresh:
+        assert fresh.height == 2
+        assert fresh.get_selection_table(MODEL).addresses == ("a", "b")
+    assert running == ("a", "b")
