@@ -1,0 +1,770 @@
+"""As-recorded replay: the recorded traffic, block by block, through the chain.
+
+Every height from the trace's first to its last is a block. Block h carries, in this order:
+
+1. scheduled messages due at h (recorded params changes, governance, participant changes);
+2. the recorded outcomes at h of inferences that started before h: MsgFinishInference
+   (``executed_by``) for FINISHED (and VALIDATED / INVALIDATED / VOTING, which follow a finish),
+   MsgDeclineInference for DECLINED, ordered by (start height, id);
+3. the recorded starts at h (MsgStartInference with the recorded ``assigned_to``), by id; an
+   inference recorded with ``finished_before_start`` gets its finish just before its start;
+4. the recorded outcomes at h of inferences that also started at h.
+
+Expiries are never sent: the module expires what is still unfinished at start + expiration_blocks,
+exactly as the chain does. Heights without traffic are empty blocks, because the chain must see
+every height for expiries and policy wake-ups (an idle block costs ~0.15-0.3 ms, so a
+500,000-block trace spends about 1.5-3 minutes per policy on idle blocks alone).
+
+Memory does not grow with the trace: pending outcomes sit in a heap keyed by their height (at most
+the inferences in flight; ``max_pending`` reports its peak), the module-side status check keeps
+only unresolved inferences, and only one block's starts are buffered.
+
+The replay runs once per policy, all policies in lockstep over one read of the trace. Since the
+assignments are recorded, each policy only watches (``health_params.shadow = True``, in force
+through every params change too): after each block, the committed selection table's
+``shadow_excluded`` says whom the policy would keep out of requests starting at the next height.
+From it the report gives, per policy, the exclusion intervals per participant (start heights,
+inclusive) and how many recorded misses, successes and declines started while their executor
+would have been kept out.
+
+Checks against the recording (on the first policy's chain; the counts do not depend on the policy):
+
+* at each ``epoch_summary`` line, the chain's settled summaries of that epoch, participant by
+  participant, field by field (``COMPARED_FIELDS``; coins and validations are not modelled by
+  keepersim and are listed as such), plus the settlement height;
+* each inference's recorded status against what the module did (a recorded FINISHED that the
+  module expired, a recorded STARTED that the module expired inside the trace, ...).
+
+A failing block is never half-applied (the chain discards it). With ``strict`` a rejected
+transaction stops the run with the block height and the trace line of the record that produced
+it; the store stays at the last committed block. Otherwise rejections are listed in the report.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import re
+import time
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from google.protobuf.message import Message
+from tqdm import tqdm
+
+from keepersim.chain import BlockResult, Chain
+from keepersim.keeper.policies import PolicyFactory
+from keepersim.replay.common import (
+    Governance,
+    IntervalTracker,
+    Listed,
+    ParticipantTracker,
+    ReplayError,
+    Schedule,
+    StoreKind,
+    apply_policy,
+    build_genesis,
+    build_scheduled_msg,
+    check_policies,
+    format_app_hash,
+    get_table_exclusions,
+    open_chain,
+    open_trace,
+    schedule_governance,
+    schedule_record,
+)
+from keepersim.replay.trace import (
+    FINISHED_LIKE,
+    BadLines,
+    EpochSummaryRecord,
+    Header,
+    InferenceRecord,
+    ParamsRecord,
+    ParticipantsRecord,
+    TraceRecord,
+    get_status_name,
+)
+from keepersim.types.errors import BlockError
+from keepersim.types.events import (
+    EpochSettled,
+    HealthTransition,
+    InferenceDeclined,
+    InferenceExpired,
+    InferenceFinished,
+)
+from keepersim.types.pb.tx_pb2 import (
+    MsgDeclineInference,
+    MsgFinishInference,
+    MsgStartInference,
+)
+from keepersim.types.pb.types_pb2 import (
+    DECLINED,
+    EXPIRED,
+    STARTED,
+)
+
+__all__ = [
+    "COMPARED_FIELDS",
+    "NOT_MODELLED_FIELDS",
+    "PolicyShadow",
+    "ReplayReport",
+    "replay_as_recorded",
+]
+
+# Summary fields the module computes from the replayed traffic.
+COMPARED_FIELDS: Final = ("inference_count", "missed_requests", "declined_requests")
+# Summary fields keepersim does not model (coins, validation): never compared.
+NOT_MODELLED_FIELDS: Final = (
+    "earned_coins",
+    "rewarded_coins",
+    "burned_coins",
+    "validated_inferences",
+    "invalidated_inferences",
+    "claimed",
+)
+_MAX_MISMATCHES: Final = 10_000
+
+_FINISH = 0
+_DECLINE = 1
+# heap item: (height, start, inference_id, kind, executor, line)
+_Pending = tuple[int, int, str, int, str, int]
+
+
+def _status_class(status: int) -> str:
+    """Recorded statuses as the module can reproduce them (no validation in keepersim)."""
+    return "FINISHED" if status in FINISHED_LIKE else get_status_name(status)
+
+
+@dataclass(slots=True)
+class PolicyShadow:
+    """What one policy would have done with the recorded traffic (it only watched)."""
+
+    policy: str
+    intervals: IntervalTracker = field(default_factory=IntervalTracker)
+    transitions: Counter[str] = field(default_factory=Counter)
+    transitions_by_participant: dict[str, int] = field(default_factory=dict)
+    fallback_blocks: int = 0
+    panic_blocks: int = 0
+    inside: Counter[str] = field(default_factory=Counter)
+    inside_by_participant: dict[str, Counter[str]] = field(default_factory=dict)
+    app_hash: str = ""
+
+    def to_dict(self, recorded: Counter[str]) -> dict[str, Any]:
+        misses = self.inside["misses"]
+        successes = self.inside["successes"]
+        return {
+            "policy": self.policy,
+            "excluded_participants": len(self.intervals.closed),
+            "excluded_blocks": sum(self.intervals.blocks.values()),
+            "misses_inside": misses,
+            "successes_inside": successes,
+            "declines_inside": self.inside["declines"],
+            "unresolved_inside": self.inside["unresolved"],
+            "share_of_misses_inside": misses / recorded["misses"] if recorded["misses"] else 0.0,
+            "share_of_successes_inside": (
+                successes / recorded["successes"] if recorded["successes"] else 0.0
+            ),
+            "fallback_blocks": self.fallback_blocks,
+            "panic_blocks": self.panic_blocks,
+            "transitions": dict(sorted(self.transitions.items())),
+            "exclusions": {
+                address: {
+                    **entry,
+                    "misses_inside": self.inside_by_participant.get(address, Counter())["misses"],
+                    "successes_inside": self.inside_by_participant.get(address, Counter())[
+                        "successes"
+                    ],
+                    "transitions": self.transitions_by_participant.get(address, 0),
+                }
+                for address, entry in self.intervals.to_dict().items()
+            },
+            "app_hash": self.app_hash,
+        }
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """The result of an as-recorded replay (``to_dict()`` is the JSON report)."""
+
+    trace: str
+    header: Header
+    policies: list[str]
+    store: str
+    strict: bool
+    first_height: int = 0
+    last_height: int = 0
+    blocks: int = 0
+    txs: int = 0
+    recorded: Counter[str] = field(default_factory=Counter)
+    recorded_by_participant: dict[str, Counter[str]] = field(default_factory=dict)
+    summaries_checked: list[dict[str, Any]] = field(default_factory=list)
+    summary_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    summary_mismatch_count: int = 0
+    summaries_unchecked: list[dict[str, Any]] = field(default_factory=list)
+    settlement_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    status_mismatches: Listed = field(default_factory=Listed)
+    status_mismatch_kinds: Counter[str] = field(default_factory=Counter)
+    unresolved_at_end: Counter[str] = field(default_factory=Counter)
+    tx_failures: Listed = field(default_factory=Listed)
+    late_scheduled: Listed = field(default_factory=Listed)
+    bad_lines: BadLines = field(default_factory=BadLines)
+    shadows: list[PolicyShadow] = field(default_factory=list)
+    max_pending: int = 0
+    max_inflight: int = 0
+    beyond_trace: int = 0
+    elapsed_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """No summary mismatch, no status mismatch, no rejected transaction (skipped bad lines
+        are reported apart)."""
+        return not (
+            self.summary_mismatch_count or self.status_mismatches.count or self.tx_failures.count
+        )
+
+    def get_shadow(self, policy: str) -> PolicyShadow:
+        for shadow in self.shadows:
+            if shadow.policy == policy:
+                return shadow
+        raise KeyError(policy)
+
+    def to_dict(self) -> dict[str, Any]:
+        header = self.header
+        return {
+            "mode": "as-recorded",
+            "trace": self.trace,
+            "chain_id": header.chain_id,
+            "source": header.source,
+            "scenario": header.get_scenario_name(),
+            "seed": header.seed,
+            "recorded_policy": header.policy,
+            "policies": list(self.policies),
+            "store": self.store,
+            "strict": self.strict,
+            "first_height": self.first_height,
+            "last_height": self.last_height,
+            "blocks": self.blocks,
+            "txs": self.txs,
+            "ok": self.ok,
+            "recorded": {
+                "inferences": self.recorded["inferences"],
+                "misses": self.recorded["misses"],
+                "successes": self.recorded["successes"],
+                "declines": self.recorded["declines"],
+                "unresolved": self.recorded["unresolved"],
+                "miss_rate": (
+                    self.recorded["misses"] / (self.recorded["misses"] + self.recorded["successes"])
+                    if self.recorded["misses"] + self.recorded["successes"]
+                    else 0.0
+                ),
+                "by_participant": {
+                    a: dict(c) for a, c in sorted(self.recorded_by_participant.items())
+                },
+            },
+            "summaries": {
+                "compared_fields": list(COMPARED_FIELDS),
+                "not_modelled_fields": list(NOT_MODELLED_FIELDS),
+                "checked": self.summaries_checked,
+                "mismatch_count": self.summary_mismatch_count,
+                "mismatches": self.summary_mismatches,
+                "unchecked": self.summaries_unchecked,
+                "settlement_mismatches": self.settlement_mismatches,
+            },
+            "status": {
+                "mismatch_count": self.status_mismatches.count,
+                "mismatch_kinds": dict(sorted(self.status_mismatch_kinds.items())),
+                "mismatches": self.status_mismatches.items,
+                "unresolved_at_end": dict(sorted(self.unresolved_at_end.items())),
+            },
+            "tx_failures": self.tx_failures.to_dict(),
+            "late_scheduled": self.late_scheduled.to_dict(),
+            "bad_lines": self.bad_lines.to_dict(),
+            "policies_shadow": {s.policy: s.to_dict(self.recorded) for s in self.shadows},
+            "stats": {
+                "max_pending": self.max_pending,
+                "max_inflight": self.max_inflight,
+                "outcomes_beyond_trace": self.beyond_trace,
+                "elapsed_seconds": round(self.elapsed_seconds, 3),
+                "blocks_per_second": (
+                    round(self.blocks / self.elapsed_seconds, 1) if self.elapsed_seconds else None
+                ),
+            },
+        }
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One policy's chain."""
+
+    shadow: PolicyShadow
+    chain: Chain
+    excluded: frozenset[str] = frozenset()
+
+
+_TX_INDEX = re.compile(r"block \d+, tx (\d+) ")
+
+
+class _AsRecordedRun:
+    def __init__(
+        self,
+        report: ReplayReport,
+        lanes: list[_Lane],
+        schedule: Schedule,
+        tracker: ParticipantTracker,
+        *,
+        strict: bool,
+        progress: Any,
+    ) -> None:
+        self.report = report
+        self.lanes = lanes
+        self.schedule = schedule
+        self.tracker = tracker
+        self.strict = strict
+        self.progress = progress
+        self.committed = report.first_height - 1
+        self.gather_height: int | None = None
+        self.gather: list[InferenceRecord] = []
+        self.pending: list[_Pending] = []
+        # Unresolved on the reference chain: id -> (recorded status, line, start, end)
+        self.inflight: dict[str, tuple[int, int, int, int]] = {}
+        self.deferred: deque[EpochSummaryRecord] = deque()
+        self.settled_at: dict[int, int] = {}
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def process(self, record: TraceRecord) -> None:
+        if isinstance(record, InferenceRecord):
+            self.process_inference(record)
+        elif isinstance(record, EpochSummaryRecord):
+            self.deferred.append(record)
+            self.check_summaries()
+        elif isinstance(record, ParamsRecord | ParticipantsRecord):
+            schedule_record(self.schedule, record, self.tracker, self.committed)
+
+    def process_inference(self, record: InferenceRecord) -> None:
+        start = record.start_height
+        if self.gather_height is not None and start > self.gather_height:
+            # Deliver the gathered block and the empty ones up to this start: pending outcomes
+            # are then all of inferences in flight at ``start``.
+            self.flush_through(start - 1)
+        self.gather_height = start
+        self.gather.append(record)
+        inference = record.inference
+        status = inference.status
+        kind = -1
+        if status in FINISHED_LIKE and not inference.finished_before_start:
+            kind = _FINISH
+        elif status == DECLINED:
+            kind = _DECLINE
+        if kind >= 0:
+            heapq.heappush(
+                self.pending,
+                (
+                    inference.end_block_height,
+                    start,
+                    inference.inference_id,
+                    kind,
+                    inference.executed_by,
+                    record.line,
+                ),
+            )
+            self.report.max_pending = max(self.report.max_pending, len(self.pending))
+        self.count_recorded(record)
+
+    def count_recorded(self, record: InferenceRecord) -> None:
+        status = record.status
+        key = (
+            "successes"
+            if status in FINISHED_LIKE
+            else "misses"
+            if status == EXPIRED
+            else "declines"
+            if status == DECLINED
+            else "unresolved"
+        )
+        self.report.recorded["inferences"] += 1
+        self.report.recorded[key] += 1
+        per = self.report.recorded_by_participant.setdefault(
+            record.inference.assigned_to, Counter()
+        )
+        per["inferences"] += 1
+        per[key] += 1
+
+    # -- blocks -------------------------------------------------------------------------------
+
+    def flush_through(self, target: int) -> None:
+        while self.committed < target:
+            height = self.committed + 1
+            starts = self.gather if height == self.gather_height else []
+            self.deliver(height, starts)
+            if starts:
+                self.gather = []
+
+    def build_block(
+        self, height: int, starts: list[InferenceRecord]
+    ) -> tuple[list[Any], list[tuple[str, int, str]]]:
+        """Block items (a Message, or a Scheduled params change) with (kind, line, id) each."""
+        items: list[Any] = []
+        meta: list[tuple[str, int, str]] = []
+        for scheduled in self.schedule.pop_due(height):
+            items.append(scheduled)
+            meta.append((scheduled.kind, scheduled.line, ""))
+        same_block: list[_Pending] = []
+        while self.pending and self.pending[0][0] == height:
+            item = heapq.heappop(self.pending)
+            if item[1] == height:
+                same_block.append(item)
+            else:
+                self.add_outcome(items, meta, item)
+        for record in starts:
+            inference = record.inference
+            if inference.finished_before_start and inference.status in FINISHED_LIKE:
+                items.append(
+                    MsgFinishInference(
+                        inference_id=inference.inference_id,
+                        executed_by=inference.executed_by,
+                        model=inference.model,
+                        requested_by=inference.requested_by,
+                        completion_token_count=inference.completion_token_count,
+                    )
+                )
+                meta.append(("finish", record.line, inference.inference_id))
+            items.append(
+                MsgStartInference(
+                    creator=inference.requested_by,
+                    inference_id=inference.inference_id,
+                    model=inference.model,
+                    requested_by=inference.requested_by,
+                    assigned_to=inference.assigned_to,
+                    prompt_token_count=inference.prompt_token_count,
+                    max_tokens=inference.max_tokens,
+                )
+            )
+            meta.append(("start", record.line, inference.inference_id))
+        for item in same_block:
+            self.add_outcome(items, meta, item)
+        return items, meta
+
+    @staticmethod
+    def add_outcome(items: list[Any], meta: list[tuple[str, int, str]], item: _Pending) -> None:
+        _, _, inference_id, kind, executor, line = item
+        if kind == _FINISH:
+            items.append(MsgFinishInference(inference_id=inference_id, executed_by=executor))
+            meta.append(("finish", line, inference_id))
+        else:
+            items.append(MsgDeclineInference(inference_id=inference_id, reason="recorded"))
+            meta.append(("decline", line, inference_id))
+
+    def deliver(self, height: int, starts: list[InferenceRecord]) -> None:
+        for lane in self.lanes:
+            self.count_inside(lane, starts)
+        items, meta = self.build_block(height, starts)
+        for record in starts:
+            inference = record.inference
+            self.inflight[inference.inference_id] = (
+                inference.status,
+                record.line,
+                inference.start_block_height,
+                inference.end_block_height,
+            )
+        self.report.max_inflight = max(self.report.max_inflight, len(self.inflight))
+        for i, lane in enumerate(self.lanes):
+            msgs: list[Message] = [
+                build_scheduled_msg(x, lane.chain, lane.shadow.policy, True)
+                if not isinstance(x, Message)
+                else x
+                for x in items
+            ]
+            result = self.deliver_lane(lane, height, msgs, meta)
+            if i == 0:
+                self.process_reference(result, meta)
+            self.process_shadow(lane, result)
+        self.committed = height
+        self.report.blocks += 1
+        self.report.txs += len(items)
+        self.check_summaries()
+        self.progress.update(1)
+
+    def deliver_lane(
+        self, lane: _Lane, height: int, msgs: list[Message], meta: list[tuple[str, int, str]]
+    ) -> BlockResult:
+        try:
+            return lane.chain.deliver_block(msgs, height=height, strict=self.strict)
+        except BlockError as exc:
+            found = _TX_INDEX.search(str(exc))
+            cause = exc.__cause__ or exc
+            if found is not None:
+                kind, line, inference_id = meta[int(found.group(1))]
+                where = f"{self.report.trace}:{line}" if line else self.report.trace
+                what = f"{kind} {inference_id!r}" if inference_id else kind
+            else:
+                where, what = self.report.trace, "a transaction"
+            raise ReplayError(
+                f"{where}: block {height}: {what} rejected ({lane.shadow.policy} replay): "
+                f"{cause}; the store stays at height {height - 1}"
+            ) from exc
+
+    def process_reference(self, result: BlockResult, meta: list[tuple[str, int, str]]) -> None:
+        for tx in result.get_failed():
+            kind, line, inference_id = meta[tx.index]
+            self.report.tx_failures.add(
+                {
+                    "height": result.height,
+                    "line": line,
+                    "kind": kind,
+                    "inference_id": inference_id,
+                    "error": tx.error,
+                }
+            )
+            if kind == "start":
+                self.inflight.pop(inference_id, None)
+        for event in result.events:
+            if isinstance(event, InferenceFinished):
+                self.resolve(event.inference_id, "FINISHED", event.height)
+            elif isinstance(event, InferenceExpired):
+                self.resolve(event.inference_id, "EXPIRED", event.height)
+            elif isinstance(event, InferenceDeclined):
+                self.resolve(event.inference_id, "DECLINED", event.height)
+            elif isinstance(event, EpochSettled):
+                self.settled_at[event.settled_epoch] = event.height
+
+    def resolve(self, inference_id: str, module_status: str, height: int) -> None:
+        entry = self.inflight.pop(inference_id, None)
+        if entry is None:
+            return
+        status, line, start, end = entry
+        recorded = _status_class(status)
+        if recorded == module_status:
+            return
+        kind = f"{recorded}->{module_status}"
+        self.report.status_mismatch_kinds[kind] += 1
+        self.report.status_mismatches.add(
+            {
+                "inference_id": inference_id,
+                "line": line,
+                "start_height": start,
+                "recorded": get_status_name(status),
+                "recorded_end_height": end,
+                "module": module_status,
+                "module_height": height,
+            }
+        )
+
+    def process_shadow(self, lane: _Lane, result: BlockResult) -> None:
+        shadow = lane.shadow
+        for event in result.events:
+            if isinstance(event, HealthTransition):
+                shadow.transitions[f"{event.from_state}->{event.to_state}"] += 1
+                shadow.transitions_by_participant[event.address] = (
+                    shadow.transitions_by_participant.get(event.address, 0) + 1
+                )
+        excluded, fallback, panic = get_table_exclusions(lane.chain, shadow=True)
+        shadow.fallback_blocks += fallback
+        shadow.panic_blocks += panic
+        lane.excluded = excluded
+        if result.height < self.report.last_height:
+            shadow.intervals.observe(result.height + 1, excluded)
+
+    def count_inside(self, lane: _Lane, starts: list[InferenceRecord]) -> None:
+        if not lane.excluded:
+            return
+        for record in starts:
+            address = record.inference.assigned_to
+            if address not in lane.excluded:
+                continue
+            status = record.status
+            key = (
+                "successes"
+                if status in FINISHED_LIKE
+                else "misses"
+                if status == EXPIRED
+                else "declines"
+                if status == DECLINED
+                else "unresolved"
+            )
+            lane.shadow.inside[key] += 1
+            lane.shadow.inside_by_participant.setdefault(address, Counter())[key] += 1
+
+    # -- checks -------------------------------------------------------------------------------
+
+    def check_summaries(self) -> None:
+        while self.deferred and self.deferred[0].height <= self.committed:
+            self.compare_summaries(self.deferred.popleft())
+
+    def compare_summaries(self, record: EpochSummaryRecord) -> None:
+        report = self.report
+        epoch = record.epoch_index
+        with self.lanes[0].chain.read() as keeper:
+            computed = {s.participant_id: s for s in keeper.get_summaries_for_epoch(epoch)}
+        exported = {s.participant_id: s for s in record.summaries}
+        settled = self.settled_at.get(epoch)
+        if settled != record.height:
+            report.settlement_mismatches.append(
+                {
+                    "epoch": epoch,
+                    "line": record.line,
+                    "exported_height": record.height,
+                    "computed_height": settled,
+                }
+            )
+        mismatches = 0
+        for participant in sorted(set(exported) | set(computed)):
+            e = exported.get(participant)
+            c = computed.get(participant)
+            if e is None or c is None:
+                self.add_mismatch(
+                    epoch,
+                    participant,
+                    "(summary)",
+                    "present" if e is not None else "missing",
+                    "present" if c is not None else "missing",
+                    record.line,
+                )
+                mismatches += 1
+                continue
+            for name in COMPARED_FIELDS:
+                ev, cv = getattr(e, name), getattr(c, name)
+                if ev != cv:
+                    self.add_mismatch(epoch, participant, name, ev, cv, record.line)
+                    mismatches += 1
+        report.summaries_checked.append(
+            {
+                "epoch": epoch,
+                "line": record.line,
+                "height": record.height,
+                "participants": len(exported),
+                "mismatches": mismatches,
+            }
+        )
+
+    def add_mismatch(
+        self, epoch: int, participant: str, name: str, exported: Any, computed: Any, line: int
+    ) -> None:
+        self.report.summary_mismatch_count += 1
+        if len(self.report.summary_mismatches) < _MAX_MISMATCHES:
+            self.report.summary_mismatches.append(
+                {
+                    "epoch": epoch,
+                    "participant": participant,
+                    "field": name,
+                    "exported": exported,
+                    "computed": computed,
+                    "line": line,
+                }
+            )
+
+    def finish(self) -> None:
+        last = self.report.last_height
+        if self.gather_height is not None:
+            self.flush_through(self.gather_height)
+        self.flush_through(last)
+        self.report.beyond_trace = len(self.pending)
+        for record in self.deferred:
+            self.report.summaries_unchecked.append(
+                {"epoch": record.epoch_index, "line": record.line, "height": record.height}
+            )
+        expiration = self.lanes[0].chain.get_params().expiration_blocks
+        for inference_id, (status, line, start, end) in sorted(self.inflight.items()):
+            recorded = _status_class(status)
+            resolves_at = end if recorded in ("FINISHED", "DECLINED") else start + expiration
+            if status == STARTED or resolves_at > last:
+                self.report.unresolved_at_end[recorded] += 1
+                continue
+            self.report.status_mismatch_kinds[f"{recorded}->STARTED"] += 1
+            self.report.status_mismatches.add(
+                {
+                    "inference_id": inference_id,
+                    "line": line,
+                    "start_height": start,
+                    "recorded": get_status_name(status),
+                    "recorded_end_height": end,
+                    "module": "STARTED",
+                    "module_height": last,
+                }
+            )
+        for lane in self.lanes:
+            lane.shadow.intervals.finish(last)
+            lane.shadow.app_hash = format_app_hash(lane.chain.app_hash)
+
+
+def replay_as_recorded(
+    trace_path: str | os.PathLike[str],
+    *,
+    policies: Sequence[str] = ("gonka",),
+    store: StoreKind = "memory",
+    store_dir: str | os.PathLike[str] | None = None,
+    governance: Governance | None = None,
+    skip_bad: bool = False,
+    progress: bool = False,
+    strict: bool = False,
+    extra_policies: dict[str, PolicyFactory] | None = None,
+    max_listed: int = 50,
+) -> ReplayReport:
+    """Replay a trace's recorded traffic once per policy (in lockstep); see the module doc.
+
+    ``store``: "memory", or "leveldb" with one fresh folder per policy under ``store_dir``.
+    ``governance``: (height, Params) sent as MsgUpdateParams from the authority in block height
+    (policy and shadow are kept as the replay sets them). Raises :class:`ReplayError` (strict
+    rejections, setup) and :class:`~keepersim.replay.trace.TraceError` (bad lines without
+    ``skip_bad``).
+    """
+    policies = list(policies)
+    check_policies(policies, extra_policies)
+    started = time.perf_counter()
+    bad = BadLines(max_listed=max_listed)
+    prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad)
+    header = prologue.header
+    report = ReplayReport(
+        trace=os.fspath(trace_path),
+        header=header,
+        policies=policies,
+        store=store,
+        strict=strict,
+        first_height=header.first_height,
+        last_height=header.last_height,
+        bad_lines=bad,
+        status_mismatches=Listed(max_listed),
+        tx_failures=Listed(max_listed),
+    )
+    lanes: list[_Lane] = []
+    try:
+        for policy in policies:
+            genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, True))
+            chain = open_chain(
+                genesis,
+                store=store,
+                store_dir=store_dir,
+                name=policy,
+                extra_policies=extra_policies,
+            )
+            lane = _Lane(PolicyShadow(policy), chain)
+            lanes.append(lane)
+            excluded, _, _ = get_table_exclusions(chain, shadow=True)
+            lane.excluded = excluded
+            lane.shadow.intervals.observe(header.first_height, excluded)
+        schedule = Schedule()
+        schedule.late = Listed(max_listed)
+        tracker = ParticipantTracker(prologue.participants.participants)
+        committed = header.first_height - 1
+        schedule_governance(schedule, governance, committed)
+        with tqdm(
+            total=header.last_height - header.first_height + 1,
+            disable=not progress,
+            unit="block",
+            desc="replay",
+        ) as bar:
+            run = _AsRecordedRun(report, lanes, schedule, tracker, strict=strict, progress=bar)
+            for record in prologue.extra:
+                run.process(record)
+            for record in records:
+                run.process(record)
+            run.finish()
+        report.late_scheduled = schedule.late
+        report.shadows = [lane.shadow for lane in lanes]
+    finally:
+        for lane in lanes:
+            lane.chain.close()
+    report.elapsed_seconds = time.perf_counter() - started
+    return report

@@ -1,0 +1,358 @@
+"""``keepersim replay``: replay a trace as recorded (policies watching) or what-if (a policy
+choosing), write report.json (and exclusions.png) to --out, print a short table.
+
+Wire it into the main CLI with ``add_replay_command(subparsers)`` (the ``keepersim.cli``
+registry convention: it sets ``handler=run_replay_command``, which returns the exit status:
+0 done, 1 the as-recorded replay found mismatches or rejected transactions, 2 bad input - a
+malformed trace line, a bad governance file, an unknown policy - printed as one
+``keepersim: error: ...`` line). Heavy modules are imported inside the handler, so registering
+the command costs nothing. Standalone: ``python -m keepersim.replay.cli replay TRACE ...``.
+
+The governance file is the simulator's format (``keepersim.sim.driver.parse_governance``), each
+entry resolved against the trace's first params.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from keepersim.replay.as_recorded import ReplayReport
+    from keepersim.replay.estimator import BetaPrior
+    from keepersim.types.pb.params_pb2 import Params
+
+__all__ = ["add_replay_command", "main", "run_replay_command"]
+
+_MAX_PLOTTED = 40
+
+
+def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``replay`` on an ``argparse`` subparsers object; returns the subparser."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "replay",
+        help="replay a trace: as recorded (policies watch) or what-if (a policy chooses)",
+        description=(
+            "Replay a keepersim trace (docs/trace-format.md). as-recorded: the recorded "
+            "assignments and outcomes go through the chain once per policy, each policy in "
+            "shadow mode; the chain's epoch summaries and statuses are checked against the "
+            "recording, and each policy's would-be exclusions are reported. what-if: the "
+            "recorded requests are replayed with each policy choosing executors and outcomes "
+            "drawn from per-participant estimates (paired across policies by --seed)."
+        ),
+    )
+    parser.add_argument("trace", help="trace file (JSON lines)")
+    parser.add_argument(
+        "--mode", choices=("as-recorded", "what-if"), default="as-recorded", help="replay mode"
+    )
+    parser.add_argument(
+        "--policies", default="gonka", help="comma-separated policy names (default: gonka)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="what-if seed (default: the trace's seed, or 0)"
+    )
+    parser.add_argument(
+        "--store", choices=("leveldb", "memory"), default="memory", help="chain store"
+    )
+    parser.add_argument(
+        "--store-dir",
+        default=None,
+        help="folder for leveldb stores, one per policy (default: OUT/stores)",
+    )
+    parser.add_argument(
+        "--skip-bad", action="store_true", help="skip malformed lines (listed in the report)"
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="as-recorded: stop at the first rejected transaction",
+    )
+    parser.add_argument(
+        "--governance", default=None, help="JSON schedule of params changes by height"
+    )
+    parser.add_argument("--out", default=None, help="folder for report.json and exclusions.png")
+    parser.add_argument(
+        "--window-blocks", type=int, default=1000, help="what-if estimator window (blocks)"
+    )
+    parser.add_argument(
+        "--prior", default="1,30", help="what-if Beta prior a,b of miss probabilities"
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal)",
+    )
+    parser.set_defaults(handler=run_replay_command)
+    return parser
+
+
+def _parse_policies(text: str) -> list[str]:
+    from keepersim.replay.common import ReplayError
+
+    policies = [p.strip() for p in text.split(",") if p.strip()]
+    if not policies:
+        raise ReplayError("--policies names no policy")
+    return policies
+
+
+def _parse_prior(text: str) -> BetaPrior:
+    from keepersim.replay.common import ReplayError
+    from keepersim.replay.estimator import BetaPrior
+
+    try:
+        a, b = (float(x) for x in text.split(","))
+        return BetaPrior(a, b)
+    except ValueError as exc:
+        raise ReplayError(f"--prior: expected 'a,b' with a, b > 0, got {text!r} ({exc})") from None
+
+
+def _read_base_params(trace: str, skip_bad: bool) -> Params:
+    from keepersim.replay.common import open_trace
+    from keepersim.replay.trace import BadLines
+
+    prologue, records = open_trace(trace, skip_bad=skip_bad, bad_lines=BadLines())
+    close = getattr(records, "close", None)
+    if close is not None:
+        close()
+    return prologue.params.params
+
+
+def load_governance_file(path: str, base: Params) -> list[tuple[int, Params]]:
+    """A governance schedule file in the simulator's format, resolved against ``base``."""
+    from keepersim.replay.common import ReplayError
+    from keepersim.sim.driver import parse_governance
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ReplayError(f"cannot read governance file {path!r}: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ReplayError(
+            f"governance file {path!r}: invalid JSON at line {exc.lineno}, column {exc.colno}: "
+            f"{exc.msg}"
+        ) from exc
+    return parse_governance(data, base, source=path)
+
+
+def run_replay_command(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
+    from keepersim.replay.common import ReplayError
+    from keepersim.replay.trace import TraceError
+    from keepersim.types.errors import KeepersimError
+
+    out = stdout or sys.stdout
+    try:
+        return _run(args, out)
+    except (TraceError, ReplayError, KeepersimError, OSError) as exc:
+        print(f"keepersim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    from keepersim.replay.as_recorded import replay_as_recorded
+    from keepersim.replay.common import ReplayError
+    from keepersim.replay.estimator import estimate_trace
+    from keepersim.replay.what_if import replay_what_if
+
+    policies = _parse_policies(args.policies)
+    out_dir = Path(args.out) if args.out else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    store_dir = args.store_dir or (str(out_dir / "stores") if out_dir else None)
+    if args.store == "leveldb" and store_dir is None:
+        raise ReplayError("--store leveldb needs --store-dir or --out")
+    governance = None
+    if args.governance:
+        governance = load_governance_file(
+            args.governance, _read_base_params(args.trace, args.skip_bad)
+        )
+    progress = sys.stderr.isatty() if args.progress is None else bool(args.progress)
+    if args.mode == "as-recorded":
+        report = replay_as_recorded(
+            args.trace,
+            policies=policies,
+            store=args.store,
+            store_dir=store_dir,
+            governance=governance,
+            skip_bad=args.skip_bad,
+            progress=progress,
+            strict=args.strict,
+        )
+        data = report.to_dict()
+        print_as_recorded(report, out)
+        if out_dir is not None:
+            _write_json(out_dir / "report.json", data)
+            plot_exclusions(
+                {s.policy: s.intervals.to_dict() for s in report.shadows},
+                out_dir / "exclusions.png",
+                title=f"{os.path.basename(args.trace)}: would-be exclusions (start heights)",
+                heights=(report.first_height, report.last_height),
+            )
+        return 0 if report.ok else 1
+    prior = _parse_prior(args.prior)
+    header, estimator = estimate_trace(
+        args.trace, window_blocks=args.window_blocks, prior=prior, skip_bad=args.skip_bad
+    )
+    seed = args.seed if args.seed is not None else (header.seed or 0)
+    runs = {
+        policy: replay_what_if(
+            args.trace,
+            policy,
+            seed=seed,
+            window_blocks=args.window_blocks,
+            prior=prior,
+            store=args.store,
+            store_dir=store_dir,
+            governance=governance,
+            skip_bad=args.skip_bad,
+            progress=progress,
+            estimator=estimator,
+        )
+        for policy in policies
+    }
+    estimate = next(iter(runs.values()))["estimator"]
+    for run in runs.values():
+        run.pop("estimator")
+    data = {
+        "mode": "what-if",
+        "trace": args.trace,
+        "seed": seed,
+        "estimator": estimate,
+        "runs": runs,
+    }
+    print_what_if(runs, out)
+    if out_dir is not None:
+        _write_json(out_dir / "report.json", data)
+        plot_exclusions(
+            {p: r["exclusions"] for p, r in runs.items()},
+            out_dir / "exclusions.png",
+            title=f"{os.path.basename(args.trace)}: what-if exclusions (seed {seed})",
+            heights=(header.first_height, header.last_height),
+        )
+    return 0
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{part} ({100 * part / whole:.1f}%)" if whole else str(part)
+
+
+def print_as_recorded(report: ReplayReport, out: TextIO) -> None:
+    r = report.recorded
+    print(
+        f"trace {report.trace}: heights {report.first_height}..{report.last_height} "
+        f"({report.blocks} blocks), {r['inferences']} inferences recorded: "
+        f"{r['misses']} misses, {r['successes']} successes, {r['declines']} declines",
+        file=out,
+    )
+    print(
+        f"checks: {len(report.summaries_checked)} epoch summaries, "
+        f"{report.summary_mismatch_count} summary mismatches, "
+        f"{report.status_mismatches.count} status mismatches, "
+        f"{report.tx_failures.count} rejected txs, {report.bad_lines.count} bad lines skipped",
+        file=out,
+    )
+    for m in report.summary_mismatches[:10]:
+        print(
+            f"  epoch {m['epoch']} {m['participant']} {m['field']}: "
+            f"exported {m['exported']} computed {m['computed']} (line {m['line']})",
+            file=out,
+        )
+    rows = [("policy", "kept out", "blocks", "misses inside", "successes inside", "fallback")]
+    for s in report.shadows:
+        d = s.to_dict(r)
+        rows.append(
+            (
+                s.policy,
+                str(d["excluded_participants"]),
+                str(d["excluded_blocks"]),
+                _pct(d["misses_inside"], r["misses"]),
+                _pct(d["successes_inside"], r["successes"]),
+                str(d["fallback_blocks"]),
+            )
+        )
+    _print_table(rows, out)
+
+
+def print_what_if(runs: dict[str, dict[str, Any]], out: TextIO) -> None:
+    first = next(iter(runs.values()))
+    rec = first["recorded"]
+    print(
+        f"trace {first['trace']}: {rec['inferences']} requests replayed, seed {first['seed']}; "
+        f"recorded miss rate {rec['miss_rate']:.4f}",
+        file=out,
+    )
+    rows = [("policy", "inferences", "misses", "miss_rate", "fallback", "false_excl_share")]
+    for policy, run in runs.items():
+        rows.append(
+            (
+                policy,
+                str(run["inferences"]),
+                str(run["misses"]),
+                f"{run['miss_rate']:.4f}",
+                str(run["fallback_selections"]),
+                f"{run['false_exclusion_weight_share']:.4f}",
+            )
+        )
+    _print_table(rows, out)
+
+
+def _print_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)), file=out)
+
+
+def plot_exclusions(
+    exclusions: dict[str, dict[str, Any]],
+    path: Path,
+    *,
+    title: str,
+    heights: tuple[int, int],
+) -> None:
+    """One panel per policy: each participant's exclusion intervals (the most excluded first)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(len(exclusions), 1)
+    fig, axes = plt.subplots(n, 1, figsize=(10, 1.2 + 2.2 * n), squeeze=False)
+    for ax, (policy, by_participant) in zip(axes[:, 0], exclusions.items(), strict=False):
+        ranked = sorted(by_participant.items(), key=lambda kv: (-kv[1]["blocks"], kv[0]))
+        shown = ranked[:_MAX_PLOTTED]
+        for row, (_, entry) in enumerate(shown):
+            spans = [(a, b - a + 1) for a, b in entry["intervals"]]
+            ax.broken_barh(spans, (row - 0.4, 0.8), color="tab:red")
+        ax.set_yticks(range(len(shown)))
+        ax.set_yticklabels([address for address, _ in shown], fontsize=6)
+        ax.set_xlim(heights[0], heights[1] + 1)
+        ax.set_ylim(-1, max(len(shown), 1))
+        extra = f" (top {_MAX_PLOTTED} of {len(ranked)})" if len(ranked) > _MAX_PLOTTED else ""
+        ax.set_title(f"{policy}: {len(ranked)} participants kept out{extra}", fontsize=9)
+        ax.set_xlabel("start height")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="keepersim")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_replay_command(subparsers)
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,383 @@
+"""What both replay modes share: the genesis from a trace's first lines, chains per policy,
+scheduled messages (recorded params changes, governance, participant changes) and block tables.
+
+Heights: the chain's genesis is at ``first_height - 1``; the first replayed block is
+``first_height``. A recorded ``params`` line at height h says "in force from h": it is sent as
+MsgUpdateParams in block h - 1 (the module applies accepted params from the next block). A
+governance entry at height h is sent in block h (in force from h + 1), as a governance
+transaction included at h would be. A ``participants`` line at height h (an epoch's first height,
+where keepersim forms the new group in the end block) sends MsgSubmitNewParticipant in block h for
+every participant whose weight, models, ML nodes or URL changed, and weight 0 for one that left.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from google.protobuf.message import Message
+
+from keepersim.chain import Chain
+from keepersim.keeper.keeper import Keeper
+from keepersim.keeper.policies import PolicyFactory, get_policy
+from keepersim.keeper.selection import get_candidates
+from keepersim.module.epoch import process_new_epoch_group
+from keepersim.module.genesis import export_genesis, init_genesis
+from keepersim.replay.trace import (
+    BadLines,
+    Header,
+    ParamsRecord,
+    ParticipantsRecord,
+    TraceRecord,
+    iterate_trace,
+)
+from keepersim.store.committed import CommitStore
+from keepersim.store.memory import MemoryBackend
+from keepersim.types.errors import KeepersimError
+from keepersim.types.pb.genesis_pb2 import GenesisState
+from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.tx_pb2 import MsgSubmitNewParticipant, MsgUpdateParams
+from keepersim.types.pb.types_pb2 import ACTIVE, INACTIVE, CurrentEpochStats, Participant
+
+StoreKind = Literal["leveldb", "memory"]
+Governance = Sequence[tuple[int, Params]]
+DEFAULT_MAX_LISTED: Final = 50
+
+
+class ReplayError(Exception):
+    """The replay cannot go on (a rejected transaction in strict mode, a bad setup)."""
+
+
+@dataclass(slots=True)
+class Listed:
+    """A count and the first ``max_listed`` items (keeps reports bounded)."""
+
+    max_listed: int = DEFAULT_MAX_LISTED
+    count: int = 0
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, item: dict[str, Any]) -> None:
+        self.count += 1
+        if len(self.items) < self.max_listed:
+            self.items.append(item)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "listed": list(self.items)}
+
+
+@dataclass(frozen=True, slots=True)
+class Prologue:
+    """The lines a replay needs before its first block."""
+
+    header: Header
+    params: ParamsRecord
+    participants: ParticipantsRecord
+    # params / participants lines read along the way (applied as scheduled changes)
+    extra: tuple[TraceRecord, ...]
+
+
+def read_prologue(records: Iterator[TraceRecord]) -> Prologue:
+    """Consume the header and records up to the first params and participants lines.
+
+    The reader guarantees both come before any inference / epoch_summary line, so only params and
+    participants lines can be consumed here.
+    """
+    header = next(records)
+    assert isinstance(header, Header)
+    params: ParamsRecord | None = None
+    participants: ParticipantsRecord | None = None
+    extra: list[TraceRecord] = []
+    while params is None or participants is None:
+        record = next(records)
+        if isinstance(record, ParamsRecord) and params is None:
+            params = record
+        elif isinstance(record, ParticipantsRecord) and participants is None:
+            participants = record
+        else:
+            extra.append(record)
+    return Prologue(header, params, participants, tuple(extra))
+
+
+def open_trace(
+    path: str | os.PathLike[str], *, skip_bad: bool, bad_lines: BadLines
+) -> tuple[Prologue, Iterator[TraceRecord]]:
+    records = iterate_trace(path, skip_bad=skip_bad, bad_lines=bad_lines)
+    try:
+        prologue = read_prologue(records)
+    except StopIteration:
+        raise ReplayError(
+            f"{os.fspath(path)}: the trace ends before its first params and participants lines"
+        ) from None
+    return prologue, records
+
+
+def apply_policy(params: Params, policy: str, shadow: bool) -> Params:
+    """A copy of ``params`` with the replay's policy (and shadow flag) in force."""
+    out = Params()
+    out.CopyFrom(params)
+    out.health_params.policy = policy
+    out.health_params.shadow = shadow
+    return out
+
+
+def check_policies(policies: Sequence[str], extra: dict[str, PolicyFactory] | None) -> None:
+    if not policies:
+        raise ReplayError("no policy to replay")
+    if len(set(policies)) != len(policies):
+        raise ReplayError(f"a policy is listed twice: {list(policies)}")
+    for name in policies:
+        try:
+            get_policy(name, extra)
+        except KeyError as exc:
+            raise ReplayError(str(exc.args[0])) from None
+
+
+def get_genesis_participant(recorded: Participant) -> Participant:
+    """A recorded participant as it stands at its epoch's start: stats zero, not deactivated."""
+    p = Participant()
+    p.CopyFrom(recorded)
+    if not p.index:
+        p.index = p.address
+    p.current_epoch_stats.CopyFrom(CurrentEpochStats())
+    if p.status in (0, INACTIVE):
+        p.status = ACTIVE
+    return p
+
+
+def build_genesis(prologue: Prologue, params: Params) -> GenesisState:
+    """Genesis at ``first_height - 1`` with the recorded participants in the recorded epoch.
+
+    When the first participants line is for epoch e > 0 (an export that starts mid-chain), the
+    epoch and its groups are formed for e at the genesis height, as the module would form them
+    (with no summaries before the trace, every reputation starts from scratch).
+    """
+    header = prologue.header
+    height = header.first_height - 1
+    genesis = GenesisState(params=params, chain_id=header.chain_id, height=height)
+    genesis.participants.extend(
+        get_genesis_participant(p) for p in prologue.participants.participants
+    )
+    epoch_index = prologue.participants.epoch_index
+    if epoch_index == 0:
+        return genesis
+    scratch = CommitStore(MemoryBackend())
+    buffer = scratch.begin()
+    keeper = Keeper(buffer)
+    init_genesis(keeper, genesis)
+    process_new_epoch_group(keeper, epoch_index, height)
+    exported = export_genesis(keeper, height)
+    buffer.discard()
+    out = GenesisState(params=params, chain_id=header.chain_id, height=height)
+    out.participants.extend(exported.participants)
+    out.epochs.extend(e for e in exported.epochs if e.index == epoch_index)
+    out.epoch_groups.extend(g for g in exported.epoch_groups if g.epoch_index == epoch_index)
+    out.effective_epoch_index = epoch_index
+    return out
+
+
+def open_chain(
+    genesis: GenesisState,
+    *,
+    store: StoreKind,
+    store_dir: str | os.PathLike[str] | None,
+    name: str,
+    extra_policies: dict[str, PolicyFactory] | None = None,
+) -> Chain:
+    """A fresh chain for one replay: in memory, or LevelDB under ``store_dir/name`` (which must
+    not hold a chain yet)."""
+    if store == "memory":
+        return Chain.open(memory=True, genesis=genesis, extra_policies=extra_policies)
+    if store != "leveldb":
+        raise ReplayError(f"unknown store {store!r}: expected 'leveldb' or 'memory'")
+    if store_dir is None:
+        raise ReplayError("a leveldb replay needs store_dir")
+    folder = Path(store_dir) / name
+    if folder.exists() and any(folder.iterdir()):
+        raise ReplayError(f"{folder} is not empty: a replay needs a fresh store")
+    try:
+        return Chain.open(folder, genesis=genesis, extra_policies=extra_policies)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+@dataclass(order=True, frozen=True, slots=True)
+class Scheduled:
+    height: int
+    seq: int
+    kind: str = field(compare=False)
+    line: int = field(compare=False)  # trace line (0 for governance entries)
+    msg: Message = field(compare=False)
+
+
+class Schedule:
+    """Messages due at given heights (params changes, governance, participant updates).
+
+    Bounded by the number of scheduled changes, never by the trace length. Parameter changes are
+    kept as Params and become MsgUpdateParams when their block is built, so the authority in force
+    at that time signs them and each chain gets its own policy override.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[Scheduled] = []
+        self._seq = 0
+        self.late: Listed = Listed()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, height: int, kind: str, line: int, msg: Message, committed: int) -> None:
+        if height <= committed:
+            self.late.add(
+                {"kind": kind, "line": line, "height": height, "applied_at": committed + 1}
+            )
+            height = committed + 1
+        self._seq += 1
+        heapq.heappush(self._heap, Scheduled(height, self._seq, kind, line, msg))
+
+    def pop_due(self, height: int) -> list[Scheduled]:
+        out = []
+        while self._heap and self._heap[0].height <= height:
+            out.append(heapq.heappop(self._heap))
+        return out
+
+    def get_next_height(self) -> int | None:
+        return self._heap[0].height if self._heap else None
+
+
+class ParticipantTracker:
+    """The recorded participant set, to turn a later participants line into messages."""
+
+    def __init__(self, participants: Sequence[Participant]) -> None:
+        self._known: dict[str, MsgSubmitNewParticipant] = {
+            p.address: self._as_msg(p) for p in participants
+        }
+
+    @staticmethod
+    def _as_msg(p: Participant) -> MsgSubmitNewParticipant:
+        return MsgSubmitNewParticipant(
+            creator=p.address,
+            url=p.inference_url,
+            weight=p.weight,
+            models=list(p.models),
+            ml_nodes=list(p.ml_nodes),
+        )
+
+    def compute_updates(self, record: ParticipantsRecord) -> list[MsgSubmitNewParticipant]:
+        """Messages that turn the known set into the record's (weight 0 for one that left)."""
+        out: list[MsgSubmitNewParticipant] = []
+        now = {p.address: self._as_msg(p) for p in record.participants}
+        for address, msg in sorted(now.items()):
+            if self._known.get(address) != msg:
+                out.append(msg)
+                self._known[address] = msg
+        for address in sorted(set(self._known) - set(now)):
+            old = self._known[address]
+            if old.weight != 0:
+                gone = MsgSubmitNewParticipant()
+                gone.CopyFrom(old)
+                gone.weight = 0
+                out.append(gone)
+                self._known[address] = gone
+        return out
+
+
+def schedule_record(
+    schedule: Schedule,
+    record: ParamsRecord | ParticipantsRecord,
+    tracker: ParticipantTracker,
+    committed: int,
+) -> None:
+    """Turn a recorded params / participants line into scheduled messages."""
+    if isinstance(record, ParamsRecord):
+        schedule.add(record.height - 1, "params", record.line, record.params, committed)
+        return
+    for msg in tracker.compute_updates(record):
+        schedule.add(record.height, "participant", record.line, msg, committed)
+
+
+def schedule_governance(schedule: Schedule, governance: Governance | None, committed: int) -> None:
+    for height, params in governance or ():
+        schedule.add(height, "governance", 0, params, committed)
+
+
+def get_authority(chain: Chain) -> str:
+    return chain.get_params().authority
+
+
+def build_scheduled_msg(item: Scheduled, chain: Chain, policy: str, shadow: bool) -> Message:
+    """The message of a scheduled item for one chain (params get the chain's policy)."""
+    if isinstance(item.msg, Params):
+        return MsgUpdateParams(
+            authority=get_authority(chain), params=apply_policy(item.msg, policy, shadow)
+        )
+    return item.msg
+
+
+def get_table_exclusions(chain: Chain, shadow: bool) -> tuple[frozenset[str], bool, bool]:
+    """(kept out, fallback, panic) of the committed height's selection table for model "".
+
+    In shadow mode the table reports who the policy would keep out (``shadow_excluded``). When the
+    table cannot be built because the gate keeps everyone out and the policy allows no fallback,
+    every candidate counts as kept out; an empty pool (e.g. nobody with a PoC slot during PoC)
+    keeps nobody out.
+    """
+    try:
+        table = chain.get_selection_table("")
+    except KeepersimError:
+        try:
+            with chain.read() as keeper:
+                candidates = get_candidates(keeper, "", chain.height)
+        except KeepersimError:
+            return frozenset(), False, False
+        return frozenset(c.address for c in candidates), False, False
+    excluded = table.shadow_excluded if shadow else table.excluded
+    return frozenset(excluded), table.fallback, table.panic
+
+
+class IntervalTracker:
+    """Per participant, the start heights at which a policy keeps it out, as closed intervals.
+
+    ``observe(height, excluded)`` says who is kept out for requests starting at ``height``;
+    memory grows with the number of exclusion episodes, not with the trace length.
+    """
+
+    def __init__(self) -> None:
+        self.open: dict[str, int] = {}
+        self.closed: dict[str, list[tuple[int, int]]] = {}
+        self.blocks: dict[str, int] = {}
+        self.last_height: int | None = None
+
+    def observe(self, height: int, excluded: frozenset[str]) -> None:
+        for address in list(self.open):
+            if address not in excluded:
+                self._close(address, height - 1)
+        for address in excluded:
+            if address not in self.open:
+                self.open[address] = height
+        self.last_height = height
+
+    def _close(self, address: str, to: int) -> None:
+        start = self.open.pop(address)
+        if to >= start:
+            self.closed.setdefault(address, []).append((start, to))
+            self.blocks[address] = self.blocks.get(address, 0) + to - start + 1
+
+    def finish(self, last_height: int) -> None:
+        for address in list(self.open):
+            self._close(address, last_height)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            address: {"intervals": [list(i) for i in intervals], "blocks": self.blocks[address]}
+            for address, intervals in sorted(self.closed.items())
+        }
+
+
+def format_app_hash(app_hash: bytes) -> str:
+    return app_hash.hex().upper()

@@ -1,0 +1,281 @@
+"""Empirical behaviour of each participant, estimated from a trace (the what-if replay's model).
+
+Miss probability per (participant, window of ``window_blocks`` heights), by the arrival (start)
+height of the inference. Outcomes: EXPIRED is a miss; FINISHED (and VALIDATED / INVALIDATED /
+VOTING) a success; DECLINED (capacity pushback) and still-STARTED inferences are not samples.
+
+Estimate: the posterior mean of a Beta-Binomial model with a hierarchical (empirical-Bayes) prior
+
+    p(i, w) = (m_iw + s * mu_w) / (n_iw + s),        s = a + b
+    mu_w    = (M_w + a) / (N_w + a + b)
+
+where n_iw, m_iw are participant i's samples and misses in window w, and N_w, M_w the fleet's.
+The prior of a participant's window is a Beta(s * mu_w, s * (1 - mu_w)): as strong as ``a + b``
+pseudo-observations (default (1, 30): 31 samples), centred on the fleet-wide miss rate of that
+window, which is itself shrunk towards the global prior mean a / (a + b) (1/31 ~ 3.2%, close to
+the live network's 3.25%). So:
+
+* a participant with many samples in a window gets its own rate (the prior's weight is
+  s / (n + s), under 3% past 1,000 samples);
+* a sparse (participant, window) - few requests, or none because it was kept out - falls back to
+  what the whole fleet did in that window, which captures fleet-wide events (a mass outage shows
+  in every participant's estimate) rather than a fixed guess;
+* a window with little traffic overall falls back to the global prior mean.
+
+Known bias: the recording's own policy decided who got traffic. A participant the recorded policy
+kept out has few samples in those windows, so its estimate there leans on the fleet's rate, which
+is optimistic for a participant that was kept out for being bad. The report lists the sample
+counts so sparse estimates can be seen.
+
+Latency: per participant, the exact histogram of recorded ``end - start`` of its finished
+inferences (0 for a finish recorded before its start); values are bounded by the expiry, so the
+histogram has at most ``expiration_blocks + 1`` bins. A participant with no finishes uses the
+fleet's histogram; an empty trace uses ``DEFAULT_LATENCY_BLOCKS``.
+
+Memory: counts per (participant, window with data) plus one histogram per participant -
+participants x windows, independent of the number of inferences.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Final
+
+from keepersim.replay.trace import (
+    FINISHED_LIKE,
+    BadLines,
+    Header,
+    InferenceRecord,
+    iterate_trace,
+)
+from keepersim.types.pb.types_pb2 import EXPIRED, Inference
+
+__all__ = ["DEFAULT_LATENCY_BLOCKS", "BehaviourEstimator", "BetaPrior", "estimate_trace"]
+
+DEFAULT_LATENCY_BLOCKS: Final = 2
+
+
+@dataclass(frozen=True, slots=True)
+class BetaPrior:
+    """Beta(a, b) prior of a miss probability: mean a / (a + b), strength a + b samples."""
+
+    a: float = 1.0
+    b: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not (self.a > 0 and self.b > 0):
+            raise ValueError(f"a Beta prior needs a > 0 and b > 0, got ({self.a}, {self.b})")
+
+    @property
+    def mean(self) -> float:
+        return self.a / (self.a + self.b)
+
+    @property
+    def strength(self) -> float:
+        return self.a + self.b
+
+
+class _Latency:
+    """An exact integer histogram with a cached cumulative table for drawing."""
+
+    __slots__ = ("counts", "_table")
+
+    def __init__(self) -> None:
+        self.counts: Counter[int] = Counter()
+        self._table: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+
+    def add(self, value: int, n: int = 1) -> None:
+        self.counts[value] += n
+        self._table = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def get_table(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        if self._table is None:
+            values = tuple(sorted(self.counts))
+            cumulative: list[int] = []
+            running = 0
+            for v in values:
+                running += self.counts[v]
+                cumulative.append(running)
+            self._table = (values, tuple(cumulative))
+        return self._table
+
+    def draw(self, r: int) -> int:
+        """The value at rank ``r mod total`` (integers only: the same on every machine)."""
+        values, cumulative = self.get_table()
+        return values[bisect_right(cumulative, r % cumulative[-1])]
+
+    def get_quantile(self, q: float) -> int:
+        values, cumulative = self.get_table()
+        rank = min(int(q * cumulative[-1]), cumulative[-1] - 1)
+        return values[bisect_right(cumulative, rank)]
+
+    def to_dict(self) -> dict[str, Any]:
+        if not self.counts:
+            return {"count": 0}
+        return {
+            "count": self.total,
+            "min": min(self.counts),
+            "p50": self.get_quantile(0.5),
+            "p90": self.get_quantile(0.9),
+            "max": max(self.counts),
+            "histogram": {str(k): v for k, v in sorted(self.counts.items())},
+        }
+
+
+class BehaviourEstimator:
+    """Miss probabilities per (participant, window) and latency histograms (see the module doc)."""
+
+    def __init__(
+        self,
+        first_height: int,
+        *,
+        window_blocks: int = 1000,
+        prior: BetaPrior | tuple[float, float] = (1.0, 30.0),
+    ) -> None:
+        if window_blocks < 1:
+            raise ValueError(f"window_blocks must be >= 1, got {window_blocks}")
+        self.first_height = first_height
+        self.window_blocks = window_blocks
+        self.prior = prior if isinstance(prior, BetaPrior) else BetaPrior(*prior)
+        # participant -> window -> [samples, misses]
+        self._counts: dict[str, dict[int, list[int]]] = {}
+        self._fleet: dict[int, list[int]] = {}
+        self._declines: Counter[str] = Counter()
+        self._latency: dict[str, _Latency] = {}
+        self._fleet_latency = _Latency()
+        self.inferences = 0
+
+    def get_window(self, height: int) -> int:
+        return max(0, (height - self.first_height) // self.window_blocks)
+
+    def observe(self, inference: Inference) -> None:
+        """Count one recorded inference (by its start height and recorded outcome)."""
+        self.inferences += 1
+        status = inference.status
+        address = inference.assigned_to
+        if status in FINISHED_LIKE:
+            miss = 0
+            latency = max(0, inference.end_block_height - inference.start_block_height)
+            self._latency.setdefault(address, _Latency()).add(latency)
+            self._fleet_latency.add(latency)
+        elif status == EXPIRED:
+            miss = 1
+        else:
+            if status != 0:  # DECLINED: pushback, not a sample
+                self._declines[address] += 1
+            return
+        window = self.get_window(inference.start_block_height)
+        cell = self._counts.setdefault(address, {}).setdefault(window, [0, 0])
+        cell[0] += 1
+        cell[1] += miss
+        fleet = self._fleet.setdefault(window, [0, 0])
+        fleet[0] += 1
+        fleet[1] += miss
+
+    def get_counts(self, address: str, window: int) -> tuple[int, int]:
+        """(samples, misses) of a participant in a window."""
+        cell = self._counts.get(address, {}).get(window)
+        return (cell[0], cell[1]) if cell else (0, 0)
+
+    def get_fleet_rate(self, window: int) -> float:
+        """The prior mean of a window: the fleet's rate, shrunk to the global prior mean."""
+        n, m = self._fleet.get(window, (0, 0))
+        return (m + self.prior.a) / (n + self.prior.strength)
+
+    def get_miss_probability(self, address: str, height: int) -> float:
+        """Posterior mean miss probability of ``address`` for a request arriving at ``height``."""
+        window = self.get_window(height)
+        n, m = self.get_counts(address, window)
+        s = self.prior.strength
+        return (m + s * self.get_fleet_rate(window)) / (n + s)
+
+    def draw_latency(self, address: str, r: int) -> int:
+        """A latency for ``address`` from its empirical distribution, by the integer ``r``."""
+        histogram = self._latency.get(address)
+        if histogram is None or not histogram.counts:
+            histogram = self._fleet_latency
+        if not histogram.counts:
+            return DEFAULT_LATENCY_BLOCKS
+        return histogram.draw(r)
+
+    @property
+    def participants(self) -> list[str]:
+        return sorted(set(self._counts) | set(self._latency) | set(self._declines))
+
+    @property
+    def windows(self) -> int:
+        return max(self._fleet, default=-1) + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        fleet = []
+        for w in range(self.windows):
+            n, m = self._fleet.get(w, (0, 0))
+            fleet.append(
+                {
+                    "window": w,
+                    "from_height": self.first_height + w * self.window_blocks,
+                    "samples": n,
+                    "misses": m,
+                    "prior_mean": round(self.get_fleet_rate(w), 6),
+                }
+            )
+        participants: dict[str, Any] = {}
+        for address in self.participants:
+            cells = self._counts.get(address, {})
+            n = sum(c[0] for c in cells.values())
+            m = sum(c[1] for c in cells.values())
+            estimates = {
+                str(w): {
+                    "samples": cells[w][0],
+                    "misses": cells[w][1],
+                    "p": round(
+                        self.get_miss_probability(
+                            address, self.first_height + w * self.window_blocks
+                        ),
+                        6,
+                    ),
+                }
+                for w in sorted(cells)
+            }
+            participants[address] = {
+                "samples": n,
+                "misses": m,
+                "declines": self._declines[address],
+                "windows": estimates,
+                "latency": self._latency.get(address, _Latency()).to_dict(),
+            }
+        return {
+            "window_blocks": self.window_blocks,
+            "prior": {"a": self.prior.a, "b": self.prior.b, "mean": round(self.prior.mean, 6)},
+            "formula": "p = (m + s*mu_w) / (n + s), s = a + b, mu_w = (M_w + a) / (N_w + a + b)",
+            "inferences": self.inferences,
+            "fleet": fleet,
+            "fleet_latency": self._fleet_latency.to_dict(),
+            "participants": participants,
+        }
+
+
+def estimate_trace(
+    path: str | os.PathLike[str],
+    *,
+    window_blocks: int = 1000,
+    prior: BetaPrior | tuple[float, float] = (1.0, 30.0),
+    skip_bad: bool = False,
+    bad_lines: BadLines | None = None,
+) -> tuple[Header, BehaviourEstimator]:
+    """One streaming pass over a trace: its header and the fitted estimator."""
+    records = iterate_trace(path, skip_bad=skip_bad, bad_lines=bad_lines)
+    header = next(records)
+    assert isinstance(header, Header)
+    estimator = BehaviourEstimator(header.first_height, window_blocks=window_blocks, prior=prior)
+    for record in records:
+        if isinstance(record, InferenceRecord):
+            estimator.observe(record.inference)
+    return header, estimator

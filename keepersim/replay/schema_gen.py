@@ -1,0 +1,248 @@
+"""Build the trace JSON Schema (``schema/trace.schema.json``) from the protobuf descriptors.
+
+The shipped schema file is generated, so the field sets and JSON types of the chain objects
+(Params, Participant, Inference, EpochPerformanceSummary) can never drift from the ``.proto``
+files: ``tests/replay/test_trace_schema.py`` fails when the file is out of date. Regenerate with
+
+    .venv/bin/python -m keepersim.replay.schema_gen
+
+JSON shapes follow protobuf JSON with the original field names: 64-bit integers are strings,
+32-bit integers are numbers, enums are names. Where the trace format is stricter than the proto
+(heights are never negative), the schema says so (``_FIELD_OVERRIDES``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.types_pb2 import EpochPerformanceSummary, Inference, Participant
+
+SCHEMA_PATH: Final = Path(__file__).resolve().parent / "schema" / "trace.schema.json"
+
+RECORD_TYPES: Final = ("header", "params", "participants", "inference", "epoch_summary")
+
+_UINT64: Final = {"$ref": "#/$defs/uint64"}
+_INT64: Final = {"$ref": "#/$defs/int64"}
+
+_SCALARS: Final[dict[int, dict[str, Any]]] = {
+    FieldDescriptor.TYPE_INT64: _INT64,
+    FieldDescriptor.TYPE_SINT64: _INT64,
+    FieldDescriptor.TYPE_SFIXED64: _INT64,
+    FieldDescriptor.TYPE_UINT64: _UINT64,
+    FieldDescriptor.TYPE_FIXED64: _UINT64,
+    FieldDescriptor.TYPE_INT32: {"$ref": "#/$defs/int32"},
+    FieldDescriptor.TYPE_SINT32: {"$ref": "#/$defs/int32"},
+    FieldDescriptor.TYPE_SFIXED32: {"$ref": "#/$defs/int32"},
+    FieldDescriptor.TYPE_UINT32: {"$ref": "#/$defs/uint32"},
+    FieldDescriptor.TYPE_FIXED32: {"$ref": "#/$defs/uint32"},
+    FieldDescriptor.TYPE_BOOL: {"title": "a boolean", "type": "boolean"},
+    FieldDescriptor.TYPE_STRING: {"title": "a string", "type": "string"},
+    FieldDescriptor.TYPE_DOUBLE: {"title": "a number", "type": "number"},
+    FieldDescriptor.TYPE_FLOAT: {"title": "a number", "type": "number"},
+}
+
+# Stricter than the proto: heights in a trace are never negative; ids, executors and models
+# must be present for the replay to send the messages.
+_FIELD_OVERRIDES: Final[dict[str, dict[str, dict[str, Any]]]] = {
+    "Inference": {
+        "start_block_height": _UINT64,
+        "end_block_height": _UINT64,
+        "inference_id": {"$ref": "#/$defs/nonEmptyString"},
+        "model": {"$ref": "#/$defs/nonEmptyString"},
+        "assigned_to": {"$ref": "#/$defs/nonEmptyString"},
+    },
+    "Participant": {"address": {"$ref": "#/$defs/nonEmptyString"}},
+    "EpochPerformanceSummary": {"participant_id": {"$ref": "#/$defs/nonEmptyString"}},
+}
+_REQUIRED: Final[dict[str, list[str]]] = {
+    "Inference": ["inference_id", "model", "assigned_to", "start_block_height"],
+    "Participant": ["address"],
+    "EpochPerformanceSummary": ["participant_id"],
+}
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    return bool(field.is_repeated)
+
+
+def _field_schema(field: FieldDescriptor, defs: dict[str, Any]) -> dict[str, Any]:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        message_type = field.message_type
+        assert message_type is not None
+        _message_schema(message_type, defs)
+        item: dict[str, Any] = {"$ref": f"#/$defs/pb.{message_type.name}"}
+    elif field.type == FieldDescriptor.TYPE_ENUM:
+        enum_type = field.enum_type
+        assert enum_type is not None
+        names = [v.name for v in enum_type.values]
+        item = {"title": f"one of the {enum_type.name} names {names}", "enum": names}
+    else:
+        item = dict(_SCALARS[field.type])
+    if _is_repeated(field):
+        return {"title": "a list", "type": "array", "items": item}
+    return item
+
+
+def _message_schema(descriptor: Descriptor, defs: dict[str, Any]) -> None:
+    key = f"pb.{descriptor.name}"
+    if key in defs:
+        return
+    defs[key] = {}  # placeholder against recursion
+    overrides = _FIELD_OVERRIDES.get(descriptor.name, {})
+    properties: dict[str, Any] = {}
+    for field in descriptor.fields:
+        properties[field.name] = overrides.get(field.name) or _field_schema(field, defs)
+    schema: dict[str, Any] = {
+        "title": f"a {descriptor.full_name} object",
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    required = _REQUIRED.get(descriptor.name)
+    if required:
+        schema["required"] = required
+    defs[key] = schema
+
+
+def build_trace_schema() -> dict[str, Any]:
+    """The JSON Schema of one trace line (draft 2020-12)."""
+    defs: dict[str, Any] = {
+        "uint64": {
+            "title": "a uint64 string",
+            "type": "string",
+            "pattern": "^(0|[1-9][0-9]{0,19})$",
+        },
+        "int64": {
+            "title": "an int64 string",
+            "type": "string",
+            "pattern": "^-?(0|[1-9][0-9]{0,18})$",
+        },
+        "uint32": {
+            "title": "a uint32 number",
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 4294967295,
+        },
+        "int32": {
+            "title": "an int32 number",
+            "type": "integer",
+            "minimum": -2147483648,
+            "maximum": 2147483647,
+        },
+        "nonEmptyString": {"title": "a non-empty string", "type": "string", "minLength": 1},
+    }
+    for message in (Params, Participant, Inference, EpochPerformanceSummary):
+        _message_schema(message.DESCRIPTOR, defs)
+
+    def record(type_name: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+        return {
+            "title": f"a {type_name} line",
+            "type": "object",
+            "properties": {"type": {"const": type_name}, **properties},
+            "required": ["type", *required],
+            "additionalProperties": False,
+        }
+
+    defs["header"] = record(
+        "header",
+        {
+            "version": {"title": "trace format version 1", "const": 1},
+            "chain_id": {"$ref": "#/$defs/nonEmptyString"},
+            "source": {"title": "one of ['simulate', 'export']", "enum": ["simulate", "export"]},
+            "first_height": _UINT64,
+            "last_height": _UINT64,
+            "scenario": {
+                "title": "a scenario name or object",
+                "type": ["string", "object", "null"],
+            },
+            "seed": {
+                "title": "a seed (integer or uint64 string)",
+                "anyOf": [{"type": "integer", "minimum": 0}, _UINT64, {"type": "null"}],
+            },
+            "policy": {"title": "a policy name", "type": ["string", "null"]},
+        },
+        ["version", "chain_id", "source", "first_height", "last_height"],
+    )
+    defs["params"] = record(
+        "params", {"height": _UINT64, "params": {"$ref": "#/$defs/pb.Params"}}, ["height", "params"]
+    )
+    defs["participants"] = record(
+        "participants",
+        {
+            "epoch_index": _UINT64,
+            "height": _UINT64,
+            "participants": {
+                "title": "a list of Participant objects",
+                "type": "array",
+                "items": {"$ref": "#/$defs/pb.Participant"},
+            },
+        },
+        ["epoch_index", "height", "participants"],
+    )
+    inference = defs["pb.Inference"]
+    defs["inference"] = {
+        "title": "an inference line (an Inference object with its type)",
+        "type": "object",
+        "properties": {"type": {"const": "inference"}, **inference["properties"]},
+        "required": ["type", *inference["required"]],
+        "additionalProperties": False,
+    }
+    defs["epoch_summary"] = record(
+        "epoch_summary",
+        {
+            "epoch_index": _UINT64,
+            "height": _UINT64,
+            "summaries": {
+                "title": "a list of EpochPerformanceSummary objects",
+                "type": "array",
+                "items": {"$ref": "#/$defs/pb.EpochPerformanceSummary"},
+            },
+        },
+        ["epoch_index", "height", "summaries"],
+    )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "keepersim/replay/schema/trace.schema.json",
+        "title": "keepersim trace line",
+        "description": (
+            "One line of a keepersim trace (JSON lines, docs/trace-format.md): chain objects in "
+            "protobuf JSON with the original field names, 64-bit integers as strings, enums as "
+            "names. Generated by keepersim.replay.schema_gen from the .proto files; do not edit."
+        ),
+        "type": "object",
+        "required": ["type"],
+        "properties": {
+            "type": {"title": f"one of {list(RECORD_TYPES)}", "enum": list(RECORD_TYPES)}
+        },
+        "allOf": [
+            {
+                "if": {"properties": {"type": {"const": t}}, "required": ["type"]},
+                "then": {"$ref": f"#/$defs/{t}"},
+            }
+            for t in RECORD_TYPES
+        ],
+        "$defs": defs,
+    }
+
+
+def format_schema(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0]) if args else SCHEMA_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(format_schema(build_trace_schema()), encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

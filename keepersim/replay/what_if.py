@@ -1,0 +1,419 @@
+"""What-if replay: the recorded request stream, with a policy choosing the executors.
+
+Pass 1 (:mod:`keepersim.replay.estimator`) estimates each participant's miss probability per
+block window and its latency distribution from the recorded outcomes. Pass 2 streams the trace
+again and replays its requests - arrival heights, models and ids of the recorded inferences - on a
+chain whose params run ``policy`` (not in shadow): before block h, each request starting at h asks
+``chain.get_random_executor(model, inference_id)`` (the table of the committed height h - 1, as a
+Transfer Agent would), and its outcome is drawn from the estimates:
+
+* miss with probability p(executor, window of h): the module expires it at h + expiration_blocks;
+* otherwise a finish after a latency drawn from the executor's histogram (a latency beyond the
+  expiry is a miss, as the chain would reject the late finish).
+
+Randomness is keyed by (seed, inference_id, executor): the same request sent to the same
+executor has the same outcome under every policy, and every policy sees the same request stream,
+so runs of different policies with one seed are paired (common random numbers). Integers and
+SHA-256 only: the same on every machine.
+
+Not modelled: capacity (load does not change a participant's miss rate), pushback (recorded
+declines are requests like any other; outcomes are miss or success), and the selection bias of
+the recording (see the estimator). Recorded params changes, participant changes and the
+governance schedule are applied as in the as-recorded replay, with ``policy`` kept in force.
+
+Memory: the estimator (participants x windows), the pending finishes (in flight), one block's
+requests, and the exclusion intervals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Final
+
+from google.protobuf.message import Message
+from tqdm import tqdm
+
+from keepersim.chain import Chain
+from keepersim.keeper.policies import PolicyFactory
+from keepersim.keeper.selection import get_candidates
+from keepersim.replay.common import (
+    Governance,
+    IntervalTracker,
+    Listed,
+    ParticipantTracker,
+    Schedule,
+    StoreKind,
+    apply_policy,
+    build_genesis,
+    build_scheduled_msg,
+    check_policies,
+    format_app_hash,
+    get_table_exclusions,
+    open_chain,
+    open_trace,
+    schedule_governance,
+    schedule_record,
+)
+from keepersim.replay.estimator import BehaviourEstimator, BetaPrior, estimate_trace
+from keepersim.replay.trace import (
+    FINISHED_LIKE,
+    BadLines,
+    InferenceRecord,
+    ParamsRecord,
+    ParticipantsRecord,
+)
+from keepersim.types.errors import KeepersimError
+from keepersim.types.events import HealthTransition, InferenceExpired, InferenceFinished
+from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.types_pb2 import EXPIRED
+
+__all__ = ["FALSE_EXCLUSION_P", "compute_keyed_int", "replay_what_if"]
+
+# A participant kept out while its estimated miss probability is at most this is a false exclusion
+# (the simulator's threshold on the true probability).
+FALSE_EXCLUSION_P: Final = 0.05
+_TWO_64: Final = float(1 << 64)
+
+RequestHook = Callable[[int, str, str, int | None], None]
+
+
+def compute_keyed_int(seed: int, inference_id: str, executor: str, purpose: str) -> int:
+    """A 64-bit integer from (seed, request, executor, purpose): the pairing key of outcomes."""
+    data = "\x00".join(("keepersim/what-if/v1", str(seed), inference_id, executor, purpose))
+    return int.from_bytes(hashlib.sha256(data.encode()).digest()[:8], "big")
+
+
+def _draw_outcome(
+    estimator: BehaviourEstimator,
+    seed: int,
+    inference_id: str,
+    executor: str,
+    height: int,
+    expiration: int,
+) -> int | None:
+    """The latency of a success, or None for a miss."""
+    p = estimator.get_miss_probability(executor, height)
+    u = compute_keyed_int(seed, inference_id, executor, "miss") / _TWO_64
+    if u < p:
+        return None
+    latency = estimator.draw_latency(
+        executor, compute_keyed_int(seed, inference_id, executor, "latency")
+    )
+    return None if latency > expiration else latency
+
+
+class _WhatIfRun:
+    def __init__(
+        self,
+        chain: Chain,
+        policy: str,
+        estimator: BehaviourEstimator,
+        schedule: Schedule,
+        tracker: ParticipantTracker,
+        *,
+        seed: int,
+        first_height: int,
+        last_height: int,
+        progress: Any,
+        max_listed: int,
+        on_request: RequestHook | None = None,
+    ) -> None:
+        self.on_request = on_request
+        self.chain = chain
+        self.policy = policy
+        self.estimator = estimator
+        self.schedule = schedule
+        self.tracker = tracker
+        self.seed = seed
+        self.first_height = first_height
+        self.last_height = last_height
+        self.progress = progress
+        self.committed = first_height - 1
+        self.gather_height: int | None = None
+        self.gather: list[tuple[str, str, str]] = []  # (inference_id, model, requested_by)
+        # (finish height, start, inference_id, executor)
+        self.pending: list[tuple[int, int, str, str]] = []
+        self.max_pending = 0
+        self.counts: Counter[str] = Counter()
+        self.recorded: Counter[str] = Counter()
+        self.by_participant: dict[str, Counter[str]] = {}
+        self.transitions: Counter[str] = Counter()
+        self.intervals = IntervalTracker()
+        self.fallback_blocks = 0
+        self.panic_blocks = 0
+        self.false_exclusion_sum = 0.0
+        self.excluded_share_sum = 0.0
+        self.blocks = 0
+        self.unserved = Listed(max_listed)
+        self.tx_failures = Listed(max_listed)
+        self.excluded: frozenset[str] = frozenset()
+
+    def process_inference(self, record: InferenceRecord) -> None:
+        start = record.start_height
+        if self.gather_height is not None and start > self.gather_height:
+            # Deliver the gathered block and the empty ones up to this start: pending outcomes
+            # are then all of inferences in flight at ``start``.
+            self.flush_through(start - 1)
+        self.gather_height = start
+        inference = record.inference
+        self.gather.append((inference.inference_id, inference.model, inference.requested_by))
+        status = inference.status
+        self.recorded["inferences"] += 1
+        if status in FINISHED_LIKE:
+            self.recorded["successes"] += 1
+        elif status == EXPIRED:
+            self.recorded["misses"] += 1
+
+    def flush_through(self, target: int) -> None:
+        while self.committed < target:
+            height = self.committed + 1
+            requests = self.gather if height == self.gather_height else []
+            self.deliver(height, requests)
+            if requests:
+                self.gather = []
+
+    def deliver(self, height: int, requests: list[tuple[str, str, str]]) -> None:
+        chain = self.chain
+        expiration = chain.get_params().expiration_blocks
+        msgs: list[Message] = [
+            build_scheduled_msg(item, chain, self.policy, False)
+            for item in self.schedule.pop_due(height)
+        ]
+        while self.pending and self.pending[0][0] <= height:
+            _, _, inference_id, executor = heapq.heappop(self.pending)
+            msgs.append(MsgFinishInference(inference_id=inference_id, executed_by=executor))
+        same_block: list[Message] = []
+        for inference_id, model, requested_by in requests:
+            try:
+                selection = chain.get_random_executor(model, inference_id)
+            except KeepersimError as exc:
+                self.unserved.add(
+                    {"height": height, "inference_id": inference_id, "error": str(exc)}
+                )
+                continue
+            executor = selection.address
+            self.counts["inferences"] += 1
+            self.counts["fallback_selections"] += selection.fallback
+            self.counts["panic_selections"] += selection.panic
+            per = self.by_participant.setdefault(executor, Counter())
+            per["inferences"] += 1
+            msgs.append(
+                MsgStartInference(
+                    creator=requested_by,
+                    inference_id=inference_id,
+                    model=model,
+                    requested_by=requested_by,
+                    assigned_to=executor,
+                )
+            )
+            latency = _draw_outcome(
+                self.estimator, self.seed, inference_id, executor, height, expiration
+            )
+            if self.on_request is not None:
+                self.on_request(height, inference_id, executor, latency)
+            if latency is None:
+                self.counts["misses"] += 1
+                per["misses"] += 1
+                continue
+            self.counts["successes"] += 1
+            per["successes"] += 1
+            if latency == 0:
+                same_block.append(
+                    MsgFinishInference(inference_id=inference_id, executed_by=executor)
+                )
+            else:
+                heapq.heappush(self.pending, (height + latency, height, inference_id, executor))
+                self.max_pending = max(self.max_pending, len(self.pending))
+        msgs.extend(same_block)
+        result = chain.deliver_block(msgs, height=height)
+        for tx in result.get_failed():
+            self.tx_failures.add({"height": height, "kind": tx.kind, "error": tx.error})
+        for event in result.events:
+            if isinstance(event, InferenceExpired):
+                self.counts["expired_events"] += 1
+            elif isinstance(event, InferenceFinished):
+                self.counts["finished_events"] += 1
+            elif isinstance(event, HealthTransition):
+                self.transitions[f"{event.from_state}->{event.to_state}"] += 1
+        self.committed = height
+        self.blocks += 1
+        self.observe_table(height)
+        self.progress.update(1)
+
+    def observe_table(self, height: int) -> None:
+        """Exclusions of the committed table, for the requests of the next height."""
+        excluded, fallback, panic = get_table_exclusions(self.chain, shadow=False)
+        self.fallback_blocks += fallback
+        self.panic_blocks += panic
+        self.excluded = excluded
+        if height >= self.last_height:
+            return
+        self.account_exclusions(height + 1, excluded)
+
+    def account_exclusions(self, height: int, excluded: frozenset[str]) -> None:
+        self.intervals.observe(height, excluded)
+        if not excluded:
+            return
+        try:
+            with self.chain.read() as keeper:
+                candidates = get_candidates(keeper, "", self.chain.height)
+        except KeepersimError:
+            return
+        total = sum(c.weight for c in candidates)
+        if total <= 0:
+            return
+        out = sum(c.weight for c in candidates if c.address in excluded)
+        false_out = sum(
+            c.weight
+            for c in candidates
+            if c.address in excluded
+            and self.estimator.get_miss_probability(c.address, height) <= FALSE_EXCLUSION_P
+        )
+        self.excluded_share_sum += out / total
+        self.false_exclusion_sum += false_out / total
+
+    def finish(self) -> None:
+        if self.gather_height is not None:
+            self.flush_through(self.gather_height)
+        self.flush_through(self.last_height)
+        self.intervals.finish(self.last_height)
+
+
+def replay_what_if(
+    trace_path: str | os.PathLike[str],
+    policy: str,
+    *,
+    seed: int,
+    window_blocks: int = 1000,
+    prior: BetaPrior | tuple[float, float] = (1.0, 30.0),
+    store: StoreKind = "memory",
+    store_dir: str | os.PathLike[str] | None = None,
+    governance: Governance | None = None,
+    skip_bad: bool = False,
+    progress: bool = False,
+    estimator: BehaviourEstimator | None = None,
+    extra_policies: dict[str, PolicyFactory] | None = None,
+    max_listed: int = 50,
+    on_request: RequestHook | None = None,
+) -> dict[str, Any]:
+    """Replay the recorded requests with ``policy`` choosing executors; see the module doc.
+
+    Pass a fitted ``estimator`` (from :func:`~keepersim.replay.estimator.estimate_trace`) to
+    compare several policies without estimating again. The result has the simulator's run keys
+    where they mean the same (``inferences``, ``misses``, ``miss_rate``, ``fallback_selections``,
+    ``false_exclusion_weight_share`` - on estimated probabilities -, ``app_hash``).
+    ``on_request(height, inference_id, executor, latency)`` sees every assignment (latency None
+    for a miss).
+    """
+    check_policies([policy], extra_policies)
+    started = time.perf_counter()
+    bad = BadLines(max_listed=max_listed)
+    if estimator is None:
+        _, estimator = estimate_trace(
+            trace_path,
+            window_blocks=window_blocks,
+            prior=prior,
+            skip_bad=skip_bad,
+            bad_lines=BadLines(max_listed=max_listed),
+        )
+    prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad)
+    header = prologue.header
+    genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, False))
+    chain = open_chain(
+        genesis,
+        store=store,
+        store_dir=store_dir,
+        name=f"what-if-{policy}",
+        extra_policies=extra_policies,
+    )
+    try:
+        schedule = Schedule()
+        schedule.late = Listed(max_listed)
+        tracker = ParticipantTracker(prologue.participants.participants)
+        schedule_governance(schedule, governance, header.first_height - 1)
+        with tqdm(
+            total=header.last_height - header.first_height + 1,
+            disable=not progress,
+            unit="block",
+            desc=f"what-if {policy}",
+        ) as bar:
+            run = _WhatIfRun(
+                chain,
+                policy,
+                estimator,
+                schedule,
+                tracker,
+                seed=seed,
+                first_height=header.first_height,
+                last_height=header.last_height,
+                progress=bar,
+                max_listed=max_listed,
+                on_request=on_request,
+            )
+            excluded, _, _ = get_table_exclusions(chain, shadow=False)
+            run.account_exclusions(header.first_height, excluded)
+            for record in prologue.extra:
+                assert isinstance(record, ParamsRecord | ParticipantsRecord)
+                schedule_record(schedule, record, tracker, run.committed)
+            for record in records:
+                if isinstance(record, InferenceRecord):
+                    run.process_inference(record)
+                elif isinstance(record, ParamsRecord | ParticipantsRecord):
+                    schedule_record(schedule, record, tracker, run.committed)
+            run.finish()
+        app_hash = format_app_hash(chain.app_hash)
+    finally:
+        chain.close()
+    counts = run.counts
+    blocks = max(run.blocks, 1)
+    recorded_samples = run.recorded["misses"] + run.recorded["successes"]
+    return {
+        "mode": "what-if",
+        "trace": os.fspath(trace_path),
+        "scenario": header.get_scenario_name() or os.path.basename(os.fspath(trace_path)),
+        "policy": policy,
+        "seed": seed,
+        "chain_id": header.chain_id,
+        "first_height": header.first_height,
+        "last_height": header.last_height,
+        "blocks": run.blocks,
+        "inferences": counts["inferences"],
+        "misses": counts["misses"],
+        "successes": counts["successes"],
+        "miss_rate": counts["misses"] / counts["inferences"] if counts["inferences"] else 0.0,
+        "unserved": run.unserved.to_dict(),
+        "fallback_selections": counts["fallback_selections"],
+        "panic_selections": counts["panic_selections"],
+        "fallback_blocks": run.fallback_blocks,
+        "false_exclusion_weight_share": run.false_exclusion_sum / blocks,
+        "excluded_weight_share": run.excluded_share_sum / blocks,
+        "oracle_efficiency": None,
+        "app_hash": app_hash,
+        "recorded": {
+            "inferences": run.recorded["inferences"],
+            "misses": run.recorded["misses"],
+            "successes": run.recorded["successes"],
+            "miss_rate": run.recorded["misses"] / recorded_samples if recorded_samples else 0.0,
+            "policy": header.policy,
+        },
+        "per_participant": {a: dict(c) for a, c in sorted(run.by_participant.items())},
+        "exclusions": run.intervals.to_dict(),
+        "transitions": dict(sorted(run.transitions.items())),
+        "events": {
+            "expired": counts["expired_events"],
+            "finished": counts["finished_events"],
+        },
+        "tx_failures": run.tx_failures.to_dict(),
+        "late_scheduled": schedule.late.to_dict(),
+        "bad_lines": bad.to_dict(),
+        "estimator": estimator.to_dict(),
+        "stats": {
+            "max_pending": run.max_pending,
+            "elapsed_seconds": round(time.perf_counter() - started, 3),
+        },
+    }

@@ -1,0 +1,76 @@
+"""``keepersim replay`` via add_replay_command: report files, table, exit statuses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from conftest import record_trace
+
+from keepersim.replay.cli import add_replay_command, main
+
+
+def test_registers_on_subparsers() -> None:
+    parser = argparse.ArgumentParser(prog="keepersim")
+    add_replay_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["replay", "t.jsonl", "--policies", "gonka,none", "--seed", "3"])
+    assert args.policies == "gonka,none" and args.seed == 3 and callable(args.handler)
+
+
+def test_as_recorded_writes_report_and_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, _ = record_trace(tmp_path / "t.jsonl", blocks=120, participants=3, miss={"p0": 0.7})
+    out = tmp_path / "out"
+    code = main(["replay", str(trace), "--policies", "gonka,none", "--out", str(out)])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["mode"] == "as-recorded" and report["ok"]
+    assert set(report["policies_shadow"]) == {"gonka", "none"}
+    assert (out / "exclusions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = capsys.readouterr().out
+    assert "misses inside" in table and "gonka" in table
+
+
+def test_mismatch_exit_status(tmp_path: Path) -> None:
+    trace, _ = record_trace(tmp_path / "t.jsonl", blocks=50, participants=2)
+    lines = trace.read_text().splitlines()
+    for i, raw in enumerate(lines):
+        data = json.loads(raw)
+        if data["type"] == "epoch_summary":
+            data["summaries"][0]["inference_count"] = "999"
+            lines[i] = json.dumps(data)
+    trace.write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(trace), "--policies", "none"]) == 1
+
+
+def test_bad_trace_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace, _ = record_trace(tmp_path / "t.jsonl", blocks=30, participants=2)
+    with open(trace, "a") as f:
+        bad = {"type": "inference", "inference_id": 5, "model": "m", "assigned_to": "p0"}
+        f.write(json.dumps({**bad, "start_block_height": "29"}) + "\n")
+    assert main(["replay", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keepersim: error: ") and "inference.inference_id" in err
+    assert main(["replay", str(trace), "--skip-bad", "--policies", "none"]) == 0
+    assert main(["replay", str(trace), "--policies", "nope", "--skip-bad"]) == 2
+
+
+def test_what_if_and_governance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace, _ = record_trace(tmp_path / "t.jsonl", blocks=150, participants=3, miss={"p2": 0.6})
+    governance = tmp_path / "gov.json"
+    governance.write_text(json.dumps([{"height": 60, "set": {"expiration_blocks": "30"}}]))
+    out = tmp_path / "out"
+    args = ["replay", str(trace), "--mode", "what-if", "--policies", "gonka,none", "--seed", "4"]
+    args += ["--window-blocks", "50", "--governance", str(governance), "--out", str(out)]
+    args += ["--store", "leveldb"]
+    assert main(args) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["mode"] == "what-if" and set(report["runs"]) == {"gonka", "none"}
+    assert report["runs"]["gonka"]["seed"] == 4 and "estimator" in report
+    assert (out / "stores" / "what-if-gonka").is_dir()
+    assert "miss_rate" in capsys.readouterr().out
+    governance.write_text(json.dumps([{"height": 60, "set": {"expiration_blocks": 0}}]))
+    assert main([*args[:-2], "--out", str(tmp_path / "o2")]) == 2
