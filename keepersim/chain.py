@@ -163,6 +163,8 @@ class Chain:
         self._extra_policies = dict(extra_policies or {})
         self._policies: dict[str, HealthPolicy] = {}
         self._chain_id = ""
+        # Decoded params of the last commit (read-only; replaced, never mutated).
+        self._params: Params | None = None
         if self.has_genesis():
             self._chain_id = Keeper(ReadOnlyStore(backend)).chain_id
 
@@ -209,6 +211,7 @@ class Chain:
                 init_genesis(keeper, genesis)
                 with self._rw.write():
                     app_hash = self._store.commit(buffer, genesis.height)
+                    self._params = keeper.get_params()
             except BaseException:
                 buffer.discard()
                 raise
@@ -267,7 +270,7 @@ class Chain:
                 raise BlockError(f"height {h} is not above the last committed {self.height}")
             buffer = self._store.begin()
             try:
-                keeper = Keeper(buffer, self._chain_id)
+                keeper = Keeper(buffer, self._chain_id, self._params)
                 params_changed = begin_block(keeper, h)
                 params = keeper.get_params()
                 policy = self.get_policy_object(params.health_params.policy)
@@ -295,6 +298,7 @@ class Chain:
                 )
                 with self._rw.write():
                     app_hash = self._store.commit(buffer, h)
+                    self._params = keeper.get_params()
                     with self._index_lock:
                         self._index.process_commit(keeper.touched, reset)
             except BaseException:
@@ -307,11 +311,14 @@ class Chain:
     def read(self) -> Iterator[Keeper]:
         """A read-only keeper over the last committed block, held consistent while in use."""
         with self._rw.read():
-            yield Keeper(ReadOnlyStore(self._store.backend), self._chain_id)
+            yield Keeper(ReadOnlyStore(self._store.backend), self._chain_id, self._params)
 
     def get_params(self) -> Params:
+        """A copy of the params in force (the chain's own copy is shared by its queries)."""
         with self.read() as k:
-            return k.get_params()
+            params = Params()
+            params.CopyFrom(k.get_params())
+            return params
 
     def get_participant(self, address: str) -> Participant | None:
         with self.read() as k:

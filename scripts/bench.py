@@ -89,9 +89,9 @@ def run_synthetic(
     start_h = chain.height + 1
     for h in range(start_h, start_h + blocks):
         txs: list[Any] = pending.pop(h, [])
-        for _ in range(per_block):
+        for i in range(per_block):
             req += 1
-            rid = f"req-{req}"
+            rid = f"req-{h}-{i}"
             sel = chain.get_random_executor("m", rid)
             txs.append(MsgStartInference(inference_id=rid, model="m", assigned_to=sel.address,
                                          creator="ta"))
@@ -99,7 +99,9 @@ def run_synthetic(
                 pending.setdefault(h + latency, []).append(
                     MsgFinishInference(inference_id=rid, executed_by=sel.address)
                 )
-        chain.deliver_block(txs)
+        result = chain.deliver_block(txs)
+        if result.get_failed():
+            raise RuntimeError(f"bench block {h} rejected a message: {result.get_failed()[0]}")
     return req
 
 

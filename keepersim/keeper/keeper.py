@@ -32,13 +32,14 @@ class Keeper:
 
     __slots__ = ("store", "chain_id", "events", "touched", "_params", "_participants")
 
-    def __init__(self, store: KVStore, chain_id: str = "") -> None:
+    def __init__(self, store: KVStore, chain_id: str = "", params: Params | None = None) -> None:
+        """``params``: the decoded params of the last commit, if the caller keeps them (read-only)."""
         self.store = store
         self.chain_id = chain_id or self._load_chain_id()
         self.events: list[Event] = []
         # Addresses whose participant record or health state changed in this block.
         self.touched: set[str] = set()
-        self._params: Params | None = None
+        self._params: Params | None = params
         self._participants: dict[str, Participant] = {}
 
     def _load_chain_id(self) -> str:

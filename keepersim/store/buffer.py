@@ -55,19 +55,28 @@ class BlockBuffer:
     never show up in ``iterate``; ``get`` does not check (one compare fewer per read).
     """
 
-    __slots__ = ("backend", "_pending", "_sorted")
+    __slots__ = ("backend", "_pending", "_sorted", "_origin")
 
     def __init__(self, backend: KVBackend) -> None:
         self.backend = backend
         self._pending: dict[bytes, bytes | None] = {}
         self._sorted: list[bytes] = []
+        # Backend values read before this block wrote them: commit needs each written key's old
+        # value for the app hash, and most writes follow a read of the same key.
+        self._origin: dict[bytes, bytes | None] = {}
 
     def get(self, key: bytes) -> bytes | None:
         """Own pending write (or tombstone) first, else the backend."""
         pending = self._pending
         if key in pending:
             return pending[key]
-        return self.backend.get(key)
+        value = self.backend.get(key)
+        self._origin[key] = value
+        return value
+
+    def get_origin(self) -> dict[bytes, bytes | None]:
+        """Backend values this buffer read (valid while the backend has not been written)."""
+        return self._origin
 
     def has(self, key: bytes) -> bool:
         """Whether ``key`` holds a value, counting this block's writes."""
@@ -138,6 +147,7 @@ class BlockBuffer:
         """Drop every pending write (after a failed block, or after commit)."""
         self._pending = {}
         self._sorted = []
+        self._origin = {}
 
     def is_dirty(self) -> bool:
         """Whether any write (including a delete of an absent key) is pending."""

@@ -81,18 +81,19 @@ class CommitStore:
         if height < 0 or (self._has_commit and height <= self._height):
             raise ValueError(f"height {height} must be above last committed {self._height}")
         puts, deletes = buffer.pending()
+        origin = buffer.get_origin()
         get = self.backend.get
         term = compute_entry_term
         state_sum = self._state_sum
         for key, value in puts.items():
-            old = get(key)
+            old = origin[key] if key in origin else get(key)
             if old is not None:
                 if old == value:
                     continue
                 state_sum -= term(key, old)
             state_sum += term(key, value)
         for key in deletes:
-            old = get(key)
+            old = origin[key] if key in origin else get(key)
             if old is not None:
                 state_sum -= term(key, old)
         state_sum %= MODULUS
