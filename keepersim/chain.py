@@ -266,8 +266,11 @@ class Chain:
             if not self.has_genesis():
                 raise BlockError("the chain has no genesis")
             h = self.height + 1 if height is None else height
-            if h <= self.height:
-                raise BlockError(f"height {h} is not above the last committed {self.height}")
+            if h != self.height + 1:
+                # Expiries and epoch boundaries happen at exact heights: a gap would skip them.
+                raise BlockError(
+                    f"block height {h} does not follow the last committed {self.height}"
+                )
             buffer = self._store.begin()
             try:
                 keeper = Keeper(buffer, self._chain_id, self._params)

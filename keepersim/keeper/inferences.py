@@ -27,7 +27,14 @@ from keepersim.types.pb.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
 )
-from keepersim.types.pb.types_pb2 import DECLINED, EXPIRED, FINISHED, STARTED, Inference
+from keepersim.types.pb.types_pb2 import (
+    DECLINED,
+    EXPIRED,
+    FINISHED,
+    STARTED,
+    Inference,
+    InferenceStatus,
+)
 
 
 def _require_field(value: str, msg_name: str, field: str) -> None:
@@ -91,7 +98,7 @@ def process_finish_inference(ctx: BlockContext, msg: MsgFinishInference) -> None
     elif inference.status != STARTED:
         raise InferenceStateError(
             f"inference {msg.inference_id!r} cannot finish: status "
-            f"{Inference.DESCRIPTOR.fields_by_name['status'].enum_type.values_by_number[inference.status].name}"
+            f"{InferenceStatus.Name(inference.status)}"
         )
     inference.status = FINISHED
     inference.executed_by = executor

@@ -59,8 +59,10 @@ def get_llr(d: Decimal) -> int:
     """A stored LLR in 1e-12 units (an unset Decimal is 0)."""
     if d.value == 0:
         return 0
-    shift = d.exponent - DECIMAL_EXPONENT
-    return d.value * 10**shift if shift >= 0 else d.value // 10 ** (-shift)
+    shift: int = d.exponent - DECIMAL_EXPONENT
+    value: int = d.value
+    scale: int = 10 ** abs(shift)
+    return value * scale if shift >= 0 else value // scale
 
 
 def set_llr(d: Decimal, llr: int) -> None:

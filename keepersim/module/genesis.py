@@ -67,6 +67,9 @@ def init_genesis(keeper: Keeper, genesis: GenesisState) -> None:
         keeper.set_excluded(excluded)
     for entry in genesis.policy_state:
         keeper.store.set(entry.key, entry.value)
+    if genesis.HasField("pending_params"):
+        validate_params(genesis.pending_params)
+        keeper.set_pending_params(genesis.pending_params)
     if genesis.epochs:
         for epoch in genesis.epochs:
             keeper.set_epoch(epoch)
@@ -84,6 +87,9 @@ def export_genesis(keeper: Keeper, height: int) -> GenesisState:
         height=height,
         effective_epoch_index=keeper.get_effective_epoch_index(),
     )
+    pending = keeper.get_pending_params()
+    if pending is not None:
+        genesis.pending_params.CopyFrom(pending)
     genesis.participants.extend(keeper.iterate_participants())
     genesis.epochs.extend(keeper.iterate_epochs())
     genesis.epoch_groups.extend(keeper.iterate_epoch_groups())

@@ -295,11 +295,15 @@ def test_block_on_chain_without_genesis(tmp_path: Path) -> None:
         chain.deliver_block([])
 
 
-def test_block_height_must_increase(chain: Chain) -> None:
+def test_block_height_must_follow_the_last(chain: Chain) -> None:
     chain.deliver_block([])
-    with pytest.raises(BlockError, match="height 1 is not above the last committed 1"):
+    with pytest.raises(BlockError, match="block height 1 does not follow the last committed 1"):
         chain.deliver_block([], height=1)
+    # A gap would skip the expiries and epoch boundaries of the missing heights.
+    with pytest.raises(BlockError, match="block height 3 does not follow the last committed 1"):
+        chain.deliver_block([], height=3)
     assert chain.height == 1
+    assert chain.deliver_block([], height=2).height == 2
 
 
 def test_genesis_twice_rejected(chain: Chain, genesis: GenesisState) -> None:

@@ -61,6 +61,7 @@ class GenesisState(_message.Message):
     EPOCH_PERFORMANCE_SUMMARIES_FIELD_NUMBER: _builtins.int
     EXCLUDED_PARTICIPANTS_FIELD_NUMBER: _builtins.int
     POLICY_STATE_FIELD_NUMBER: _builtins.int
+    PENDING_PARAMS_FIELD_NUMBER: _builtins.int
     chain_id: _builtins.str
     height: _builtins.int
     effective_epoch_index: _builtins.int
@@ -82,6 +83,10 @@ class GenesisState(_message.Message):
     def excluded_participants(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.ExcludedParticipant]: ...
     @_builtins.property
     def policy_state(self) -> _containers.RepeatedCompositeFieldContainer[Global___PolicyStateEntry]: ...
+    @_builtins.property
+    def pending_params(self) -> _params_pb2.Params:
+        """Params accepted by governance in the exported block; they take effect in the next one."""
+
     def __init__(
         self,
         *,
@@ -97,10 +102,11 @@ class GenesisState(_message.Message):
         epoch_performance_summaries: _abc.Iterable[_types_pb2.EpochPerformanceSummary] | None = ...,
         excluded_participants: _abc.Iterable[_types_pb2.ExcludedParticipant] | None = ...,
         policy_state: _abc.Iterable[Global___PolicyStateEntry] | None = ...,
+        pending_params: _params_pb2.Params | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["params", b"params"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["params", b"params", "pending_params", b"pending_params"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain_id", b"chain_id", "effective_epoch_index", b"effective_epoch_index", "epoch_groups", b"epoch_groups", "epoch_performance_summaries", b"epoch_performance_summaries", "epochs", b"epochs", "excluded_participants", b"excluded_participants", "height", b"height", "inference_timeouts", b"inference_timeouts", "inferences", b"inferences", "params", b"params", "participants", b"participants", "policy_state", b"policy_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain_id", b"chain_id", "effective_epoch_index", b"effective_epoch_index", "epoch_groups", b"epoch_groups", "epoch_performance_summaries", b"epoch_performance_summaries", "epochs", b"epochs", "excluded_participants", b"excluded_participants", "height", b"height", "inference_timeouts", b"inference_timeouts", "inferences", b"inferences", "params", b"params", "participants", b"participants", "pending_params", b"pending_params", "policy_state", b"policy_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
