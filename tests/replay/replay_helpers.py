@@ -1,26 +1,23 @@
-"""Helpers for replay tests: hand-written traces and a tiny recorder that drives a real chain."""
+"""Helpers for replay tests: hand-written trace lines and a tiny recorder that drives a real
+chain (its trace must replay with zero mismatches)."""
 
 from __future__ import annotations
 
 import json
 import random
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 from google.protobuf import json_format
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from keepersim.chain import Chain  # noqa: E402
-from keepersim.types.events import EpochSettled  # noqa: E402
-from keepersim.types.params import get_default_params, params_to_dict  # noqa: E402
-from keepersim.types.pb.genesis_pb2 import GenesisState  # noqa: E402
-from keepersim.types.pb.params_pb2 import Params  # noqa: E402
-from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgStartInference  # noqa: E402
-from keepersim.types.pb.types_pb2 import MLNodeInfo, Participant  # noqa: E402
+from keepersim.chain import Chain
+from keepersim.types.events import EpochSettled
+from keepersim.types.params import get_default_params, params_to_dict
+from keepersim.types.pb.genesis_pb2 import GenesisState
+from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.types_pb2 import MLNodeInfo, Participant
 
 CHAIN_ID = "replay-test"
 
@@ -200,8 +197,3 @@ def record_trace(
     merged.extend(queue)
     write_trace(path, lines + merged)
     return path, summaries
-
-
-@pytest.fixture
-def tmp_trace(tmp_path: Path) -> Path:
-    return tmp_path / "trace.jsonl"

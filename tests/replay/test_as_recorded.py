@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
+from replay_helpers import (
     CHAIN_ID,
     header_line,
     inference_line,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import record_trace
+from replay_helpers import record_trace
 
 from keepersim.replay.estimator import (
     DEFAULT_LATENCY_BLOCKS,

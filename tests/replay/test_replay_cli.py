@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import record_trace
+from replay_helpers import record_trace
 
 from keepersim.replay.cli import add_replay_command, main
 

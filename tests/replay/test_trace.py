@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
+from replay_helpers import (
     header_line,
     inference_line,
     make_params,

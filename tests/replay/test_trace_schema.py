@@ -8,7 +8,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import (
+from google.protobuf import json_format
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from replay_helpers import (
     header_line,
     inference_line,
     make_params,
@@ -17,9 +20,6 @@ from conftest import (
     participants_line,
     summary_line,
 )
-from google.protobuf import json_format
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from keepersim.replay.fastpath import FastParseError, MessageBuilder, SchemaCompiler
 from keepersim.replay.schema_gen import SCHEMA_PATH, build_trace_schema, format_schema

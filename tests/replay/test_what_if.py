@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import record_trace
+from replay_helpers import record_trace
 
 from keepersim.replay.estimator import estimate_trace
 from keepersim.replay.trace import InferenceRecord, iterate_trace
