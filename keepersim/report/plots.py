@@ -170,7 +170,7 @@ def _plot_timeline(
         ax.set_xlabel("height")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{scenario}: {title}")
-        ax.legend(fontsize="small", ncol=3)
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         out.append(_save(fig, folder / f"{prefix}_{safe_name(scenario)}.png"))
     return out
 

@@ -89,7 +89,11 @@ from keepersim.sim.metrics import (
     FINISHED,
     MetricsCollector,
 )
-from keepersim.sim.oracle import ORACLE_POLICY_NAME, make_oracle_factory
+from keepersim.sim.oracle import (
+    HEALTHY_MISS_THRESHOLD,
+    ORACLE_POLICY_NAME,
+    make_oracle_factory,
+)
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.trace_writer import TraceWriter
 from keepersim.types.errors import InvalidParamsError, KeepersimError, NoExecutorsError
@@ -450,8 +454,14 @@ class _Run:
             self.metrics.unassigned_requests += 1
             return
         address = sel.address
-        self.metrics.record_selection(address, fallback=sel.fallback, panic=sel.panic)
         spec = self.specs[address]
+        p_miss = spec.get_miss_probability(height)
+        self.metrics.record_selection(
+            address,
+            fallback=sel.fallback,
+            panic=sel.panic,
+            degraded=p_miss > HEALTHY_MISS_THRESHOLD,
+        )
         u, latency = draw_outcome(self.seed, request, address, spec.latency_min, spec.latency_max)
         over = False
         if spec.capacity is not None:
@@ -470,9 +480,7 @@ class _Run:
                 self.reselects.setdefault(height + 1, []).append((request, attempt + 1, model))
             else:
                 self.metrics.unserved_requests += 1
-        elif (
-            over or u < spec.get_miss_probability(height) or latency > self.params.expiration_blocks
-        ):
+        elif over or u < p_miss or latency > self.params.expiration_blocks:
             self.metrics.planned_misses += 1
         else:
             self.finishes.setdefault(height + latency, []).append(

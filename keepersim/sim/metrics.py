@@ -18,12 +18,16 @@ Definitions (the keys of :meth:`MetricsCollector.compute`):
     not counted anywhere (``in_flight_at_end``).
 ``misses`` / ``miss_rate``
     expired inferences / ``misses / inferences`` (0 when there are none).
+``degraded_traffic_share``
+    share of assignments that went to an executor whose true ``p > 0.05`` at that height (the
+    measure that also sees policies acting through weight factors rather than exclusion).
 ``false_exclusion_weight_share``
     mean over blocks of the weight kept out while its true ``p(h) <= 0.05``, over total weight.
 ``excluded_weight_share``
     mean over blocks of the weight kept out, over total weight.
 ``detection``
-    per degraded period of a participant (a maximal run of heights with true ``p > 0.05``, from
+    (exclusion only: a policy that demotes through weight factors never "detects") per
+    degraded period of a participant (a maximal run of heights with true ``p > 0.05``, from
     the scenario's miss schedule, clipped to the run): blocks from its start to the first block
     the participant is kept out within it; ``undetected_share`` = share of periods in which it
     never was.
@@ -152,6 +156,7 @@ class MetricsCollector:
         # Selections and outcomes
         self.requests = 0
         self.selections = 0
+        self.degraded_selections = 0
         self.fallback_selections = 0
         self.panic_selections = 0
         self.unassigned_requests = 0
@@ -197,8 +202,12 @@ class MetricsCollector:
     def record_request(self) -> None:
         self.requests += 1
 
-    def record_selection(self, address: str, *, fallback: bool, panic: bool) -> None:
+    def record_selection(
+        self, address: str, *, fallback: bool, panic: bool, degraded: bool = False
+    ) -> None:
+        """One assignment; ``degraded``: the executor's true p > 0.05 at that height."""
         self.selections += 1
+        self.degraded_selections += degraded
         self.fallback_selections += fallback
         self.panic_selections += panic
         self.assigned[address] = self.assigned.get(address, 0) + 1
@@ -318,6 +327,9 @@ class MetricsCollector:
         return {
             "requests": self.requests,
             "selections": self.selections,
+            "degraded_traffic_share": self.degraded_selections / self.selections
+            if self.selections
+            else 0.0,
             "inferences": inferences,
             "finished": self.finished,
             "misses": self.misses,

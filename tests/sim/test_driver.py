@@ -119,6 +119,9 @@ def test_oracle_never_excludes_the_healthy_and_catches_degradation_at_once() -> 
     s = make_scenario()
     result = run_scenario(s, "oracle", store="memory").to_dict()
     assert result["false_exclusion_weight_share"] == 0.0
+    assert result["degraded_traffic_share"] == 0.0
+    none = run_scenario(s, "none", store="memory").to_dict()
+    assert none["degraded_traffic_share"] > 0.2
     # "d" (p = 0.3) is out for the whole run, "b" for [60, 180): (800 * 240 + 600 * 120) / 240
     expected = (800 * 240 + 600 * 120) / 240 / s.get_total_weight()
     assert result["excluded_weight_share"] == pytest.approx(expected)
