@@ -11,7 +11,11 @@ from keepersim.keeper.policies.base import (
     PolicyContext,
     PolicyReader,
 )
+from keepersim.keeper.policies.consecutive import ConsecutiveBreaker
 from keepersim.keeper.policies.gonka import GonkaBreaker
+from keepersim.keeper.policies.trin_additive import TrinAdditive
+from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
+from keepersim.keeper.policies.windowed import WindowedBreaker
 
 
 class NoPolicy(HealthPolicy):
@@ -33,6 +37,10 @@ PolicyFactory = Callable[[], HealthPolicy]
 
 BUILTIN_POLICIES: dict[str, PolicyFactory] = {
     "gonka": GonkaBreaker,
+    "consecutive": ConsecutiveBreaker,
+    "trin-additive": TrinAdditive,
+    "trin-multiplicative": TrinMultiplicative,
+    "windowed": WindowedBreaker,
     "none": NoPolicy,
     "sprt": SprtOnlyPolicy,
 }
@@ -49,6 +57,7 @@ def get_policy(name: str, extra: dict[str, PolicyFactory] | None = None) -> Heal
 __all__ = [
     "ADMITTED",
     "BUILTIN_POLICIES",
+    "ConsecutiveBreaker",
     "GonkaBreaker",
     "Health",
     "HealthPolicy",
@@ -56,5 +65,8 @@ __all__ = [
     "PolicyContext",
     "PolicyReader",
     "SprtOnlyPolicy",
+    "TrinAdditive",
+    "TrinMultiplicative",
+    "WindowedBreaker",
     "get_policy",
 ]

@@ -70,7 +70,9 @@ def get_settings(params: ConsecutiveParams, address: str) -> BreakerSettings:
             success_threshold=(
                 o.success_threshold if o.HasField("success_threshold") else params.success_threshold
             ),
-            timeout_blocks=o.timeout_blocks if o.HasField("timeout_blocks") else params.timeout_blocks,
+            timeout_blocks=o.timeout_blocks
+            if o.HasField("timeout_blocks")
+            else params.timeout_blocks,
             pushback=pushback,
             # SMG: a worker's own failure threshold re-enables its breaker when globally disabled.
             enabled=not params.disabled or o.HasField("failure_threshold"),
@@ -186,7 +188,10 @@ class ConsecutiveBreaker(HealthPolicy):
             entry.consecutive_successes = 0
             ctx.set_message(address, entry)
             ctx.emit_transition(
-                address, "open", "half_open", f"timeout of {entry.half_open_at_block - entry.opened_at_block} blocks"
+                address,
+                "open",
+                "half_open",
+                f"timeout of {entry.half_open_at_block - entry.opened_at_block} blocks",
             )
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:

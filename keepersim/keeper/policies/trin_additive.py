@@ -74,15 +74,17 @@ class TrinAdditive(HealthPolicy):
         params = ctx.params.health_params.trin_additive
         entry = self.get_entry(ctx.get_raw(address), address)
         kept = [
-            e for e in entry.events if is_in_window(e.height, ctx.height, params.window_blocks)
+            (e.height, e.delta)
+            for e in entry.events
+            if is_in_window(e.height, ctx.height, params.window_blocks)
         ]
         delta = get_delta(outcome, params)
-        if kept and kept[-1].height == ctx.height:
-            kept[-1].delta += delta
+        if kept and kept[-1][0] == ctx.height:
+            kept[-1] = (ctx.height, kept[-1][1] + delta)
         else:
-            kept.append(ScoreEvent(height=ctx.height, delta=delta))
+            kept.append((ctx.height, delta))
         del entry.events[:]
-        entry.events.extend(kept)
+        entry.events.extend(ScoreEvent(height=h, delta=d) for h, d in kept)
         ctx.set_message(address, entry)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
@@ -113,9 +115,7 @@ class TrinAdditive(HealthPolicy):
         params = reader.params.health_params.trin_additive
         entry = self.get_entry(reader.get_raw(address), address)
         health = self.get_health(reader, address, height)
-        counted = [
-            e for e in entry.events if is_in_window(e.height, height, params.window_blocks)
-        ]
+        counted = [e for e in entry.events if is_in_window(e.height, height, params.window_blocks)]
         return {
             "state": health.state,
             "admitted": health.admitted,

@@ -1,0 +1,486 @@
+"""keepersim's windowed breaker: recent evidence, early evidence, confidence, bounded probing.
+
+Built on what the reference simulation taught (docs: policy-lessons) and on its peers' fixes:
+
+- Judge a participant on its last ``window`` outcomes (a 64-bit ring, newest bit 0), never on
+  the epoch's cumulative counts, which lag and keep recovered nodes out. The ring is kept when a
+  probe succeeds (clearing it lets a 30%-miss node back with a clean record 70% of the time) and
+  at the epoch boundary (a reset throws away the evidence against persistent offenders).
+- Earliest chain-visible evidence: an inference still open ``overdue`` blocks after its start
+  counts as a provisional miss long before it expires. ``overdue = max(overdue_min_blocks,
+  overdue_factor * slowest recent latency)`` of the participant (its last 8 successes), or of
+  the fleet (last 32) while it has fewer than 4, so slow-but-healthy nodes are not flagged. Each
+  flag sits at a ring position (``flag_seq``): a late success turns it into the success it was,
+  a decline removes it (pushback never counts) and the final expiry adds nothing (counted once).
+- Confidence gate instead of a bare threshold: exclude when n >= min_samples, m/n > p0 and the
+  one-sided z-score (m/n - p0) / sqrt(p0 (1 - p0) / n) exceeds z, p0 = baseline_miss_pct / 100.
+  In integers: (100 m - b n)^2 * 10^6 > z_milli^2 * n * b * (100 - b). One miss in four is not
+  enough; 30% misses over 32 outcomes is, 5% is not.
+- Cooldown initial * 2^strikes (capped), strikes = consecutive failed probes or re-exclusions
+  within the probation after a re-admission, with a jitter of +-jitter_pct derived from
+  sha256(address, exclusion count): bounded, deterministic, and different per participant.
+- Probing: after the cooldown the participant is admitted with at most ``max_probes`` of its
+  inferences in flight (counted from process_start; any result frees a slot, a decline too).
+  A probe that misses or turns overdue sends it back with a longer cooldown. When overdue
+  evidence behind an exclusion is withdrawn (the inferences finished late) and the window passes
+  again, probing starts at once: a false alarm costs no cooldown. A probe success
+  re-admits only if the window (probe included) passes the gate; otherwise probing simply goes
+  on, so a recovered node earns its way back at its own traffic rate (each success pushes an old
+  miss out), while a bad one meets its next miss within a few probes. The probe cap holds per
+  committed height: requests of one block all see the same table.
+- Slow start: after re-admission the weight factor ramps from ramp_start_pct to 100% in 10 steps
+  over ramp_blocks (valid_until marks each step, so the chain's memo keeps its hits).
+- The pipeline caps the excluded share of candidate weight (max_excluded_weight_pct; the most
+  degraded stay out, severity = window miss rate in ppm) and panics below
+  panic_healthy_weight_pct admitted weight: capacity limits cannot cascade into an outage.
+  A participant let in by the cap or the panic gets its full weight, as the cap intends.
+- Pushback (a decline) never counts: it is not a failure, never resets or closes anything.
+
+State is written only by outcomes, process_start and the end block's wake-ups (overdue
+deadlines, cooldown ends) plus the gate check of participants touched in the block, so a quiet
+block costs nothing per participant. The fleet's latency samples live in the entry of the empty
+address (never a participant's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import ClassVar
+
+from keepersim.keeper.policies.base import (
+    Health,
+    HealthPolicy,
+    PolicyContext,
+    PolicyReader,
+)
+from keepersim.types.events import Outcome
+from keepersim.types.pb.health_pb2 import (
+    W_EXCLUDED,
+    W_HEALTHY,
+    W_PROBE,
+    OpenInference,
+    WindowedEntry,
+)
+from keepersim.types.pb.params_pb2 import Params, WindowedParams
+from keepersim.types.pb.types_pb2 import STARTED
+
+STATE_NAMES = {W_HEALTHY: "healthy", W_EXCLUDED: "excluded", W_PROBE: "probe"}
+RING_BITS = 64
+RING_MASK = (1 << RING_BITS) - 1
+LATENCY_SAMPLES = 8
+FLEET_LATENCY_SAMPLES = 32
+MIN_OWN_LATENCY_SAMPLES = 4
+FLEET = ""  # the entry that holds the fleet's latency samples
+RAMP_STEPS = 10
+MAX_STRIKES = 32
+PPM = 1_000_000
+
+
+# --- the ring -----------------------------------------------------------------------------
+
+
+def compute_window(entry: WindowedEntry, window: int) -> tuple[int, int]:
+    """(misses, samples) among the newest ``window`` recorded outcomes."""
+    n = min(entry.outcome_seq, window, RING_BITS)
+    return (entry.failure_bits & ((1 << n) - 1)).bit_count(), n
+
+
+def process_push(entry: WindowedEntry, miss: bool) -> None:
+    entry.failure_bits = ((entry.failure_bits << 1) | int(miss)) & RING_MASK
+    entry.outcome_seq += 1
+
+
+def get_ring_position(entry: WindowedEntry, seq: int) -> int | None:
+    """Bit index of the outcome pushed as number ``seq``, or None if it left the ring."""
+    position = entry.outcome_seq - 1 - seq
+    return position if 0 <= position < RING_BITS else None
+
+
+def process_clear_flag(entry: WindowedEntry, item: OpenInference) -> None:
+    """A flagged inference finished late: its provisional miss becomes a success."""
+    position = get_ring_position(entry, item.flag_seq)
+    if position is not None:
+        entry.failure_bits &= ~(1 << position) & RING_MASK
+
+
+def process_remove_flag(entry: WindowedEntry, item: OpenInference) -> None:
+    """A flagged inference was declined: take its provisional miss out of the ring entirely."""
+    position = get_ring_position(entry, item.flag_seq)
+    if position is None:
+        return
+    low = entry.failure_bits & ((1 << position) - 1)
+    high = entry.failure_bits >> (position + 1)
+    entry.failure_bits = (high << position) | low
+    entry.outcome_seq -= 1
+    for other in entry.open:
+        if other.flagged and other.flag_seq > item.flag_seq:
+            other.flag_seq -= 1
+
+
+# --- the gate, cooldown, ramp -------------------------------------------------------------
+
+
+def is_window_failing(misses: int, samples: int, params: WindowedParams) -> bool:
+    """Enough samples, a miss rate above the baseline, and a one-sided z-score above z."""
+    if samples < params.min_samples:
+        return False
+    b = params.baseline_miss_pct
+    excess = 100 * misses - b * samples
+    if excess <= 0:
+        return False
+    z = params.confidence_z_milli
+    return excess * excess * 1_000_000 > z * z * samples * b * (100 - b)
+
+
+def compute_miss_ppm(misses: int, samples: int) -> int:
+    return misses * PPM // samples if samples else 0
+
+
+def compute_jitter_pct(address: str, exclusions: int, jitter_pct: int) -> int:
+    """A deterministic offset in [-jitter_pct, +jitter_pct] from sha256(address, exclusions)."""
+    if jitter_pct == 0:
+        return 0
+    digest = hashlib.sha256(
+        b"keepersim/windowed/jitter\x00"
+        + address.encode()
+        + b"\x00"
+        + exclusions.to_bytes(8, "big")
+    ).digest()
+    return int.from_bytes(digest[:8], "big") % (2 * jitter_pct + 1) - jitter_pct
+
+
+def compute_cooldown(address: str, strikes: int, exclusions: int, params: WindowedParams) -> int:
+    """initial * 2^strikes capped at max, then jittered; at least one block."""
+    base = min(
+        params.initial_cooldown_blocks << min(strikes, MAX_STRIKES), params.max_cooldown_blocks
+    )
+    jitter = compute_jitter_pct(address, exclusions, params.jitter_pct)
+    return max(1, base * (100 + jitter) // 100)
+
+
+def get_probation_blocks(params: WindowedParams) -> int:
+    """A re-exclusion this soon after re-admission is one more strike, not a fresh start."""
+    return max(params.ramp_blocks, params.initial_cooldown_blocks)
+
+
+def compute_ramp(readmitted_at: int, height: int, params: WindowedParams) -> tuple[int, int] | None:
+    """(weight percent, last height of this step) while ramping, else None."""
+    ramp = params.ramp_blocks
+    if ramp <= 0 or readmitted_at <= 0 or height >= readmitted_at + ramp:
+        return None
+    step = (height - readmitted_at) * RAMP_STEPS // ramp
+    pct = params.ramp_start_pct + (100 - params.ramp_start_pct) * step // RAMP_STEPS
+    next_step_at = readmitted_at + -(-(step + 1) * ramp // RAMP_STEPS)
+    return pct, next_step_at - 1
+
+
+def compute_overdue_blocks(own: list[int], fleet: list[int], params: WindowedParams) -> int | None:
+    """Blocks after which an open inference is provisional miss evidence (None: no samples)."""
+    samples = own if len(own) >= MIN_OWN_LATENCY_SAMPLES else own + fleet
+    if not samples:
+        return None
+    return max(params.overdue_min_blocks, params.overdue_factor * max(samples))
+
+
+def count_probes_in_flight(entry: WindowedEntry, height: int, expiration_blocks: int) -> int:
+    return sum(
+        1 for item in entry.open if item.probe and item.start_height + expiration_blocks > height
+    )
+
+
+def find_open(entry: WindowedEntry, start_height: int, prefer_flagged: bool) -> int | None:
+    """Index of the open inference this result resolves (same start height; ties by preference)."""
+    fallback = None
+    for i, item in enumerate(entry.open):
+        if item.start_height != start_height:
+            continue
+        if item.flagged == prefer_flagged:
+            return i
+        if fallback is None:
+            fallback = i
+    return fallback
+
+
+def process_prune(entry: WindowedEntry, height: int, expiration_blocks: int) -> None:
+    """Drop open inferences past their expiry that never got a result here (finished by another
+    executor, or resolved while another policy ran): the chain attributed no miss to this
+    participant, so a provisional miss of theirs is withdrawn too."""
+    stale = [
+        i for i, item in enumerate(entry.open) if item.start_height + expiration_blocks < height
+    ]
+    for i in reversed(stale):
+        item = OpenInference()
+        item.CopyFrom(entry.open[i])
+        del entry.open[i]
+        if item.flagged:
+            process_remove_flag(entry, item)
+
+
+def append_bounded(values: list[int], value: int, bound: int) -> list[int]:
+    values.append(value)
+    return values[-bound:]
+
+
+class WindowedBreaker(HealthPolicy):
+    name: ClassVar[str] = "windowed"
+    prefix: ClassVar[bytes] = b"\x05"
+
+    @staticmethod
+    def get_entry(raw: bytes | None, address: str) -> WindowedEntry:
+        if raw is None:
+            return WindowedEntry(address=address, state=W_HEALTHY)
+        return WindowedEntry.FromString(raw)
+
+    # --- writes -------------------------------------------------------------------------
+
+    def process_start(self, ctx: PolicyContext, address: str, inference_id: str) -> None:
+        """Open a record of the inference: its probe slot and its overdue deadline."""
+        inference = ctx.keeper.get_inference(inference_id)
+        if inference is None or inference.status != STARTED:
+            return  # finished before it started: already resolved
+        params = ctx.params.health_params.windowed
+        expiration = ctx.params.expiration_blocks
+        entry = self.get_entry(ctx.get_raw(address), address)
+        process_prune(entry, ctx.height, expiration)
+        own = list(entry.recent_latencies)
+        fleet: list[int] = []
+        if len(own) < MIN_OWN_LATENCY_SAMPLES:
+            fleet = list(self.get_entry(ctx.get_raw(FLEET), FLEET).recent_latencies)
+        overdue = compute_overdue_blocks(own, fleet, params)
+        overdue_at = 0
+        if overdue is not None and overdue < expiration:
+            overdue_at = ctx.height + overdue
+            ctx.schedule(overdue_at, address)
+        entry.open.append(
+            OpenInference(
+                start_height=ctx.height, overdue_at=overdue_at, probe=entry.state == W_PROBE
+            )
+        )
+        ctx.set_message(address, entry)
+
+    def process_outcome(
+        self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
+    ) -> None:
+        params = ctx.params.health_params.windowed
+        entry = self.get_entry(ctx.get_raw(address), address)
+        index = find_open(entry, start_height, prefer_flagged=outcome is Outcome.MISS)
+        item: OpenInference | None = None
+        if index is not None:
+            item = OpenInference()
+            item.CopyFrom(entry.open[index])
+            del entry.open[index]
+        elif outcome is Outcome.NEUTRAL:
+            return  # pushback about nothing we track: nothing to record
+        flagged = item is not None and item.flagged
+        if outcome is Outcome.NEUTRAL:
+            if item is not None and flagged:
+                process_remove_flag(entry, item)
+        elif outcome is Outcome.SUCCESS:
+            if item is not None:
+                self.process_latency(ctx, entry, ctx.height - item.start_height)
+            if item is not None and flagged:
+                process_clear_flag(entry, item)
+                entry.overdue_undone += 1
+            else:
+                process_push(entry, miss=False)
+        elif not flagged:
+            process_push(entry, miss=True)
+        process_prune(entry, ctx.height, ctx.params.expiration_blocks)
+        if entry.state == W_EXCLUDED and flagged and outcome is not Outcome.MISS:
+            # Provisional evidence withdrawn: if the window no longer fails, probe right away
+            # instead of sitting out a cooldown that a false alarm earned.
+            misses, samples = compute_window(entry, params.window)
+            if not is_window_failing(misses, samples, params):
+                self.process_promote(ctx, entry, "overdue evidence withdrawn")
+        # Probe decisions: only a probe's own (unflagged) result decides; a flagged probe already
+        # failed when it turned overdue.
+        if entry.state == W_PROBE and item is not None and item.probe and not flagged:
+            if outcome is Outcome.MISS:
+                self.process_exclude(ctx, entry, "probe missed", failed_probe=True)
+            elif outcome is Outcome.SUCCESS:
+                misses, samples = compute_window(entry, params.window)
+                if not is_window_failing(misses, samples, params):
+                    self.process_readmit(ctx, entry, misses, samples)
+        ctx.set_message(address, entry)
+
+    def process_latency(self, ctx: PolicyContext, entry: WindowedEntry, latency: int) -> None:
+        own = append_bounded(list(entry.recent_latencies), latency, LATENCY_SAMPLES)
+        del entry.recent_latencies[:]
+        entry.recent_latencies.extend(own)
+        fleet = self.get_entry(ctx.get_raw(FLEET), FLEET)
+        samples = append_bounded(list(fleet.recent_latencies), latency, FLEET_LATENCY_SAMPLES)
+        del fleet.recent_latencies[:]
+        fleet.recent_latencies.extend(samples)
+        ctx.set_message(FLEET, fleet)
+
+    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+        """Wake-ups (overdue deadlines, cooldown ends), then the gate for everyone touched."""
+        due = ctx.pop_due()
+        for address in due:
+            raw = ctx.get_raw(address)
+            if raw is None:
+                continue
+            entry = WindowedEntry.FromString(raw)
+            changed = self.process_overdue(ctx, entry)
+            if entry.state == W_EXCLUDED and ctx.height >= entry.probe_at_block:
+                self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
+                changed = True
+            changed = self.process_gate(ctx, entry) or changed
+            if changed:
+                ctx.set_message(address, entry)
+        for address in sorted(set(touched).difference(due)):
+            raw = ctx.get_raw(address) if address != FLEET else None
+            if raw is None:
+                continue
+            entry = WindowedEntry.FromString(raw)
+            if self.process_gate(ctx, entry):
+                ctx.set_message(address, entry)
+
+    def process_gate(self, ctx: PolicyContext, entry: WindowedEntry) -> bool:
+        """Exclude a healthy participant whose window fails the gate; True if it did."""
+        if entry.state != W_HEALTHY:
+            return False
+        params = ctx.params.health_params.windowed
+        misses, samples = compute_window(entry, params.window)
+        if not is_window_failing(misses, samples, params):
+            return False
+        self.process_exclude(ctx, entry, f"window {misses}/{samples} missed")
+        return True
+
+    def process_overdue(self, ctx: PolicyContext, entry: WindowedEntry) -> bool:
+        """Flag open inferences past their overdue deadline as provisional misses."""
+        flagged = 0
+        probe_failed = False
+        for item in entry.open:
+            if item.flagged or item.overdue_at == 0 or item.overdue_at > ctx.height:
+                continue
+            item.flagged = True
+            item.flag_seq = entry.outcome_seq
+            process_push(entry, miss=True)
+            flagged += 1
+            probe_failed = probe_failed or item.probe
+        entry.overdue_flags += flagged
+        if probe_failed and entry.state == W_PROBE:
+            self.process_exclude(ctx, entry, "probe overdue", failed_probe=True)
+        return flagged > 0
+
+    def process_exclude(
+        self, ctx: PolicyContext, entry: WindowedEntry, reason: str, failed_probe: bool = False
+    ) -> None:
+        params = ctx.params.health_params.windowed
+        from_state = STATE_NAMES[entry.state]
+        quick = (
+            entry.readmitted_at_block > 0
+            and ctx.height < entry.readmitted_at_block + get_probation_blocks(params)
+        )
+        entry.strikes = min(entry.strikes + 1, MAX_STRIKES) if failed_probe or quick else 0
+        entry.exclusions += 1
+        entry.cooldown_blocks = compute_cooldown(
+            entry.address, entry.strikes, entry.exclusions, params
+        )
+        entry.state = W_EXCLUDED
+        entry.excluded_at_block = ctx.height
+        entry.probe_at_block = ctx.height + entry.cooldown_blocks
+        ctx.schedule(entry.probe_at_block, entry.address)
+        ctx.emit_transition(
+            entry.address,
+            from_state,
+            "excluded",
+            f"{reason}; cooldown {entry.cooldown_blocks} (strikes {entry.strikes})",
+        )
+
+    def process_promote(self, ctx: PolicyContext, entry: WindowedEntry, reason: str) -> None:
+        entry.state = W_PROBE
+        ctx.emit_transition(entry.address, "excluded", "probe", reason)
+
+    def process_readmit(
+        self, ctx: PolicyContext, entry: WindowedEntry, misses: int, samples: int
+    ) -> None:
+        entry.state = W_HEALTHY
+        entry.readmitted_at_block = ctx.height
+        ctx.emit_transition(
+            entry.address, "probe", "healthy", f"probe succeeded; window {misses}/{samples} missed"
+        )
+
+    def process_epoch_boundary(self, ctx: PolicyContext) -> None:
+        """Nothing: the window and any exclusion outlive the epoch (a reset discards evidence)."""
+
+    # --- reads --------------------------------------------------------------------------
+
+    def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
+        raw = reader.get_raw(address)
+        if raw is None:
+            return Health(True)
+        params = reader.params.health_params.windowed
+        entry = WindowedEntry.FromString(raw)
+        misses, samples = compute_window(entry, params.window)
+        severity = compute_miss_ppm(misses, samples)
+        if entry.state == W_EXCLUDED and height < entry.probe_at_block:
+            return Health(
+                False,
+                severity=severity,
+                valid_until=entry.probe_at_block - 1,
+                state="excluded",
+            )
+        if entry.state != W_HEALTHY:
+            # Probing (or excluded past its cooldown, promoted in that height's end block).
+            expiration = reader.params.expiration_blocks
+            in_flight = count_probes_in_flight(entry, height, expiration)
+            if in_flight >= params.max_probes:
+                # A slot frees on a result (which touches the participant) or, for a probe that
+                # never gets one here, at its expiry height.
+                frees_at = min(
+                    item.start_height + expiration
+                    for item in entry.open
+                    if item.probe and item.start_height + expiration > height
+                )
+                return Health(
+                    False, severity=severity, valid_until=frees_at - 1, state="probe_full"
+                )
+            return Health(True, state="probe")
+        ramp = compute_ramp(entry.readmitted_at_block, height, params)
+        if ramp is not None:
+            pct, valid_until = ramp
+            return Health(
+                True, factor_num=pct, factor_den=100, valid_until=valid_until, state="ramping"
+            )
+        return Health(True)
+
+    def get_exclusion_cap_pct(self, params: Params) -> int:
+        return params.health_params.windowed.max_excluded_weight_pct
+
+    def get_panic_pct(self, params: Params) -> int:
+        return params.health_params.windowed.panic_healthy_weight_pct
+
+    def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
+        params = reader.params.health_params.windowed
+        entry = self.get_entry(reader.get_raw(address), address)
+        health = self.get_health(reader, address, height)
+        misses, samples = compute_window(entry, params.window)
+        fleet = list(self.get_entry(reader.get_raw(FLEET), FLEET).recent_latencies)
+        return {
+            "state": STATE_NAMES[entry.state],
+            "verdict": health.state,
+            "admitted": health.admitted,
+            "factor_pct": health.factor_num * 100 // health.factor_den,
+            "window_misses": misses,
+            "window_samples": samples,
+            "window_miss_ppm": compute_miss_ppm(misses, samples),
+            "window_failing": is_window_failing(misses, samples, params),
+            "outcomes_recorded": entry.outcome_seq,
+            "exclusions": entry.exclusions,
+            "strikes": entry.strikes,
+            "excluded_at_block": entry.excluded_at_block,
+            "cooldown_blocks": entry.cooldown_blocks,
+            "probe_at_block": entry.probe_at_block if entry.state == W_EXCLUDED else None,
+            "readmitted_at_block": entry.readmitted_at_block,
+            "open_inferences": len(entry.open),
+            "open_flagged": sum(1 for item in entry.open if item.flagged),
+            "probes_in_flight": count_probes_in_flight(
+                entry, height, reader.params.expiration_blocks
+            ),
+            "overdue_blocks": compute_overdue_blocks(list(entry.recent_latencies), fleet, params),
+            "overdue_flags": entry.overdue_flags,
+            "overdue_undone": entry.overdue_undone,
+            "recent_latencies": list(entry.recent_latencies),
+        }

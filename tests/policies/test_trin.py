@@ -1,0 +1,211 @@
+"""trin's additive score (as shipped) and multiplicative proposal on the real chain."""
+
+from __future__ import annotations
+
+import pytest
+from policy_helpers import MODEL, Net, NetFactory, make_params
+
+from keepersim.types import keys
+from keepersim.types.errors import InvalidParamsError, NoExecutorsError
+from keepersim.types.params import validate_params
+from keepersim.types.pb.health_pb2 import TrinAdditiveEntry
+from keepersim.types.pb.params_pb2 import Params
+
+
+def get_weights(net: Net) -> dict[str, int]:
+    table = net.chain.get_selection_table(MODEL)
+    previous = 0
+    out = {}
+    for address, cumulative in zip(table.addresses, table.cumulative, strict=True):
+        out[address] = cumulative - previous
+        previous = cumulative
+    return out
+
+
+# --- trin-additive ------------------------------------------------------------------------
+
+
+def make_additive_params(**changes: object) -> Params:
+    params = make_params("trin-additive", expiration_blocks=3)
+    for key, value in changes.items():
+        setattr(params.health_params.trin_additive, key, value)
+    return params
+
+
+def test_additive_starts_at_initial_and_applies_deltas(make_net: NetFactory) -> None:
+    net = make_net(make_additive_params(), {"a": 1000, "b": 1000, "c": 1000, "d": 1000})
+    assert net.state("a")["score"] == 200
+    net.succeed("a")
+    net.miss("b")
+    net.push_back("c")
+    assert [net.state(x)["score"] for x in "abcd"] == [205, 190, 198, 200]
+    # The weight factor is score / initial_score.
+    assert get_weights(net) == {"a": 1025, "b": 950, "c": 990, "d": 1000}
+
+
+def test_additive_clamps_at_max_and_at_zero(make_net: NetFactory) -> None:
+    net = make_net(make_additive_params(), {"a": 1000, "b": 1000})
+    net.succeed_many("a", 45)  # 200 + 225 -> 400
+    assert net.state("a")["score"] == 400
+    assert get_weights(net)["a"] == 2000
+    net.miss("b", 25)  # 200 - 250 -> 0
+    assert net.state("b")["score"] == 0
+    net.succeed("b")  # the sum is clamped, not each step: still 0
+    assert net.state("b")["score"] == 0
+    assert set(get_weights(net)) == {"a"}
+    table = net.chain.get_selection_table(MODEL)
+    assert table.excluded == ("b",)
+
+
+def test_additive_events_age_out_of_the_window(make_net: NetFactory) -> None:
+    net = make_net(make_additive_params(window_blocks=10), {"a": 1000, "b": 1000})
+    net.miss("a")  # -10 at the expiry height
+    counted_at = net.height
+    for h in range(counted_at, counted_at + 10):
+        assert net.height == h
+        assert get_weights(net)["a"] == 950, h  # the memoized table, at every height
+        net.block()
+    assert net.height == counted_at + 10
+    assert get_weights(net)["a"] == 1000
+    assert net.state("a")["score"] == 200
+
+
+def test_additive_zero_is_filtered_and_all_zero_is_an_error(make_net: NetFactory) -> None:
+    net = make_net(make_additive_params(), {"a": 1000, "b": 1000})
+    net.block(*[net.start(x) for x in "ab" for _ in range(20)])
+    net.run(3)
+    assert net.state("a")["admitted"] is False
+    with pytest.raises(NoExecutorsError):
+        net.chain.get_random_executor(MODEL, "r")
+
+
+def test_additive_all_zero_with_fallback_is_the_full_list(make_net: NetFactory) -> None:
+    net = make_net(make_additive_params(fallback_when_all_zero=True), {"a": 1000, "b": 1000})
+    net.block(*[net.start(x) for x in "ab" for _ in range(20)])
+    net.run(3)
+    table = net.chain.get_selection_table(MODEL)
+    assert table.fallback
+    assert get_weights(net) == {"a": 1000, "b": 1000}
+
+
+def test_additive_weight_is_proportional_to_score(make_net: NetFactory) -> None:
+    net = make_net(make_additive_params(), {"a": 2000, "b": 2000})
+    net.succeed_many("a", 20)  # 300
+    net.miss("b", 10)  # 100
+    assert get_weights(net) == {"a": 3000, "b": 1000}
+
+
+def test_additive_stored_events_are_bounded_by_the_window(make_net: NetFactory) -> None:
+    net = make_net(make_additive_params(window_blocks=5), {"a": 1000})
+    for _ in range(12):
+        net.succeed_many("a", 3, latency=1)
+    with net.chain.read() as k:
+        raw = k.store.get(keys.POLICY_STATE + b"\x03" + b"a")
+    assert raw is not None
+    entry = TrinAdditiveEntry.FromString(raw)
+    assert 1 <= len(entry.events) <= 5
+    assert all(e.delta == 15 for e in entry.events)  # one merged event per height
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"max_score": 0}, "health_params.trin_additive.max_score"),
+        ({"initial_score": 401}, "health_params.trin_additive.initial_score"),
+        ({"window_blocks": 0}, "health_params.trin_additive.window_blocks"),
+        ({"miss_delta": 1}, "health_params.trin_additive.miss_delta"),
+        ({"pushback_delta": 3}, "health_params.trin_additive.pushback_delta"),
+        ({"success_delta": -1}, "health_params.trin_additive.success_delta"),
+    ],
+)
+def test_additive_validation_names_the_field(change: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidParamsError) as info:
+        validate_params(make_additive_params(**change))
+    assert info.value.field == field
+
+
+# --- trin-multiplicative ------------------------------------------------------------------
+
+
+def make_multiplicative_params(
+    history: int = 16, recency_blocks: int = 100_000, max_doublings: int = 4
+) -> Params:
+    params = make_params("trin-multiplicative", expiration_blocks=3)
+    t = params.health_params.trin_multiplicative
+    t.history = history
+    t.recency_blocks = recency_blocks
+    t.max_recency_doublings = max_doublings
+    return params
+
+
+def test_multiplicative_halves_per_miss_and_ignores_pushback(make_net: NetFactory) -> None:
+    net = make_net(make_multiplicative_params(), {"a": 1024, "b": 1024})
+    net.miss("a")
+    assert get_weights(net)["a"] == 512
+    net.miss("a", 2)
+    assert get_weights(net)["a"] == 128
+    net.push_back("a")
+    net.succeed("a")
+    assert get_weights(net)["a"] == 128
+    assert net.state("a")["misses"] == 3
+    assert net.state("a")["admitted"] is True
+
+
+def test_multiplicative_only_the_last_history_outcomes_count(make_net: NetFactory) -> None:
+    net = make_net(make_multiplicative_params(history=4), {"a": 1024})
+    net.miss("a", 2)
+    net.succeed_many("a", 3)
+    assert get_weights(net)["a"] == 512  # one miss still among the last 4
+    net.succeed("a")
+    assert get_weights(net)["a"] == 1024
+
+
+def test_multiplicative_is_never_inadmissible(make_net: NetFactory) -> None:
+    net = make_net(make_multiplicative_params(), {"a": 1 << 20, "b": 1 << 20})
+    net.miss("a", 20)
+    assert net.state("a")["misses"] == 16
+    assert get_weights(net)["a"] == (1 << 20) >> 16
+    assert net.chain.get_selection_table(MODEL).excluded == ()
+
+
+def test_multiplicative_recency_doubles_and_caps(make_net: NetFactory) -> None:
+    net = make_net(make_multiplicative_params(recency_blocks=5, max_doublings=2), {"a": 1000})
+    net.succeed("a", latency=0)  # offered and finished in one block
+    offered = net.height
+    expected = {0: 1000, 4: 1000, 5: 2000, 9: 2000, 10: 4000, 14: 4000, 15: 4000, 30: 4000}
+    seen = {}
+    while net.height < offered + 30:
+        idle = net.height - offered
+        seen[idle] = get_weights(net)["a"]  # the memoized table, at every height
+        net.block()
+    seen[30] = get_weights(net)["a"]
+    assert {k: seen[k] for k in expected} == expected
+    # A new offer restarts the idle clock.
+    net.succeed("a", latency=0)
+    assert get_weights(net)["a"] == 1000
+
+
+def test_multiplicative_recency_offsets_misses(make_net: NetFactory) -> None:
+    net = make_net(make_multiplicative_params(recency_blocks=5, max_doublings=4), {"a": 1024})
+    net.miss("a", 2)  # selected at expiry - 3; two misses
+    offered = net.height - 3
+    net.run_until(offered + 10)
+    assert get_weights(net)["a"] == 1024  # 2^2 / 2^2
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"history": 0}, "health_params.trin_multiplicative.history"),
+        ({"history": 33}, "health_params.trin_multiplicative.history"),
+        ({"recency_blocks": 0}, "health_params.trin_multiplicative.recency_blocks"),
+        ({"max_recency_doublings": 17}, "health_params.trin_multiplicative.max_recency_doublings"),
+    ],
+)
+def test_multiplicative_validation_names_the_field(change: dict[str, object], field: str) -> None:
+    params = make_multiplicative_params()
+    for key, value in change.items():
+        setattr(params.health_params.trin_multiplicative, key, value)
+    with pytest.raises(InvalidParamsError) as info:
+        validate_params(params)
+    assert info.value.field == field
