@@ -1,0 +1,111 @@
+"""``keepersim export``: a node's epochs as a trace, resumable (see :mod:`.exporter`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_export_command", "run_export"]
+
+# keepersim.export.fetch's defaults, repeated so that building the parser does not import httpx
+# (tests check they agree).
+DEFAULT_CONCURRENCY = 4
+DEFAULT_TIMEOUT_SECONDS = 60.0
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+def add_export_command(subparsers: Any) -> None:
+    from keepersim.export.backoff import DEFAULT_BACKOFF_BASE_SECONDS, DEFAULT_BACKOFF_CAP_SECONDS
+
+    parser = subparsers.add_parser(
+        "export",
+        help="export a node's epochs (REST API) into a trace",
+        description=(
+            "Fetch params, epoch info, participants, inferences and epoch summaries of epochs "
+            "A..B from a node's REST API into a trace (docs/trace-format.md). Resumable: rerun "
+            "the same command after a failure to continue (state in OUT.progress.json). "
+            "Prints the result JSON (fetch counts, errors, fetch_backoff_pauses, records "
+            "written, duration); exit status 1 when the export stopped."
+        ),
+    )
+    parser.add_argument("--node", required=True, metavar="URL", help="node REST base URL")
+    parser.add_argument("--epochs", required=True, metavar="A-B", help="epoch range, e.g. 3-5")
+    parser.add_argument("--out", required=True, metavar="TRACE", help="trace file to write")
+    parser.add_argument(
+        "--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="worker threads (default 4)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, help="request timeout, s (60)"
+    )
+    parser.add_argument(
+        "--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, help="attempts per request (3)"
+    )
+    parser.add_argument(
+        "--backoff-base",
+        type=float,
+        default=DEFAULT_BACKOFF_BASE_SECONDS,
+        help="pause after a retryable failure, s, doubled per consecutive failure (5)",
+    )
+    parser.add_argument(
+        "--backoff-cap",
+        type=float,
+        default=DEFAULT_BACKOFF_CAP_SECONDS,
+        help="longest pause, s (120)",
+    )
+    parser.add_argument("--page-limit", type=int, default=100, help="pagination.limit (100)")
+    parser.add_argument("--restart", action="store_true", help="ignore a previous run's progress")
+    parser.add_argument("--result", default="-", help="write the result JSON here ('-': stdout)")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal)",
+    )
+    parser.set_defaults(handler=run_export)
+
+
+def _write_result(path: str, data: dict[str, Any]) -> None:
+    text = json.dumps(data, indent=1) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from keepersim.cli import UsageError
+    from keepersim.export.exporter import (
+        ExportError,
+        ExportOptions,
+        export_trace,
+        parse_epoch_range,
+    )
+
+    try:
+        epochs = parse_epoch_range(args.epochs)
+        options = ExportOptions(
+            concurrency=args.concurrency,
+            timeout=args.timeout,
+            max_attempts=args.max_attempts,
+            backoff_base=args.backoff_base,
+            backoff_cap=args.backoff_cap,
+            page_limit=args.page_limit,
+            progress=sys.stderr.isatty() if args.progress is None else bool(args.progress),
+            restart=args.restart,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if not args.node.startswith(("http://", "https://")):
+        raise UsageError(f"--node must be an http(s) URL, got {args.node!r}")
+    try:
+        result = export_trace(args.node, epochs, args.out, options=options)
+    except ExportError as exc:
+        if exc.result is not None:
+            _write_result(args.result, exc.result.to_dict())
+        print(f"keepersim: error: {exc}", file=sys.stderr)
+        return 1
+    _write_result(args.result, result.to_dict())
+    return 0

@@ -1,0 +1,187 @@
+"""``keepersim serve``: answer a chain node's REST queries over a chain that advances.
+
+Where the chain comes from (one of):
+
+* ``--chain DIR``: a LevelDB store (``--genesis FILE`` initialises an empty one); blocks are
+  posted to ``POST /keepersim/v1/blocks``, or empty blocks are delivered at ``--block-rate``;
+* ``--memory --genesis FILE``: the same in memory;
+* ``--scenario NAME_OR_FILE [--policy P] [--seed N] [--blocks N]``: the scenario runs as
+  ``keepersim simulate`` runs it (in memory, or in ``--chain DIR`` if given and empty);
+* ``--trace FILE``: the trace is replayed (in memory, or in an empty ``--chain DIR``).
+
+``--block-rate R`` paces the runner at R blocks per second (default: as fast as possible; for
+``--chain`` / ``--memory``: no blocks unless posted). ``--faults`` injects faults into GET
+answers (see :mod:`keepersim.server.faults`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["add_serve_command", "run_serve"]
+
+
+def add_serve_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a chain over the node's REST API (+ metrics, fault injection)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = parser.add_argument_group("chain source")
+    source.add_argument("--chain", metavar="DIR", default=None, help="LevelDB store folder")
+    source.add_argument("--memory", action="store_true", help="in-memory store (needs --genesis)")
+    source.add_argument("--genesis", metavar="FILE", default=None, help="genesis JSON file")
+    source.add_argument("--scenario", metavar="NAME_OR_FILE", default=None, help="run a scenario")
+    source.add_argument(
+        "--policy", default="gonka", help="health policy of --scenario (default gonka)"
+    )
+    source.add_argument("--seed", type=int, default=None, help="run seed of --scenario")
+    source.add_argument(
+        "--blocks", type=int, default=None, help="stop --scenario after this many blocks"
+    )
+    source.add_argument("--trace", metavar="FILE", default=None, help="replay a trace")
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="listen port (default 8000)")
+    parser.add_argument(
+        "--block-rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="blocks per second (default: as fast as possible for --scenario/--trace)",
+    )
+    parser.add_argument(
+        "--faults",
+        default=None,
+        metavar="SPEC",
+        help="inject faults, e.g. 429=0.1,503=0.2,slow=0.05:200,drop=0.02,badjson=0.01",
+    )
+    parser.add_argument("--fault-seed", type=int, default=0, help="fault injection seed")
+    parser.add_argument(
+        "--fault-max-streak",
+        type=int,
+        default=2,
+        help="most failing answers in a row per URL (0: no limit; default 2)",
+    )
+    parser.add_argument(
+        "--cold-wait",
+        type=float,
+        default=5.0,
+        help="seconds a query waits for a cold cache computation before a 503 (default 5)",
+    )
+    parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+    parser.set_defaults(handler=run_serve)
+
+
+def _open(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(chain, runner factory taking the sink, or None)."""
+    from keepersim.chain import Chain
+    from keepersim.cli import UsageError, _load_scenario_arg, _read_json
+    from keepersim.module.genesis import genesis_from_json
+    from keepersim.server.runner import (
+        ScenarioRunner,
+        TickerRunner,
+        TraceRunner,
+        TraceSource,
+        open_scenario_chain,
+    )
+
+    modes = [m for m in ("memory", "scenario", "trace") if getattr(args, m)]
+    if len(modes) > 1:
+        raise UsageError(f"choose one of --memory, --scenario, --trace (got {', '.join(modes)})")
+    if not modes and args.chain is None:
+        raise UsageError(
+            "give a chain: --chain DIR, --memory --genesis FILE, --scenario or --trace"
+        )
+    if args.block_rate is not None and not args.block_rate > 0:
+        raise UsageError(f"--block-rate must be > 0, got {args.block_rate}")
+    if args.scenario is None and (args.seed is not None or args.blocks is not None):
+        raise UsageError("--seed and --blocks go with --scenario")
+    mode = modes[0] if modes else "chain"
+    if mode in ("scenario", "trace") and args.genesis is not None:
+        raise UsageError(f"--genesis does not go with --{mode} (it builds its own)")
+    rate = args.block_rate
+    if mode == "scenario":
+        scenario, seed = _load_scenario_arg(args.scenario, args.seed)
+        chain = open_scenario_chain(scenario, args.policy, path=args.chain)
+        return chain, lambda sink: ScenarioRunner(
+            sink, scenario, seed=seed, blocks=args.blocks, block_rate=rate
+        )
+    if mode == "trace":
+        source = TraceSource(args.trace)
+        chain = source.open_chain(args.chain)
+        return chain, lambda sink: TraceRunner(sink, source, block_rate=rate)
+    genesis = None
+    if args.genesis is not None:
+        data = _read_json(args.genesis, "genesis file")
+        import json
+
+        genesis = genesis_from_json(json.dumps(data), args.genesis)
+    if mode == "memory":
+        if genesis is None:
+            raise UsageError("--memory needs --genesis FILE")
+        chain = Chain.open(memory=True, genesis=genesis)
+    else:
+        chain = Chain.open(args.chain, genesis=genesis)
+        if not chain.has_genesis():
+            chain.close()
+            raise UsageError(f"store {args.chain!r} holds no chain; give --genesis FILE")
+    if rate is None:
+        return chain, None
+    return chain, lambda sink: TickerRunner(sink, block_rate=rate)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from keepersim.cli import UsageError
+    from keepersim.server.app import ServerConfig, create_app
+    from keepersim.server.faults import FaultInjector, FaultSpecError, parse_fault_spec
+    from keepersim.server.metrics import ServerMetrics
+    from keepersim.server.runner import BlockSink, RunnerError
+
+    faults = None
+    if args.faults:
+        try:
+            faults = FaultInjector(
+                parse_fault_spec(args.faults),
+                seed=args.fault_seed,
+                max_streak=args.fault_max_streak,
+            )
+        except FaultSpecError as exc:
+            raise UsageError(f"--faults: {exc}") from exc
+    if not args.cold_wait >= 0:
+        raise UsageError(f"--cold-wait must be >= 0, got {args.cold_wait}")
+    try:
+        chain, make_runner = _open(args)
+    except RunnerError as exc:
+        raise UsageError(str(exc)) from exc
+    try:
+        metrics = ServerMetrics()
+        sink = BlockSink(chain, metrics)
+        runner = make_runner(sink) if make_runner is not None else None
+        app = create_app(
+            chain,
+            config=ServerConfig(cold_wait=args.cold_wait),
+            metrics=metrics,
+            sink=sink,
+            runner=runner,
+            faults=faults,
+        )
+        what = runner.mode if runner is not None else "blocks posted to /keepersim/v1/blocks"
+        print(
+            f"keepersim serve: http://{args.host}:{args.port} chain {chain.chain_id!r} at "
+            f"height {chain.height}; advancing by: {what}"
+            + (f"; faults {faults.spec.to_text()}" if faults is not None else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level=args.log_level, access_log=False
+        )
+        uvicorn.Server(config).run()
+    finally:
+        chain.close()
+    return 0

@@ -1,0 +1,568 @@
+"""How a served chain advances: a background thread delivering blocks while queries keep working.
+
+* :class:`BlockSink` is the one door blocks go through (runners and ``POST /keepersim/v1/blocks``):
+  it times ``deliver_block``, feeds the metrics and calls listeners, one block at a time.
+* :class:`ScenarioRunner` runs a scenario (:mod:`keepersim.sim.scenario`) the way ``keepersim
+  simulate`` does (:mod:`keepersim.sim.driver`'s documented semantics, minus governance
+  schedules): Poisson arrivals drawn for all heights from ``default_rng(seed)``, each request
+  assigned by ``chain.get_random_executor`` before its block, outcome and latency from
+  :func:`keepersim.sim.driver.draw_outcome`, capacity and pushback with re-selection, finishes
+  ``latency`` blocks later, misses left to expire. Same genesis, same messages in the same order:
+  the chain reaches the same app hash as ``simulate`` with the same scenario, policy and seed.
+  The driver only runs a whole scenario in one call, so this loop steps it block by block.
+* :class:`TraceRunner` replays a trace (``docs/trace-format.md``, read with
+  :func:`keepersim.replay.trace.iterate_trace`): genesis from the trace's first ``params`` and
+  ``participants`` lines at height ``first_height - 1``, then every height up to ``last_height``:
+  the recorded ``MsgStartInference`` at each inference's start height (assigned as recorded), its
+  ``MsgFinishInference`` at its end height (finished-like statuses) or ``MsgDeclineInference``
+  (DECLINED); expiries come from the chain itself. A later ``params`` line at height ``p`` is sent
+  as ``MsgUpdateParams`` in block ``p - 1`` (effective from ``p``). Epoch summaries and later
+  participants lines are not replayed (the chain computes its own).
+* :class:`TickerRunner` delivers empty blocks at a fixed rate (a chain served from a store, where
+  blocks are otherwise posted).
+
+Every runner runs as fast as it can (``block_rate=None``) or at ``block_rate`` blocks per second,
+in a daemon thread, and stops at its last block or on :meth:`Runner.stop`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import Message
+
+from keepersim.chain import BlockResult, Chain
+from keepersim.server.metrics import ServerMetrics
+from keepersim.sim.scenario import Scenario
+from keepersim.types.errors import KeepersimError, NoExecutorsError
+from keepersim.types.pb.genesis_pb2 import GenesisState
+from keepersim.types.pb.tx_pb2 import (
+    MsgDeclineInference,
+    MsgFinishInference,
+    MsgStartInference,
+    MsgUpdateParams,
+)
+from keepersim.types.pb.types_pb2 import DECLINED
+
+__all__ = [
+    "BlockSink",
+    "Runner",
+    "RunnerError",
+    "ScenarioRunner",
+    "TickerRunner",
+    "TraceRunner",
+    "TraceSource",
+    "open_scenario_chain",
+]
+
+BlockListener = Callable[[BlockResult], None]
+#: Reason written into a replayed MsgDeclineInference (the driver's).
+DECLINE_REASON = "capacity"
+
+
+class RunnerError(KeepersimError):
+    """A runner cannot start (bad scenario/trace) or a block it built was rejected."""
+
+
+class BlockSink:
+    """Delivers blocks to the chain one at a time, times them, feeds metrics and listeners."""
+
+    def __init__(self, chain: Chain, metrics: ServerMetrics | None = None) -> None:
+        self.chain = chain
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._listeners: list[BlockListener] = []
+        self.blocks = 0
+        self.rejected_txs = 0
+
+    def add_listener(self, listener: BlockListener) -> None:
+        """Call ``listener(result)`` after each block (from the delivering thread)."""
+        self._listeners.append(listener)
+
+    def deliver(self, txs: Sequence[Message] = (), *, strict: bool = False) -> BlockResult:
+        with self._lock:
+            started = time.perf_counter()
+            result = self.chain.deliver_block(txs, strict=strict)
+            seconds = time.perf_counter() - started
+            self.blocks += 1
+            self.rejected_txs += sum(1 for r in result.tx_results if not r.ok)
+            if self.metrics is not None:
+                self.metrics.observe_block(result, seconds, self.chain)
+            for listener in self._listeners:
+                listener(result)
+            return result
+
+
+@dataclass
+class _Status:
+    blocks: int = 0
+    last_height: int = 0
+    rejected_txs: int = 0
+    error: str | None = None
+    finished: bool = False
+
+
+class Runner:
+    """Base: a daemon thread delivering the blocks :meth:`iter_blocks` yields.
+
+    ``iter_blocks`` is resumed after each block is committed, so it reads the state of the
+    previous block when it builds the next one.
+    """
+
+    mode = "runner"
+
+    def __init__(self, sink: BlockSink, *, block_rate: float | None = None) -> None:
+        if block_rate is not None and not block_rate > 0:
+            raise RunnerError(f"block rate must be > 0 blocks/s, got {block_rate!r}")
+        self.sink = sink
+        self.chain = sink.chain
+        self.block_rate = block_rate
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._status = _Status(last_height=sink.chain.height)
+        self._lock = threading.Lock()
+        self.target_height: int | None = None
+
+    def iter_blocks(self) -> Iterator[list[Message]]:
+        raise NotImplementedError
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RunnerError("runner already started")
+        self._thread = threading.Thread(
+            target=self._run, name=f"keepersim-{self.mode}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Ask the thread to stop after the current block; wait at most ``timeout`` seconds."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the run to end; True when it did."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            s = self._status
+            return {
+                "mode": self.mode,
+                "running": self.running,
+                "finished": s.finished,
+                "blocks_delivered": s.blocks,
+                "last_height": s.last_height,
+                "target_height": self.target_height,
+                "block_rate": self.block_rate,
+                "rejected_txs": s.rejected_txs,
+                "error": s.error,
+            }
+
+    def run_blocking(self, max_blocks: int | None = None) -> None:
+        """Deliver the blocks in the calling thread (tests, benchmarks); no pacing."""
+        for i, txs in enumerate(self.iter_blocks()):
+            if max_blocks is not None and i >= max_blocks:
+                return
+            self._deliver(txs)
+        with self._lock:
+            self._status.finished = True
+
+    # internals ---------------------------------------------------------------------------
+
+    def _deliver(self, txs: list[Message]) -> None:
+        result = self.sink.deliver(txs)
+        rejected = sum(1 for r in result.tx_results if not r.ok)
+        with self._lock:
+            self._status.blocks += 1
+            self._status.last_height = result.height
+            self._status.rejected_txs += rejected
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        n = 0
+        try:
+            for txs in self.iter_blocks():
+                if self._stop.is_set():
+                    break
+                if self.block_rate is not None:
+                    delay = started + n / self.block_rate - time.monotonic()
+                    if delay > 0 and self._stop.wait(delay):
+                        break
+                self._deliver(txs)
+                n += 1
+        except Exception as exc:  # reported by status(); the server keeps serving
+            with self._lock:
+                self._status.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            with self._lock:
+                self._status.finished = True
+
+
+# --------------------------------------------------------------------------------------------
+# Scenario
+# --------------------------------------------------------------------------------------------
+
+
+def open_scenario_chain(
+    scenario: Scenario,
+    policy: str,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    shadow: bool = False,
+) -> Chain:
+    """A chain with the scenario's genesis, as ``keepersim simulate`` builds it (in memory
+    unless ``path``; a store at ``path`` must not have a genesis yet)."""
+    from keepersim.sim.driver import build_genesis, build_params, get_known_policies
+    from keepersim.sim.oracle import ORACLE_POLICY_NAME, make_oracle_factory
+
+    if policy not in get_known_policies():
+        raise RunnerError(f"unknown policy {policy!r}; known: {', '.join(get_known_policies())}")
+    genesis = build_genesis(scenario, build_params(scenario, policy, shadow=shadow))
+    extra = {ORACLE_POLICY_NAME: make_oracle_factory(scenario)}
+    if path is None:
+        return Chain.open(memory=True, genesis=genesis, extra_policies=extra)
+    chain = Chain.open(path, extra_policies=extra)
+    if chain.has_genesis():
+        chain.close()
+        raise RunnerError(
+            f"store {os.fspath(path)!r} already holds a chain; a scenario needs an empty one"
+        )
+    chain.init_genesis(genesis)
+    return chain
+
+
+class ScenarioRunner(Runner):
+    """Runs a scenario on a chain opened with :func:`open_scenario_chain` (see the module doc)."""
+
+    mode = "scenario"
+
+    def __init__(
+        self,
+        sink: BlockSink,
+        scenario: Scenario,
+        *,
+        seed: int | None = None,
+        blocks: int | None = None,
+        block_rate: float | None = None,
+    ) -> None:
+        super().__init__(sink, block_rate=block_rate)
+        import numpy as np
+
+        self.scenario = scenario
+        self.seed = scenario.seed if seed is None else seed
+        self.blocks = scenario.blocks if blocks is None else blocks
+        if self.blocks < 1:
+            raise RunnerError(f"blocks must be >= 1, got {self.blocks}")
+        self.target_height = self.blocks
+        self.counts = np.random.default_rng(self.seed).poisson(
+            scenario.arrivals_per_block, size=self.blocks
+        )
+        self.specs = {p.address: p for p in scenario.participants}
+        self.models: list[str] = sorted({m for p in scenario.participants for m in p.models})
+        self.finishes: dict[int, list[Message]] = {}
+        self.declines: dict[int, list[Message]] = {}
+        self.reselects: dict[int, list[tuple[int, int, str]]] = {}
+        self.slots: dict[str, list[int]] = {
+            p.address: [] for p in scenario.participants if p.capacity is not None
+        }
+        self._expiration = 0
+        self.next_request = 0
+        self.requests = 0
+        self.unassigned = 0
+
+    def _pick_model(self, n: int) -> str:
+        import hashlib
+
+        if len(self.models) == 1:
+            return self.models[0]
+        digest = hashlib.blake2b(f"{self.seed}/{n}/model".encode(), digest_size=8).digest()
+        return self.models[int.from_bytes(digest, "big") % len(self.models)]
+
+    def assign(
+        self, height: int, request: int, attempt: int, model: str, starts: list[Message]
+    ) -> None:
+        from keepersim.sim.driver import REQUESTER, draw_outcome, get_request_id
+
+        rid = get_request_id(request, attempt)
+        try:
+            sel = self.chain.get_random_executor(model, rid)
+        except NoExecutorsError:
+            self.unassigned += 1
+            return
+        metrics = self.sink.metrics
+        if metrics is not None:
+            metrics.record_selection(sel.fallback)
+        address = sel.address
+        spec = self.specs[address]
+        u, latency = draw_outcome(self.seed, request, address, spec.latency_min, spec.latency_max)
+        over = False
+        if spec.capacity is not None:
+            heap = self.slots[address]
+            while heap and heap[0] <= height:
+                heapq.heappop(heap)
+            if len(heap) >= spec.capacity:
+                over = True
+            else:
+                heapq.heappush(heap, height + latency)
+        expiration = self._expiration
+        if over and self.scenario.pushback:
+            self.declines.setdefault(height + 1, []).append(
+                MsgDeclineInference(creator=address, inference_id=rid, reason=DECLINE_REASON)
+            )
+            if attempt < self.scenario.max_reselects:
+                self.reselects.setdefault(height + 1, []).append((request, attempt + 1, model))
+        elif not (over or u < spec.get_miss_probability(height) or latency > expiration):
+            self.finishes.setdefault(height + latency, []).append(
+                MsgFinishInference(
+                    creator=address,
+                    inference_id=rid,
+                    executed_by=address,
+                    model=model,
+                    requested_by=REQUESTER,
+                )
+            )
+        starts.append(
+            MsgStartInference(
+                creator=REQUESTER,
+                inference_id=rid,
+                model=model,
+                requested_by=REQUESTER,
+                assigned_to=address,
+            )
+        )
+
+    def iter_blocks(self) -> Iterator[list[Message]]:
+        first = self.chain.height + 1
+        for h in range(first, self.blocks + 1):
+            self._expiration = self.chain.get_params().expiration_blocks
+            txs: list[Message] = []
+            txs.extend(self.finishes.pop(h, ()))
+            txs.extend(self.declines.pop(h, ()))
+            starts: list[Message] = []
+            for request, attempt, model in self.reselects.pop(h, ()):
+                self.assign(h, request, attempt, model, starts)
+            for _ in range(int(self.counts[h - 1])):
+                n = self.next_request
+                self.next_request += 1
+                self.requests += 1
+                self.assign(h, n, 0, self._pick_model(n), starts)
+            txs.extend(starts)
+            yield txs
+
+
+# --------------------------------------------------------------------------------------------
+# Trace replay
+# --------------------------------------------------------------------------------------------
+
+
+class TraceSource:
+    """A trace opened for replay: header and genesis read, the rest streamed by a runner."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        from keepersim.replay.trace import (
+            EpochSummaryRecord,
+            Header,
+            InferenceRecord,
+            ParamsRecord,
+            ParticipantsRecord,
+            TraceError,
+            iterate_trace,
+        )
+
+        self.path = os.fspath(path)
+        self._records = iterate_trace(self.path)
+        try:
+            header = next(self._records)
+        except TraceError as exc:
+            raise RunnerError(str(exc)) from exc
+        assert isinstance(header, Header)
+        self.header = header
+        params: ParamsRecord | None = None
+        participants: ParticipantsRecord | None = None
+        self._lookahead: Any = None
+        try:
+            for record in self._records:
+                if isinstance(record, InferenceRecord | EpochSummaryRecord) or (
+                    params is not None
+                    and participants is not None
+                    and isinstance(record, ParamsRecord | ParticipantsRecord)
+                    and record.height > min(params.height, participants.height)
+                ):
+                    self._lookahead = record
+                    break
+                if isinstance(record, ParamsRecord):
+                    params = record
+                elif isinstance(record, ParticipantsRecord):
+                    participants = record
+        except TraceError as exc:
+            raise RunnerError(str(exc)) from exc
+        if params is None or participants is None:
+            raise RunnerError(f"{self.path}: no params and participants lines before the data")
+        self.params = params.params
+        self.genesis = GenesisState(
+            params=params.params,
+            chain_id=header.chain_id,
+            height=header.first_height - 1,
+            participants=list(participants.participants),
+        )
+
+    def open_chain(self, path: str | os.PathLike[str] | None = None) -> Chain:
+        """A chain with the trace's genesis (memory unless ``path``, which must be empty)."""
+        if path is None:
+            return Chain.open(memory=True, genesis=self.genesis)
+        chain = Chain.open(path)
+        if chain.has_genesis():
+            chain.close()
+            raise RunnerError(
+                f"store {os.fspath(path)!r} already holds a chain; a replay needs an empty one"
+            )
+        chain.init_genesis(self.genesis)
+        return chain
+
+    def iter_records(self) -> Iterator[Any]:
+        if self._lookahead is not None:
+            record, self._lookahead = self._lookahead, None
+            yield record
+        yield from self._records
+
+
+class TraceRunner(Runner):
+    """Replays a :class:`TraceSource` on the chain it opened (see the module docstring)."""
+
+    mode = "trace"
+
+    def __init__(
+        self, sink: BlockSink, source: TraceSource, *, block_rate: float | None = None
+    ) -> None:
+        super().__init__(sink, block_rate=block_rate)
+        self.source = source
+        self.target_height = source.header.last_height
+        self.late_records = 0
+        self.skipped_params = 0
+
+    def iter_blocks(self) -> Iterator[list[Message]]:
+        from keepersim.replay.trace import FINISHED_LIKE, InferenceRecord, ParamsRecord
+
+        first = self.chain.height + 1
+        last = self.source.header.last_height
+        updates: dict[int, list[Message]] = {}
+        finishes: dict[int, list[Message]] = {}
+        declines: dict[int, list[Message]] = {}
+        starts: dict[int, list[Message]] = {}
+        authority = self.source.params.authority
+        records = self.source.iter_records()
+        record = next(records, None)
+
+        def needed(rec: Any) -> int:
+            if isinstance(rec, InferenceRecord):
+                return int(rec.start_height)
+            if isinstance(rec, ParamsRecord):
+                return int(rec.height) - 1
+            return int(rec.height)
+
+        for h in range(first, last + 1):
+            while record is not None and needed(record) <= h:
+                if isinstance(record, ParamsRecord):
+                    at = record.height - 1
+                    if at < first:
+                        self.skipped_params += 1
+                    else:
+                        updates.setdefault(max(at, h), []).append(
+                            MsgUpdateParams(authority=authority, params=record.params)
+                        )
+                        authority = record.params.authority
+                elif isinstance(record, InferenceRecord):
+                    inf = record.inference
+                    start = inf.start_block_height
+                    if start < h:
+                        self.late_records += 1
+                        start = h
+                    starts.setdefault(start, []).append(
+                        MsgStartInference(
+                            creator=inf.requested_by,
+                            inference_id=inf.inference_id,
+                            model=inf.model,
+                            requested_by=inf.requested_by,
+                            assigned_to=inf.assigned_to,
+                            prompt_token_count=inf.prompt_token_count,
+                            max_tokens=inf.max_tokens,
+                        )
+                    )
+                    end = max(inf.end_block_height, start)
+                    msg: Message | None = None
+                    if inf.status in FINISHED_LIKE and inf.executed_by:
+                        msg = MsgFinishInference(
+                            creator=inf.executed_by,
+                            inference_id=inf.inference_id,
+                            executed_by=inf.executed_by,
+                            model=inf.model,
+                            requested_by=inf.requested_by,
+                            prompt_token_count=inf.prompt_token_count,
+                            completion_token_count=inf.completion_token_count,
+                        )
+                        target = finishes
+                    elif inf.status == DECLINED:
+                        msg = MsgDeclineInference(
+                            creator=inf.assigned_to,
+                            inference_id=inf.inference_id,
+                            reason=DECLINE_REASON,
+                        )
+                        target = declines
+                    if msg is not None:
+                        if end <= start:  # resolved in its start block: after the start
+                            starts[start].append(msg)
+                        else:
+                            target.setdefault(end, []).append(msg)
+                record = next(records, None)
+            txs: list[Message] = []
+            txs.extend(updates.pop(h, ()))
+            txs.extend(finishes.pop(h, ()))
+            txs.extend(declines.pop(h, ()))
+            txs.extend(starts.pop(h, ()))
+            yield txs
+
+    def status(self) -> dict[str, Any]:
+        out = super().status()
+        out["trace"] = self.source.path
+        out["late_records"] = self.late_records
+        out["skipped_params"] = self.skipped_params
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Empty blocks
+# --------------------------------------------------------------------------------------------
+
+
+class TickerRunner(Runner):
+    """Empty blocks at ``block_rate`` blocks/s (expiries, epochs and cooldowns still happen)."""
+
+    mode = "ticker"
+
+    def __init__(self, sink: BlockSink, *, block_rate: float, blocks: int | None = None) -> None:
+        super().__init__(sink, block_rate=block_rate)
+        self.blocks = blocks
+        if blocks is not None:
+            self.target_height = sink.chain.height + blocks
+
+    def iter_blocks(self) -> Iterator[list[Message]]:
+        n = 0
+        while self.blocks is None or n < self.blocks:
+            n += 1
+            yield []

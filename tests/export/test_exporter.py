@@ -1,0 +1,319 @@
+"""``keepersim export`` against a local ``keepersim serve``: records identical to the simulator's
+trace, byte-identical traces from a healthy node and from one answering 30% 429/503, 4xx and bad
+JSON stopping at once with the URL, bounded retries, and one back-off gate shared by all workers
+with capped pauses.
+
+Loopback only (uvicorn on 127.0.0.1, a free port, in a background thread); back-off bases are
+milliseconds so the tests stay short.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from keepersim.chain import Chain
+from keepersim.export.backoff import BackoffGate
+from keepersim.export.exporter import ExportError, ExportOptions, export_trace, parse_epoch_range
+from keepersim.replay.trace import EpochSummaryRecord, Header, InferenceRecord, iterate_trace
+from keepersim.server.app import BackgroundServer, create_app
+from keepersim.server.bench import make_demo_scenario, simulate_chain
+from keepersim.server.faults import FaultInjector, parse_fault_spec
+
+EPOCH_LENGTH = 100
+BLOCKS = 300
+FAST = ExportOptions(backoff_base=0.001, backoff_cap=0.004, timeout=10.0)
+
+
+def opts(**changes: Any) -> ExportOptions:
+    return dataclasses.replace(FAST, **changes)
+
+
+class Node:
+    def __init__(self, chain: Chain, sim_trace: Path) -> None:
+        self.chain = chain
+        self.sim_trace = sim_trace
+        self.servers: list[BackgroundServer] = []
+
+    def serve(self, app: ASGIApp) -> str:
+        server = BackgroundServer(app).start()
+        self.servers.append(server)
+        return server.url
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    folder = tmp_path_factory.mktemp("node")
+    scenario = make_demo_scenario(
+        participants=12, blocks=BLOCKS, epoch_length=EPOCH_LENGTH, arrivals_per_block=3
+    )
+    chain_dir, trace = simulate_chain(folder, scenario)
+    assert trace is not None
+    chain = Chain.open(chain_dir)
+    n = Node(chain, trace)
+    yield n
+    for server in n.servers:
+        server.stop()
+    chain.close()
+
+
+@pytest.fixture(scope="module")
+def healthy(node: Node) -> str:
+    return node.serve(create_app(node.chain))
+
+
+@pytest.fixture(scope="module")
+def baseline(node: Node, healthy: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    out = tmp_path_factory.mktemp("baseline") / "trace.jsonl"
+    result = export_trace(healthy, (0, 3), out, options=opts(page_limit=37))
+    assert result.ok and result.fetch_errors == 0
+    return out.read_bytes()
+
+
+def lines_of(data: bytes, *types: str) -> list[str]:
+    return [
+        line
+        for line in data.decode().splitlines()
+        if any(f'"type":"{t}"' in line[:40] for t in types)
+    ]
+
+
+def test_export_has_the_simulators_records(node: Node, baseline: bytes, tmp_path: Path) -> None:
+    sim = node.sim_trace.read_bytes()
+    assert lines_of(baseline, "inference") == lines_of(sim, "inference")
+    assert lines_of(baseline, "epoch_summary") == lines_of(sim, "epoch_summary")
+    assert lines_of(baseline, "params") == lines_of(sim, "params")
+    out = tmp_path / "t.jsonl"
+    out.write_bytes(baseline)
+    records = list(iterate_trace(out))  # the replay reader's format and ordering checks
+    header = records[0]
+    assert isinstance(header, Header)
+    assert header.source == "export" and header.chain_id == node.chain.chain_id
+    assert (header.first_height, header.last_height) == (1, BLOCKS)
+    assert [r.epoch_index for r in records if isinstance(r, EpochSummaryRecord)] == [0, 1, 2]
+    assert sum(isinstance(r, InferenceRecord) for r in records) == len(lines_of(sim, "inference"))
+
+
+def test_faulty_node_gives_a_byte_identical_trace(
+    node: Node, baseline: bytes, tmp_path: Path
+) -> None:
+    injector = FaultInjector(parse_fault_spec("429=0.15,503=0.15"), seed=11, max_streak=2)
+    url = node.serve(create_app(node.chain, faults=injector))
+    for concurrency in (4, 1):
+        out = tmp_path / f"faulty-{concurrency}.jsonl"
+        result = export_trace(
+            url,
+            (0, 3),
+            out,
+            options=opts(concurrency=concurrency, page_limit=37),
+        )
+        assert out.read_bytes() == baseline
+        assert result.ok and result.gave_up == 0 and result.fatal_errors == 0
+        assert result.fetch_errors > 0
+        assert result.fetch_backoff_pauses == result.fetch_errors
+        assert result.fetch_retries == result.fetch_errors
+        assert result.fetch_requests == result.pages_fetched + result.fetch_errors + 3 + 4
+        assert not out.with_name(out.name + ".progress.json").exists()
+        assert not out.with_name(out.name + ".parts").exists()
+    injected = injector.stats()["injected"]
+    assert injected["429"] > 0 and injected["503"] > 0
+
+
+@pytest.mark.parametrize(
+    ("epochs", "first", "last", "summaries"),
+    [((1, 2), 101, 300, [1, 2]), ((2, 2), 201, 300, [2]), ((3, 3), 301, 300, [])],
+)
+def test_epoch_ranges(
+    node: Node,
+    healthy: str,
+    tmp_path: Path,
+    epochs: tuple[int, int],
+    first: int,
+    last: int,
+    summaries: list[int],
+) -> None:
+    if first > last:  # the current epoch has no block yet: nothing to export
+        with pytest.raises(ExportError, match="no block committed"):
+            export_trace(healthy, epochs, tmp_path / "t.jsonl", options=FAST)
+        return
+    out = tmp_path / "t.jsonl"
+    export_trace(healthy, epochs, out, options=FAST)
+    records = list(iterate_trace(out))
+    header = records[0]
+    assert isinstance(header, Header)
+    assert (header.first_height, header.last_height) == (first, last)
+    infs = [r for r in records if isinstance(r, InferenceRecord)]
+    assert infs and {r.inference.epoch_id for r in infs} <= set(range(epochs[0], epochs[1] + 1))
+    assert [r.epoch_index for r in records if isinstance(r, EpochSummaryRecord)] == summaries
+    sim_ids = [
+        r.inference_id
+        for r in iterate_trace(node.sim_trace)
+        if isinstance(r, InferenceRecord) and epochs[0] <= r.inference.epoch_id <= epochs[1]
+    ]
+    assert [r.inference_id for r in infs] == sim_ids
+
+
+def test_epochs_beyond_the_node(healthy: str, tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="latest epoch 3"):
+        export_trace(healthy, (2, 9), tmp_path / "t.jsonl", options=FAST)
+    with pytest.raises(ValueError, match="A <= B"):
+        parse_epoch_range("5-2")
+    assert parse_epoch_range("4") == (4, 4) and parse_epoch_range("1-3") == (1, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# Failures
+# --------------------------------------------------------------------------------------------
+
+
+class Rule:
+    """ASGI wrapper: answer ``status`` (with ``body``) to the requests ``match`` selects, at most
+    ``times`` times; counts the requests it saw per path+query."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        match: Callable[[str, str], bool],
+        status: int,
+        body: bytes = b'{"code": 3, "message": "rejected by the test"}',
+        times: int | None = None,
+    ) -> None:
+        self.app = app
+        self.match = match
+        self.status = status
+        self.body = body
+        self.times = times
+        self.seen: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, query = scope["path"], scope.get("query_string", b"").decode()
+        with self.lock:
+            self.seen[f"{path}?{query}"] = self.seen.get(f"{path}?{query}", 0) + 1
+            hit = self.match(path, query) and (self.times is None or self.times > 0)
+            if hit and self.times is not None:
+                self.times -= 1
+        if not hit:
+            await self.app(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": self.status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def test_a_4xx_stops_the_export_at_once_naming_the_url(node: Node, tmp_path: Path) -> None:
+    rule = Rule(
+        create_app(node.chain),
+        lambda path, query: path.endswith("/inference") and "pagination.key" in query,
+        400,
+    )
+    url = node.serve(rule)
+    out = tmp_path / "t.jsonl"
+    with pytest.raises(ExportError) as info:
+        export_trace(url, (0, 3), out, options=opts(page_limit=50))
+    message = str(info.value)
+    assert (
+        "HTTP 400" in message and f"{url}/productscience/inference/inference/inference?" in message
+    )
+    assert "pagination.key=" in message and "rejected by the test" in message
+    result = info.value.result
+    assert result is not None and result.fatal_errors == 1 and result.fetch_errors == 0
+    assert result.fetch_backoff_pauses == 0 and not result.ok and result.error
+    failed = [
+        k
+        for k in rule.seen
+        if k.startswith("/productscience/inference/inference/inference?") and "key" in k
+    ]
+    assert len(failed) == 1 and rule.seen[failed[0]] == 1  # no retry
+    assert not out.exists()
+    assert out.with_name(out.name + ".progress.json").exists()  # done units kept for a rerun
+
+
+def test_bad_json_stops_the_export(node: Node, tmp_path: Path) -> None:
+    rule = Rule(
+        create_app(node.chain),
+        lambda path, query: "/epoch_performance_summary/1" in path,
+        200,
+        body=b'{"epochPerformanceSummary": [',
+    )
+    url = node.serve(rule)
+    with pytest.raises(ExportError) as info:
+        export_trace(url, (0, 3), tmp_path / "t.jsonl", options=FAST)
+    assert "invalid JSON" in str(info.value)
+    assert f"{url}/productscience/inference/inference/epoch_performance_summary/1" in str(
+        info.value
+    )
+    assert rule.seen["/productscience/inference/inference/epoch_performance_summary/1?"] == 1
+
+
+def test_retries_are_bounded(node: Node, tmp_path: Path) -> None:
+    rule = Rule(create_app(node.chain), lambda path, query: path.endswith("/params"), 503)
+    url = node.serve(rule)
+    with pytest.raises(ExportError) as info:
+        export_trace(url, (0, 3), tmp_path / "t.jsonl", options=FAST)
+    assert "failed after 3 attempt(s)" in str(info.value) and "HTTP 503" in str(info.value)
+    result = info.value.result
+    assert result is not None
+    assert (result.gave_up, result.fetch_errors, result.fetch_backoff_pauses) == (1, 3, 3)
+    assert rule.seen["/productscience/inference/inference/params?"] == 3
+
+
+class RecordingGate(BackoffGate):
+    """Records who paused (and for how long) and who slept in wait()."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = threading.Lock()
+        self.delays: list[float] = []
+        self.pausers: set[str] = set()
+        self.sleepers: set[str] = set()
+
+    def pause(self, n: int) -> float:
+        delay = super().pause(n)
+        with self.lock:
+            self.delays.append(delay)
+            self.pausers.add(threading.current_thread().name)
+        return delay
+
+    def wait(self) -> float:
+        slept = super().wait()
+        if slept > 0:
+            with self.lock:
+                self.sleepers.add(threading.current_thread().name)
+        return slept
+
+
+def test_backoff_pause_is_shared_and_capped(node: Node, baseline: bytes, tmp_path: Path) -> None:
+    # Only epoch 0's summary fails (twice, 503): its worker pauses; the listing workers, which
+    # never fail, must wait out the same pause.
+    rule = Rule(
+        create_app(node.chain),
+        lambda path, query: path.endswith("/epoch_performance_summary/0"),
+        503,
+        times=2,
+    )
+    url = node.serve(rule)
+    gate = RecordingGate(base=0.15, cap=0.2)
+    out = tmp_path / "t.jsonl"
+    result = export_trace(
+        url, (0, 3), out, options=ExportOptions(page_limit=5, timeout=10.0), gate=gate
+    )
+    assert out.read_bytes() == baseline
+    assert gate.delays == [0.15, 0.2]  # base, then 2*base capped at 0.2
+    assert result.fetch_backoff_pauses == 2 == gate.pauses and result.fetch_errors == 2
+    assert len(gate.pausers) == 1
+    assert gate.sleepers - gate.pausers, "workers that never failed should have paused too"
