@@ -59,6 +59,7 @@ chain rejects is a driver bug and fails the run.
 End of run
     After block ``scenario.blocks`` the run stops; inferences still in flight are not counted in
     ``inferences`` or ``misses`` (they are reported as ``in_flight_at_end``).
+    Declined assignments (pushback) are counted in ``declines``, not in ``inferences``.
 
 If no executor can be selected at all (``NoExecutorsError``: every candidate kept out and the
 policy allows no fallback), the request is dropped and counted in ``unassigned_requests``.

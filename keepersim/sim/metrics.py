@@ -14,8 +14,12 @@ Definitions (the keys of :meth:`MetricsCollector.compute`):
 
 ``inferences``
     assignments to an executor (an on-chain inference each, re-selections after pushback
-    included) that resolved within the run; inferences still in flight after the last block are
-    not counted anywhere (``in_flight_at_end``).
+    included) that resolved within the run as finished or expired. Assignments the executor
+    declined with capacity pushback are not in it: they are ``declines`` (pushback is not a
+    failure, and counting it would dilute the miss rate); a request whose every attempt was
+    declined is in ``unserved_requests``. Inferences still in flight after the last block are
+    not counted anywhere (``in_flight_at_end``); so ``selections = inferences + declines +
+    in_flight_at_end``.
 ``misses`` / ``miss_rate``
     expired inferences / ``misses / inferences`` (0 when there are none).
 ``degraded_traffic_share``
@@ -127,7 +131,7 @@ class _Bucket:
         self.blocks = 0
         self.excluded = 0.0
         self.false_excluded = 0.0
-        self.started = 0  # resolved inferences started in the bucket
+        self.started = 0  # inferences started in the bucket that finished or expired
         self.misses = 0
         self.declines = 0
 
@@ -215,12 +219,13 @@ class MetricsCollector:
     def record_outcome(self, address: str, start_height: int, kind: str) -> None:
         """A resolved inference: ``kind`` is ``finished``, ``expired`` or ``declined``."""
         bucket = self._bucket(start_height)
-        bucket.started += 1
         self.resolved[address] = self.resolved.get(address, 0) + 1
         if kind == FINISHED:
             self.finished += 1
+            bucket.started += 1
         elif kind == EXPIRED:
             self.misses += 1
+            bucket.started += 1
             bucket.misses += 1
             self.missed[address] = self.missed.get(address, 0) + 1
         elif kind == DECLINED:
@@ -277,7 +282,7 @@ class MetricsCollector:
                 else:
                     recovery.append(readmitted - period.end)
                     mine["recovery"].append(readmitted - period.end)
-        inferences = self.finished + self.misses + self.declines
+        inferences = self.finished + self.misses
         total_assigned = sum(self.assigned.values())
         participants = []
         for spec in s.participants:

@@ -285,6 +285,12 @@ def test_capacity_pushback_declines_and_reselects(tmp_path: Path) -> None:
             assert retry.start_block_height == inf.start_block_height + 1
     retries = [i for i in inferences.values() if "/r1" in i.inference_id]
     assert result["selections"] == result["requests"] + len(retries)
+    # Declines are not inferences: the miss rate is over finished + expired only.
+    assert result["inferences"] == result["finished"] + result["misses"]
+    assert (
+        result["inferences"] + result["declines"] + result["in_flight_at_end"]
+        == result["selections"]
+    )
     last_declined = sum(1 for i in retries if i.status == DECLINED)
     started_last = sum(
         1 for i in retries if i.status == STARTED and i.start_block_height == s.blocks
