@@ -129,10 +129,10 @@ def write_trace(
                 counts[(end - 1) // length, i, 1 if m else 0] += 1
                 iid = f"inf-{seq:010d}"
                 w(
-                    '{"type":"inference","index":"%s","inference_id":"%s","model":"qwen",'
-                    '"requested_by":"gonka1requester","assigned_to":"%s","executed_by":"%s",'
-                    '"status":"%s","start_block_height":"%d","end_block_height":"%s",'
-                    '"epoch_id":"%d"}\n' % (iid, iid, a, executed, status, h, end_height, epoch)
+                    f'{{"type":"inference","index":"{iid}","inference_id":"{iid}","model":"qwen",'
+                    f'"requested_by":"gonka1requester","assigned_to":"{a}","executed_by":"{executed}",'
+                    f'"status":"{status}","start_block_height":"{h}","end_block_height":"{end_height}",'
+                    f'"epoch_id":"{epoch}"}}\n'
                 )
             total += int(starts.size)
         w(summary_line(epochs - 1, last, addresses, counts[epochs - 1]))
