@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from keepersim.sim.driver import build_params, parse_governance, run_scenario
 from keepersim.sim.scenario import parse_scenario
 
@@ -108,3 +110,17 @@ def test_no_trace_file_without_trace_out(tmp_path: Path) -> None:
     result = run_scenario(s, "none", store="memory")
     assert result.trace_path is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_trace_matches_the_trace_schema(tmp_path: Path) -> None:
+    import jsonschema
+
+    schema_path = Path(__file__).resolve().parents[2] / "keepersim/replay/schema/trace.schema.json"
+    if not schema_path.exists():
+        pytest.skip("the trace schema is not in this tree")
+    validator = jsonschema.Draft202012Validator(json.loads(schema_path.read_text()))
+    path = tmp_path / "trace.jsonl"
+    run_scenario(make_scenario(), "gonka", store="memory", trace_out=path)
+    for n, line in enumerate(read_trace(path), start=1):
+        errors = [e.message for e in validator.iter_errors(line)]
+        assert not errors, (n, line["type"], errors[:3])
