@@ -1,7 +1,7 @@
 """In-memory backend: same semantics as LevelDB, for fast tests and throwaway runs.
 
-State is a dict plus a sorted key list kept up to date at write time (bisect for a few keys,
-one timsort merge for many). Snapshots and iterators are copy-on-write views: taking one is
+State is a dict plus a SortedList of its keys (O(log n) inserts and deletes, so a store of
+millions of inferences costs the same per block as a small one). Snapshots and iterators are copy-on-write views: taking one is
 O(1); the next write copies the dict and list once, and only if a view is still alive (tracked
 with a weak reference), so iterating every block does not cost a copy per block.
 """
@@ -9,14 +9,11 @@ with a weak reference), so iterating every block does not cost a copy per block.
 from __future__ import annotations
 
 import weakref
-from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from keepersim.store.errors import StoreClosedError
+from sortedcontainers import SortedList
 
-# Up to this many new (or removed) keys per batch are placed with bisect; above it the
-# list is re-sorted (timsort merges the sorted runs in linear time) or rebuilt.
-_BISECT_LIMIT = 16
+from keepersim.store.errors import StoreClosedError
 
 
 def _closed_get(key: bytes) -> bytes | None:
@@ -37,7 +34,7 @@ class MemoryView:
 
     __slots__ = ("_data", "_keys", "_state", "__weakref__")
 
-    def __init__(self, data: dict[bytes, bytes], keys: list[bytes], state: _State) -> None:
+    def __init__(self, data: dict[bytes, bytes], keys: SortedList, state: _State) -> None:
         self._data = data
         self._keys = keys
         self._state = state
@@ -61,16 +58,11 @@ def _iter_view(
     view: MemoryView, start: bytes | None, stop: bytes | None, reverse: bool
 ) -> Iterator[tuple[bytes, bytes]]:
     # The generator holds ``view`` for its whole life, which keeps the copy-on-write pin.
-    # Lazy C-level index maps: opening a scan costs O(log n) however large the range, and an
-    # early ``break`` pays nothing for the rest.
+    # irange is lazy: opening a scan costs O(log n), and an early ``break`` pays nothing more.
     keys = view._keys
-    lo = 0 if start is None else bisect_left(keys, start)
-    hi = len(keys) if stop is None else bisect_left(keys, stop)
-    if lo >= hi:
-        return
-    span = range(hi - 1, lo - 1, -1) if reverse else range(lo, hi)
-    key_at = keys.__getitem__
-    yield from zip(map(key_at, span), map(view._data.__getitem__, map(key_at, span)), strict=True)
+    data = view._data
+    for key in keys.irange(start, stop, inclusive=(True, False), reverse=reverse):
+        yield key, data[key]
 
 
 class MemoryBackend:
@@ -83,7 +75,7 @@ class MemoryBackend:
 
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
-        self._keys: list[bytes] = []
+        self._keys = SortedList()
         self._view: weakref.ref[MemoryView] | None = None
         self._state = _State()
         self.get = self._data.get
@@ -125,7 +117,7 @@ class MemoryBackend:
         if self._view is not None:
             if self._view() is not None:  # a live view still reads the current objects
                 self._data = dict(self._data)
-                self._keys = list(self._keys)
+                self._keys = SortedList(self._keys)
                 self.get = self._data.get
             self._view = None
         data = self._data
@@ -133,26 +125,11 @@ class MemoryBackend:
         new = [key for key in puts if key not in data]
         data.update(puts)
         if new:
-            if len(new) <= _BISECT_LIMIT:
-                for key in new:
-                    insort(keys, key)
-            else:
-                keys.extend(new)
-                keys.sort()
-        removed = 0
+            keys.update(new)
         for key in dels:
             if key in data:
                 del data[key]
-                removed += 1
-        if removed:
-            if removed <= _BISECT_LIMIT:
-                # Every removed key was in ``keys``; locate the ones now missing from ``data``.
-                for key in dels:
-                    i = bisect_left(keys, key)
-                    if i < len(keys) and keys[i] == key and key not in data:
-                        del keys[i]
-            else:
-                keys[:] = [key for key in keys if key in data]
+                keys.remove(key)
 
     def close(self) -> None:
         """Mark closed; later calls (and calls on its snapshots) raise StoreClosedError."""
