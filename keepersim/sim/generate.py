@@ -37,7 +37,10 @@ __all__ = [
 
 BECH32_CHARSET: Final = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
 ADDRESS_PREFIX: Final = "gonka"
-WEIGHT_MEDIAN: Final = 1000.0
+# PoC weights are large integers; at 10,000 the smallest of 150 lognormal nodes stays far above 100,
+# so the fork's reputation floor (weight // 100 while reputation is 0 in the first epoch) keeps
+# weights proportional instead of zeroing small nodes.
+WEIGHT_MEDIAN: Final = 10000.0
 WEIGHT_SIGMA: Final = 1.0
 
 # Outages (outage_share > 0): each outage node goes to p = 1.0 for OUTAGE_BLOCKS (inclusive
@@ -97,7 +100,7 @@ def make_address(name: str, seed: int, index: int) -> str:
 
 
 def draw_weights(rng: np.random.Generator, n: int) -> list[int]:
-    """``n`` lognormal integer weights (median ~1000, sigma 1.0), each >= 1."""
+    """``n`` lognormal integer weights (median ~10,000, sigma 1.0), each >= 1."""
     raw = rng.lognormal(mean=math.log(WEIGHT_MEDIAN), sigma=WEIGHT_SIGMA, size=n)
     return [max(1, round(float(w))) for w in raw]
 

@@ -2,7 +2,7 @@
 
 Every built-in scenario is a deterministic function of ``(name, seed)`` built on
 :func:`keepersim.sim.generate.generate_scenario` (150 participants with lognormal weights, median
-~1000, sigma 1.0; 4.6 requests per block; expiry after 150 blocks; 12,000 blocks in epochs of
+~10,000, sigma 1.0; 4.6 requests per block; expiry after 150 blocks; 12,000 blocks in epochs of
 4,000, unless the scenario says otherwise). Scenario-specific randomness comes from
 ``numpy.random.default_rng((seed, <scenario tag>))``, a stream independent of the generator's.
 

@@ -53,7 +53,7 @@ def test_defaults() -> None:
     assert all((p.latency_min, p.latency_max) == (1, 8) for p in s.participants)
     assert all(p.capacity is None for p in s.participants)
     weights = sorted(p.weight for p in s.participants)
-    assert 600 <= weights[75] <= 1600  # median ~1000
+    assert 6000 <= weights[75] <= 16000  # median ~10,000
     degraded = [i for i, p in enumerate(s.participants) if p.miss[0][1] >= 0.15]
     assert 0.095 <= weight_share(s, degraded) <= 0.105
     for i, p in enumerate(s.participants):
