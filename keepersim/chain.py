@@ -286,7 +286,9 @@ class Chain:
                         process_msg(ctx, msg)
                     except KeepersimError as exc:
                         if strict:
-                            raise BlockError(f"block {h}, tx {i} ({kind}): {exc}") from exc
+                            raise BlockError(
+                                f"block {h}, tx {i} ({kind}): {exc}", height=h, tx_index=i
+                            ) from exc
                         results.append(TxResult(i, kind, False, f"{type(exc).__name__}: {exc}"))
                     else:
                         results.append(TxResult(i, kind, True))

@@ -416,6 +416,7 @@ def run_scenarios_generate(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 
 from keepersim.export.cli import add_export_command  # noqa: E402
+from keepersim.replay.cli import add_replay_command  # noqa: E402
 from keepersim.server.cli import add_serve_command  # noqa: E402
 
 #: Every subcommand, in help order. Append an ``add_<name>_command`` function to add one.
@@ -423,6 +424,7 @@ COMMANDS: list[CommandAdder] = [
     add_simulate_command,
     add_compare_command,
     add_scenarios_command,
+    add_replay_command,
     add_serve_command,
     add_export_command,
 ]

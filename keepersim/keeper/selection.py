@@ -131,12 +131,15 @@ def compute_selection_table(
         admitted = [True] * len(candidates)
     fallback = False
     if not any(admitted):
-        if not fallback_allowed:
+        if shadow and not fallback_allowed:
+            pass  # the policy would refuse the request: in shadow, everyone is "would exclude"
+        elif not fallback_allowed:
             raise NoExecutorsError(
                 f"no available executors for model {model!r}: every candidate is kept out"
             )
-        fallback = True
-        admitted = [True] * len(candidates)
+        else:
+            fallback = True
+            admitted = [True] * len(candidates)
     excluded = tuple(c.address for c, ok in zip(candidates, admitted, strict=True) if not ok)
     shadow_excluded: tuple[str, ...] = ()
     if shadow:

@@ -58,7 +58,15 @@ class UnknownModelError(KeepersimError):
 
 
 class BlockError(KeepersimError):
-    """A block could not be applied; the store stays at the last committed block."""
+    """A block could not be applied; the store stays at the last committed block.
+
+    ``height`` and ``tx_index`` (None when the block's own logic failed) say where.
+    """
+
+    def __init__(self, message: str, height: int | None = None, tx_index: int | None = None):
+        super().__init__(message)
+        self.height = height
+        self.tx_index = tx_index
 
 
 class GenesisError(KeepersimError):

@@ -209,3 +209,20 @@ def test_poc_filter_follows_a_registration_update(poc_driver: Driver, tmp_path: 
         assert fresh.height == 2
         assert fresh.get_selection_table(MODEL).addresses == ("a", "b")
     assert running == ("a", "b")
+
+
+def test_shadow_mode_never_fails_selection_and_records_would_exclude() -> None:
+    """A policy that refuses when all are out (SMG) must not refuse in shadow mode."""
+    from keepersim.keeper.policies.base import Health
+    from keepersim.keeper.selection import Candidate, compute_selection_table
+
+    candidates = [Candidate("a", 100), Candidate("b", 300)]
+    healths = [Health(False, severity=2), Health(False, severity=1)]
+    kwargs = dict(height=5, model="m", cap_pct=100, panic_pct=0, fallback_allowed=False)
+    with pytest.raises(NoExecutorsError, match="every candidate is kept out"):
+        compute_selection_table(candidates, healths, shadow=False, **kwargs)  # type: ignore[arg-type]
+    table = compute_selection_table(candidates, healths, shadow=True, **kwargs)  # type: ignore[arg-type]
+    assert table.shadow_excluded == ("a", "b")
+    assert table.excluded == ()
+    assert table.addresses == ("a", "b") and table.total == 400
+    assert not table.fallback
