@@ -33,7 +33,7 @@ __all__ = [
     "register_command",
 ]
 
-CommandAdder = Callable[[Any], None]
+CommandAdder = Callable[[Any], object]
 DEFAULT_REPORT_DIR = "keepersim-report"
 DEFAULT_COMPARE_SCENARIO = "mainnet_like"
 DEFAULT_COMPARE_SEEDS = 3
