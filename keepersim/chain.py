@@ -47,41 +47,12 @@ from keepersim.types.events import (
 )
 from keepersim.types.pb.genesis_pb2 import GenesisState
 from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
-    MsgFinishInference,
-    MsgStartInference,
-    MsgSubmitNewParticipant,
-    MsgUpdateParams,
-    Tx,
-)
 from keepersim.types.pb.types_pb2 import Inference, Participant
 
 DEFAULT_HOME = Path(os.environ.get("KEEPERSIM_HOME", ".keepersim"))
 
-_TX_FIELDS: dict[type[Message], str] = {
-    MsgStartInference: "start_inference",
-    MsgFinishInference: "finish_inference",
-    MsgDeclineInference: "decline_inference",
-    MsgUpdateParams: "update_params",
-    MsgSubmitNewParticipant: "submit_new_participant",
-}
-
-
 # Message kinds (get_message_kind) of a participant registration.
 _REGISTRATION_KINDS = frozenset({"MsgSubmitNewParticipant", "submit_new_participant"})
-
-
-def make_tx(msg: Message) -> Tx:
-    """Wrap one message into a Tx (a Tx is passed through)."""
-    if isinstance(msg, Tx):
-        return msg
-    field = _TX_FIELDS.get(type(msg))
-    if field is None:
-        raise TypeError(f"not a module message: {type(msg).__name__}")
-    tx = Tx()
-    getattr(tx, field).CopyFrom(msg)
-    return tx
 
 
 @dataclass(frozen=True, slots=True)
