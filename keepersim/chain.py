@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.message import Message
@@ -26,6 +26,7 @@ from keepersim.keeper.selection import (
     SelectionTable,
     compute_draw,
     compute_draws,
+    compute_restamped_table,
     compute_selection_seed,
     compute_selection_table,
     get_candidates,
@@ -39,6 +40,7 @@ from keepersim.store.committed import CommitStore
 from keepersim.store.kv import KVBackend
 from keepersim.store.leveldb import LevelDBBackend
 from keepersim.store.memory import MemoryBackend
+from keepersim.types import keys
 from keepersim.types.errors import BlockError, GenesisError, KeepersimError
 from keepersim.types.events import (
     EpochSettled,
@@ -101,9 +103,10 @@ class _SelectionIndex:
     only when a verdict actually changed: a block with outcomes costs O(changes), not O(fleet).
     """
 
-    __slots__ = ("candidates", "tables", "models", "dirty")
+    __slots__ = ("candidates", "tables", "models", "dirty", "epoch_start")
 
     def __init__(self) -> None:
+        self.epoch_start: int | None = None  # first height of the effective epoch (-1: none)
         self.candidates: dict[tuple[str, bool], list[Candidate]] = {}
         self.tables: dict[str, SelectionTable] = {}
         self.models: dict[str, _ModelTable] = {}
@@ -112,6 +115,7 @@ class _SelectionIndex:
     def process_commit(self, touched: set[str], reset: bool) -> None:
         self.tables = {}
         if reset:
+            self.epoch_start = None
             self.candidates.clear()
             self.models.clear()
             self.dirty.clear()
@@ -168,9 +172,13 @@ class Chain:
 
     # lifecycle
     def has_genesis(self) -> bool:
-        from keepersim.types import keys
-
-        return self._store.backend.get(keys.PARAMS) is not None
+        # Params exist from genesis on and are never deleted: once seen, no need to read again.
+        if self._params is None:
+            raw = self._store.backend.get(keys.PARAMS)
+            if raw is None:
+                return False
+            self._params = Params.FromString(raw)
+        return True
 
     def init_genesis(self, genesis: GenesisState) -> bytes:
         with self._block_lock:
@@ -327,9 +335,11 @@ class Chain:
         height = self.height
         params = keeper.get_params()
         policy = self.get_policy_object(params.health_params.policy)
-        epoch = keeper.get_epoch(keeper.get_effective_epoch_index())
-        poc = epoch is not None and is_poc_phase(
-            height, epoch.poc_start_block_height, params.epoch_params
+        if index.epoch_start is None:
+            epoch = keeper.get_epoch(keeper.get_effective_epoch_index())
+            index.epoch_start = -1 if epoch is None else epoch.poc_start_block_height
+        poc = index.epoch_start >= 0 and is_poc_phase(
+            height, index.epoch_start, params.epoch_params
         )
         candidates = index.candidates.get((model, poc))
         if candidates is None:
@@ -364,7 +374,7 @@ class Chain:
             if changed:
                 last.table = self._assemble_table(policy, params, candidates, last.healths, model)
             elif last.table.height != height:
-                last.table = replace(last.table, height=height)
+                last.table = compute_restamped_table(last.table, height)
             return last.table
         healths = [policy.get_health(reader, c.address, height) for c in candidates]
         dirty.clear()

@@ -40,8 +40,12 @@ def bench(name: str) -> Callable[[Bench], Bench]:
 def make_genesis(n: int, policy: str = "gonka", epoch_length: int = 1_000_000) -> GenesisState:
     params = get_default_params()
     params.epoch_params.epoch_length = epoch_length
-    for field in ("poc_stage_duration", "poc_validation_delay", "poc_validation_duration",
-                  "set_new_validators_delay"):
+    for field in (
+        "poc_stage_duration",
+        "poc_validation_delay",
+        "poc_validation_duration",
+        "set_new_validators_delay",
+    ):
         setattr(params.epoch_params, field, 0)
     params.expiration_blocks = 150
     params.health_params.policy = policy
@@ -93,8 +97,11 @@ def run_synthetic(
             req += 1
             rid = f"req-{h}-{i}"
             sel = chain.get_random_executor("m", rid)
-            txs.append(MsgStartInference(inference_id=rid, model="m", assigned_to=sel.address,
-                                         creator="ta"))
+            txs.append(
+                MsgStartInference(
+                    inference_id=rid, model="m", assigned_to=sel.address, creator="ta"
+                )
+            )
             if req % miss_every:
                 pending.setdefault(h + latency, []).append(
                     MsgFinishInference(inference_id=rid, executed_by=sel.address)
@@ -184,11 +191,116 @@ def bench_selection(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, 
     return res
 
 
+@bench("simulation_throughput")
+def bench_simulation(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """Scenario simulation (driver + chain) on mainnet_like under gonka, memory vs LevelDB."""
+    import dataclasses
+
+    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.suite import get_builtin_scenario
+
+    scenario = get_builtin_scenario("mainnet_like", 1)
+    scenario = dataclasses.replace(scenario, blocks=2000 if args.quick else 6000)
+    res: dict[str, Any] = {"scenario": "mainnet_like", "blocks": scenario.blocks}
+    hashes = set()
+    for store in ("memory", "leveldb"):
+        t0 = time.perf_counter()
+        result = run_scenario(scenario, "gonka", store=store).to_dict()
+        dt = time.perf_counter() - t0
+        hashes.add(result["app_hash"])
+        res[store] = {
+            "inferences": result["inferences"],
+            "inferences_per_second": result["inferences"] / dt,
+        }
+    res["same_app_hash"] = len(hashes) == 1
+    return res
+
+
+def run_replay_child(trace: str, store_dir: str, policies: str) -> dict[str, Any]:
+    """Replay in a fresh process so its peak memory (ru_maxrss) is the replay's alone."""
+    import subprocess
+
+    code = (
+        "import json, resource, sys, time\n"
+        "from keepersim.replay.as_recorded import replay_as_recorded\n"
+        "t0 = time.perf_counter()\n"
+        "r = replay_as_recorded(sys.argv[1], policies=sys.argv[3].split(','), store='leveldb',"
+        " store_dir=sys.argv[2]).to_dict()\n"
+        "print(json.dumps({'seconds': time.perf_counter() - t0,"
+        " 'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,"
+        " 'inferences': r['recorded']['inferences'], 'blocks': r['blocks'],"
+        " 'summary_mismatches': sum(c['mismatches'] for c in r['summaries']['checked']),"
+        " 'ok': r['ok']}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, trace, store_dir, policies],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@bench("replay")
+def bench_replay(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """A calibrated mainnet-like trace (~80k inferences an epoch of 17,280 blocks, ~3.25% misses)
+    replayed end to end from JSON lines on LevelDB, with the gonka breaker in shadow."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from make_trace import write_trace
+
+    unit = out["raw_put"]["seconds_per_put"]
+    sizes = [1] if args.quick else [1, 4]
+    if args.headline:
+        sizes.append(31)
+    res: dict[str, Any] = {"goal_units": 20, "goal_peak_rss_mb": 300}
+    for epochs in sizes:
+        with tempfile.TemporaryDirectory(prefix="keepersim-replay-") as d:
+            trace = Path(d) / "trace.jsonl"
+            written = write_trace(trace, epochs, per_epoch=20_000 if args.quick else 80_000)
+            r = run_replay_child(str(trace), str(Path(d) / "store"), "gonka")
+        r["seconds_per_inference"] = r["seconds"] / max(1, r["inferences"])
+        r["raw_put_units_per_inference"] = r["seconds_per_inference"] / unit
+        r["misses"] = written["misses"]
+        res[f"{epochs}_epochs"] = r
+    return res
+
+
+@bench("http")
+def bench_http(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """get_random_executor over HTTP (16 clients, chain advancing) and export throughput."""
+    from keepersim.server.bench import (
+        bench_export,
+        bench_random_executor,
+        make_demo_scenario,
+        simulate_chain,
+    )
+
+    res: dict[str, Any] = {
+        "random_executor_16_clients": bench_random_executor(
+            clients=16, duration=5.0 if args.quick else 15.0, block_rate=20.0
+        )
+    }
+    with tempfile.TemporaryDirectory(prefix="keepersim-bench-") as tmp:
+        chain_dir, _ = simulate_chain(
+            tmp, make_demo_scenario(participants=40, blocks=600), trace=False
+        )
+        res["export_healthy"] = bench_export(chain_dir=chain_dir)
+        res["export_30pct_retryable_faults"] = bench_export(
+            chain_dir=chain_dir, faults="429=0.15,503=0.15"
+        )
+    return res
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke check)")
     parser.add_argument("--only", nargs="*", default=None, help=f"subset of {sorted(BENCHES)}")
     parser.add_argument("--policies", nargs="*", default=None, help="policies for throughput")
+    parser.add_argument(
+        "--headline",
+        action="store_true",
+        help="also replay the full 31-epoch, ~2.5M-inference trace",
+    )
     args = parser.parse_args()
     if args.policies is None:
         from keepersim.keeper.policies import BUILTIN_POLICIES

@@ -5,7 +5,6 @@ from __future__ import annotations
 from keepersim.keeper.context import BlockContext
 from keepersim.keeper.sprt import (
     compute_llr_update,
-    compute_sprt_constants,
     get_llr,
     is_sprt_failed,
     set_llr,
@@ -38,7 +37,7 @@ def process_sprt(ctx: BlockContext, participant: Participant, fails: int, passes
     params = ctx.keeper.get_params().sprt_params
     if not params.enabled:
         return
-    constants = compute_sprt_constants(params)
+    constants = ctx.get_sprt_constants()
     stats = participant.current_epoch_stats
     llr = compute_llr_update(get_llr(stats.inactiveLLR), fails, passes, constants)
     set_llr(stats.inactiveLLR, llr)

@@ -177,6 +177,23 @@ def compute_selection_table(
     )
 
 
+def compute_restamped_table(table: SelectionTable, height: int) -> SelectionTable:
+    """The same table, valid at another height (nothing that decides it changed)."""
+    return SelectionTable(
+        height,
+        table.model,
+        table.addresses,
+        table.cumulative,
+        table.total,
+        table.fallback,
+        table.panic,
+        table.excluded,
+        table.shadow_excluded,
+        table.candidate_weight,
+        table.excluded_weight,
+    )
+
+
 def compute_selection_seed(chain_id: str, height: int, model: str, request_id: str) -> int:
     data = b"\x00".join(
         (
