@@ -3,13 +3,10 @@
 * :class:`BlockSink` is the one door blocks go through (runners and ``POST /keepersim/v1/blocks``):
   it times ``deliver_block``, feeds the metrics and calls listeners, one block at a time.
 * :class:`ScenarioRunner` runs a scenario (:mod:`keepersim.sim.scenario`) the way ``keepersim
-  simulate`` does (:mod:`keepersim.sim.driver`'s documented semantics, minus governance
-  schedules): Poisson arrivals drawn for all heights from ``default_rng(seed)``, each request
-  assigned by ``chain.get_random_executor`` before its block, outcome and latency from
-  :func:`keepersim.sim.driver.draw_outcome`, capacity and pushback with re-selection, finishes
-  ``latency`` blocks later, misses left to expire. Same genesis, same messages in the same order:
+  simulate`` does, minus governance schedules: it steps the simulator's own block loop
+  (:class:`keepersim.sim.driver.ScenarioStepper`: arrivals, assignment, outcomes, capacity and
+  pushback) one block at a time through the sink. Same genesis, same messages in the same order:
   the chain reaches the same app hash as ``simulate`` with the same scenario, policy and seed.
-  The driver only runs a whole scenario in one call, so this loop steps it block by block.
 * :class:`TraceRunner` replays a trace (``docs/trace-format.md``, read with
   :func:`keepersim.replay.trace.iterate_trace`): genesis from the trace's first ``params`` and
   ``participants`` lines at height ``first_height - 1``, then every height up to ``last_height``:
@@ -27,20 +24,20 @@ in a daemon thread, and stops at its last block or on :meth:`Runner.stop`.
 
 from __future__ import annotations
 
-import heapq
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from google.protobuf.message import Message
 
-from keepersim.chain import BlockResult, Chain
+from keepersim.chain import BlockResult, Chain, Selection
 from keepersim.server.metrics import ServerMetrics
 from keepersim.sim.scenario import Scenario
-from keepersim.types.errors import KeepersimError, NoExecutorsError
+from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.genesis_pb2 import GenesisState
 from keepersim.types.pb.tx_pb2 import (
     MsgDeclineInference,
@@ -109,7 +106,8 @@ class _Status:
 
 
 class Runner:
-    """Base: a daemon thread delivering the blocks :meth:`iter_blocks` yields.
+    """Base: a daemon thread delivering the blocks :meth:`iter_blocks` yields (or making the
+    calls :meth:`iter_steps` yields, each delivering one block).
 
     ``iter_blocks`` is resumed after each block is committed, so it reads the state of the
     previous block when it builds the next one.
@@ -131,6 +129,12 @@ class Runner:
 
     def iter_blocks(self) -> Iterator[list[Message]]:
         raise NotImplementedError
+
+    def iter_steps(self) -> Iterator[Callable[[], BlockResult]]:
+        """Per block, a call that delivers it through the sink (the next one is asked for after
+        it is committed). By default the blocks :meth:`iter_blocks` yields."""
+        for txs in self.iter_blocks():
+            yield partial(self._deliver, txs)
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -176,35 +180,36 @@ class Runner:
 
     def run_blocking(self, max_blocks: int | None = None) -> None:
         """Deliver the blocks in the calling thread (tests, benchmarks); no pacing."""
-        for i, txs in enumerate(self.iter_blocks()):
+        for i, step in enumerate(self.iter_steps()):
             if max_blocks is not None and i >= max_blocks:
                 return
-            self._deliver(txs)
+            step()
         with self._lock:
             self._status.finished = True
 
     # internals ---------------------------------------------------------------------------
 
-    def _deliver(self, txs: list[Message]) -> None:
+    def _deliver(self, txs: Sequence[Message]) -> BlockResult:
         result = self.sink.deliver(txs)
         rejected = sum(1 for r in result.tx_results if not r.ok)
         with self._lock:
             self._status.blocks += 1
             self._status.last_height = result.height
             self._status.rejected_txs += rejected
+        return result
 
     def _run(self) -> None:
         started = time.monotonic()
         n = 0
         try:
-            for txs in self.iter_blocks():
+            for step in self.iter_steps():
                 if self._stop.is_set():
                     break
                 if self.block_rate is not None:
                     delay = started + n / self.block_rate - time.monotonic()
                     if delay > 0 and self._stop.wait(delay):
                         break
-                self._deliver(txs)
+                step()
                 n += 1
         except Exception as exc:  # reported by status(); the server keeps serving
             with self._lock:
@@ -248,7 +253,8 @@ def open_scenario_chain(
 
 
 class ScenarioRunner(Runner):
-    """Runs a scenario on a chain opened with :func:`open_scenario_chain` (see the module doc)."""
+    """Runs a scenario on a chain opened with :func:`open_scenario_chain` (see the module doc):
+    a :class:`keepersim.sim.driver.ScenarioStepper` stepped through the sink."""
 
     mode = "scenario"
 
@@ -262,7 +268,7 @@ class ScenarioRunner(Runner):
         block_rate: float | None = None,
     ) -> None:
         super().__init__(sink, block_rate=block_rate)
-        import numpy as np
+        from keepersim.sim.driver import ScenarioStepper
 
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
@@ -270,100 +276,32 @@ class ScenarioRunner(Runner):
         if self.blocks < 1:
             raise RunnerError(f"blocks must be >= 1, got {self.blocks}")
         self.target_height = self.blocks
-        self.counts = np.random.default_rng(self.seed).poisson(
-            scenario.arrivals_per_block, size=self.blocks
-        )
-        self.specs = {p.address: p for p in scenario.participants}
-        self.models: list[str] = sorted({m for p in scenario.participants for m in p.models})
-        self.finishes: dict[int, list[Message]] = {}
-        self.declines: dict[int, list[Message]] = {}
-        self.reselects: dict[int, list[tuple[int, int, str]]] = {}
-        self.slots: dict[str, list[int]] = {
-            p.address: [] for p in scenario.participants if p.capacity is not None
-        }
-        self._expiration = 0
-        self.next_request = 0
-        self.requests = 0
-        self.unassigned = 0
-
-    def _pick_model(self, n: int) -> str:
-        import hashlib
-
-        if len(self.models) == 1:
-            return self.models[0]
-        digest = hashlib.blake2b(f"{self.seed}/{n}/model".encode(), digest_size=8).digest()
-        return self.models[int.from_bytes(digest, "big") % len(self.models)]
-
-    def assign(
-        self, height: int, request: int, attempt: int, model: str, starts: list[Message]
-    ) -> None:
-        from keepersim.sim.driver import REQUESTER, draw_outcome, get_request_id
-
-        rid = get_request_id(request, attempt)
-        try:
-            sel = self.chain.get_random_executor(model, rid)
-        except NoExecutorsError:
-            self.unassigned += 1
-            return
-        metrics = self.sink.metrics
-        if metrics is not None:
-            metrics.record_selection(sel.fallback)
-        address = sel.address
-        spec = self.specs[address]
-        u, latency = draw_outcome(self.seed, request, address, spec.latency_min, spec.latency_max)
-        over = False
-        if spec.capacity is not None:
-            heap = self.slots[address]
-            while heap and heap[0] <= height:
-                heapq.heappop(heap)
-            if len(heap) >= spec.capacity:
-                over = True
-            else:
-                heapq.heappush(heap, height + latency)
-        expiration = self._expiration
-        if over and self.scenario.pushback:
-            self.declines.setdefault(height + 1, []).append(
-                MsgDeclineInference(creator=address, inference_id=rid, reason=DECLINE_REASON)
-            )
-            if attempt < self.scenario.max_reselects:
-                self.reselects.setdefault(height + 1, []).append((request, attempt + 1, model))
-        elif not (over or u < spec.get_miss_probability(height) or latency > expiration):
-            self.finishes.setdefault(height + latency, []).append(
-                MsgFinishInference(
-                    creator=address,
-                    inference_id=rid,
-                    executed_by=address,
-                    model=model,
-                    requested_by=REQUESTER,
-                )
-            )
-        starts.append(
-            MsgStartInference(
-                creator=REQUESTER,
-                inference_id=rid,
-                model=model,
-                requested_by=REQUESTER,
-                assigned_to=address,
-            )
+        self.stepper = ScenarioStepper(
+            scenario,
+            self.chain,
+            seed=self.seed,
+            blocks=self.blocks,
+            deliver=self._deliver,
+            on_selection=self._record_selection,
         )
 
-    def iter_blocks(self) -> Iterator[list[Message]]:
-        first = self.chain.height + 1
-        for h in range(first, self.blocks + 1):
-            self._expiration = self.chain.get_params().expiration_blocks
-            txs: list[Message] = []
-            txs.extend(self.finishes.pop(h, ()))
-            txs.extend(self.declines.pop(h, ()))
-            starts: list[Message] = []
-            for request, attempt, model in self.reselects.pop(h, ()):
-                self.assign(h, request, attempt, model, starts)
-            for _ in range(int(self.counts[h - 1])):
-                n = self.next_request
-                self.next_request += 1
-                self.requests += 1
-                self.assign(h, n, 0, self._pick_model(n), starts)
-            txs.extend(starts)
-            yield txs
+    def _record_selection(self, height: int, selection: Selection, p_miss: float) -> None:
+        if self.sink.metrics is not None:
+            self.sink.metrics.record_selection(selection.fallback)
+
+    @property
+    def requests(self) -> int:
+        """Requests that arrived so far (re-selections not counted)."""
+        return self.stepper.requests
+
+    @property
+    def unassigned(self) -> int:
+        """Requests dropped because no executor could be selected."""
+        return self.stepper.unassigned
+
+    def iter_steps(self) -> Iterator[Callable[[], BlockResult]]:
+        while not self.stepper.is_done():
+            yield self.stepper.step
 
 
 # --------------------------------------------------------------------------------------------

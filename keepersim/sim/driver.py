@@ -1,7 +1,9 @@
 """Drive a chain through a scenario: arrivals, selection, outcomes, block by block.
 
 :func:`run_scenario` opens a fresh chain (LevelDB in a temporary folder by default, or memory),
-writes a genesis from the scenario, and delivers blocks ``1..scenario.blocks``. Exactly:
+writes a genesis from the scenario, and delivers blocks ``1..scenario.blocks``, one
+:meth:`ScenarioStepper.step` each (the stepper holds the rules below; the server's scenario runner
+steps a chain through it too). Exactly:
 
 Params
     Unless ``params`` is given: the chain's code defaults (:func:`get_default_params`) with
@@ -75,12 +77,13 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from keepersim.chain import Chain, Selection
+from keepersim.chain import BlockResult, Chain, Selection
 from keepersim.keeper.policies import BUILTIN_POLICIES
 from keepersim.keeper.selection import SelectionTable
 from keepersim.sim.metrics import (
@@ -129,6 +132,7 @@ __all__ = [
     "GOVERNANCE_HELP",
     "GovernanceError",
     "RunResult",
+    "ScenarioStepper",
     "SimulationError",
     "StoreKind",
     "build_genesis",
@@ -400,35 +404,58 @@ def run_scenario(
     )
 
 
-class _Run:
-    """The block loop of one run (state kept between blocks)."""
+SelectionHook = Callable[[int, Selection, float], None]
+StartHook = Callable[[int, str, str], None]
+
+
+class ScenarioStepper:
+    """A scenario's block loop, one block per :meth:`step` (the rules of the module docstring).
+
+    Arrivals, assignment, outcome draws, capacity and pushback, finishes, declines and governance
+    messages live here and nowhere else: :func:`run_scenario` and the server's
+    :class:`~keepersim.server.runner.ScenarioRunner` both step a chain through it.
+
+    Each :meth:`step` builds block ``chain.height + 1`` from the state committed at
+    ``chain.height``, delivers it with ``deliver(txs)`` (default ``chain.deliver_block(txs,
+    strict=True)``) and returns the result; :meth:`is_done` once block ``blocks`` (default
+    ``scenario.blocks``) is committed. ``seed`` overrides ``scenario.seed``; ``governance`` is a
+    checked schedule (``(height, params)`` pairs sorted by height). The params of a block (its
+    ``expiration_blocks``, the authority that signs governance) are those committed, or the
+    pending ones when a ``MsgUpdateParams`` of the previous block takes effect with it.
+
+    Callers record what they need through ``on_selection(height, selection, p_miss)`` (every
+    assignment; ``p_miss`` is the executor's true miss probability at ``height``) and
+    ``on_start(height, inference_id, executor)`` (every ``MsgStartInference``). Counts:
+    ``requests`` (arrivals), ``unassigned`` (no executor), ``unserved`` (last attempt declined),
+    ``planned_misses``.
+    """
 
     def __init__(
         self,
         scenario: Scenario,
         chain: Chain,
-        seed: int,
-        params: Params,
-        schedule: list[tuple[int, Params]],
-        trace: TraceWriter | None,
-        bucket_blocks: int,
-        on_block: Callable[[Chain, int], None] | None,
+        *,
+        seed: int | None = None,
+        blocks: int | None = None,
+        governance: Sequence[tuple[int, Params]] = (),
+        deliver: Callable[[list[Any]], BlockResult] | None = None,
+        on_selection: SelectionHook | None = None,
+        on_start: StartHook | None = None,
     ) -> None:
-        self.s = scenario
+        self.scenario = scenario
         self.chain = chain
-        self.seed = seed
-        self.params = params
-        self.trace = trace
-        self.on_block = on_block
-        self.metrics = MetricsCollector(scenario, bucket_blocks=bucket_blocks)
+        self.seed = scenario.seed if seed is None else seed
+        self.blocks = scenario.blocks if blocks is None else blocks
+        self.deliver = deliver if deliver is not None else partial(chain.deliver_block, strict=True)
+        self.on_selection = on_selection
+        self.on_start = on_start
+        self.counts = np.random.default_rng(self.seed).poisson(
+            scenario.arrivals_per_block, size=self.blocks
+        )
         self.specs = {p.address: p for p in scenario.participants}
         self.models = sorted({m for p in scenario.participants for m in p.models})
-        self.model_members = {
-            m: frozenset(p.address for p in scenario.participants if m in p.models)
-            for m in self.models
-        }
         self.governance: dict[int, list[Params]] = {}
-        for height, p in schedule:
+        for height, p in governance:
             self.governance.setdefault(height, []).append(p)
         self.finishes: dict[int, list[MsgFinishInference]] = {}
         self.declines: dict[int, list[MsgDeclineInference]] = {}
@@ -436,12 +463,23 @@ class _Run:
         self.slots: dict[str, list[int]] = {
             p.address: [] for p in scenario.participants if p.capacity is not None
         }
-        self.in_flight: dict[str, _InFlight] = {}
-        self.inactive: set[str] = set()
-        self._last_tables: tuple[SelectionTable | str, ...] = ()
-        self._last_inactive: frozenset[str] = frozenset()
-        self._kept: frozenset[str] = frozenset()
+        self._expiration = 0
         self.next_request = 0
+        self.requests = 0
+        self.unassigned = 0
+        self.unserved = 0
+        self.planned_misses = 0
+
+    def is_done(self) -> bool:
+        return self.chain.height >= self.blocks
+
+    def _read_params(self) -> tuple[int, str]:
+        """(expiration_blocks, authority) in force in the next block."""
+        with self.chain.read() as k:
+            params = k.get_pending_params()
+            if params is None:
+                params = k.get_params()
+            return params.expiration_blocks, params.authority
 
     # one assignment ------------------------------------------------------------------------
 
@@ -452,17 +490,13 @@ class _Run:
         try:
             sel: Selection = self.chain.get_random_executor(model, rid)
         except NoExecutorsError:
-            self.metrics.unassigned_requests += 1
+            self.unassigned += 1
             return
         address = sel.address
         spec = self.specs[address]
         p_miss = spec.get_miss_probability(height)
-        self.metrics.record_selection(
-            address,
-            fallback=sel.fallback,
-            panic=sel.panic,
-            degraded=p_miss > HEALTHY_MISS_THRESHOLD,
-        )
+        if self.on_selection is not None:
+            self.on_selection(height, sel, p_miss)
         u, latency = draw_outcome(self.seed, request, address, spec.latency_min, spec.latency_max)
         over = False
         if spec.capacity is not None:
@@ -473,16 +507,16 @@ class _Run:
                 over = True
             else:
                 heapq.heappush(heap, height + latency)
-        if over and self.s.pushback:
+        if over and self.scenario.pushback:
             self.declines.setdefault(height + 1, []).append(
                 MsgDeclineInference(creator=address, inference_id=rid, reason=DECLINE_REASON)
             )
-            if attempt < self.s.max_reselects:
+            if attempt < self.scenario.max_reselects:
                 self.reselects.setdefault(height + 1, []).append((request, attempt + 1, model))
             else:
-                self.metrics.unserved_requests += 1
-        elif over or u < p_miss or latency > self.params.expiration_blocks:
-            self.metrics.planned_misses += 1
+                self.unserved += 1
+        elif over or u < p_miss or latency > self._expiration:
+            self.planned_misses += 1
         else:
             self.finishes.setdefault(height + latency, []).append(
                 MsgFinishInference(
@@ -502,7 +536,85 @@ class _Run:
                 assigned_to=address,
             )
         )
-        self.in_flight[rid] = _InFlight(height, address)
+        if self.on_start is not None:
+            self.on_start(height, rid, address)
+
+    # one block -----------------------------------------------------------------------------
+
+    def step(self) -> BlockResult:
+        """Build and deliver the next block; its result."""
+        h = self.chain.height + 1
+        if h > self.blocks:
+            raise SimulationError(f"the run ends at block {self.blocks}")
+        self._expiration, authority = self._read_params()
+        txs: list[Any] = []
+        for p in self.governance.get(h, ()):
+            txs.append(MsgUpdateParams(authority=authority, params=p))
+            authority = p.authority
+        txs.extend(self.finishes.pop(h, ()))
+        txs.extend(self.declines.pop(h, ()))
+        starts: list[MsgStartInference] = []
+        for request, attempt, model in self.reselects.pop(h, ()):
+            self.assign(h, request, attempt, model, starts)
+        for _ in range(int(self.counts[h - 1])):
+            n = self.next_request
+            self.next_request += 1
+            self.requests += 1
+            self.assign(h, n, 0, _pick_model(self.seed, n, self.models), starts)
+        txs.extend(starts)
+        return self.deliver(txs)
+
+
+class _Run:
+    """One :func:`run_scenario`: a :class:`ScenarioStepper` plus what the run records (metrics,
+    in-flight inferences, the trace, the progress bar)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        chain: Chain,
+        seed: int,
+        params: Params,
+        schedule: list[tuple[int, Params]],
+        trace: TraceWriter | None,
+        bucket_blocks: int,
+        on_block: Callable[[Chain, int], None] | None,
+    ) -> None:
+        self.s = scenario
+        self.chain = chain
+        self.params = params
+        self.trace = trace
+        self.on_block = on_block
+        self.metrics = MetricsCollector(scenario, bucket_blocks=bucket_blocks)
+        self.stepper = ScenarioStepper(
+            scenario,
+            chain,
+            seed=seed,
+            governance=schedule,
+            on_selection=self.record_selection,
+            on_start=self.record_start,
+        )
+        self.models = self.stepper.models
+        self.model_members = {
+            m: frozenset(p.address for p in scenario.participants if m in p.models)
+            for m in self.models
+        }
+        self.in_flight: dict[str, _InFlight] = {}
+        self.inactive: set[str] = set()
+        self._last_tables: tuple[SelectionTable | str, ...] = ()
+        self._last_inactive: frozenset[str] = frozenset()
+        self._kept: frozenset[str] = frozenset()
+
+    def record_selection(self, height: int, sel: Selection, p_miss: float) -> None:
+        self.metrics.record_selection(
+            sel.address,
+            fallback=sel.fallback,
+            panic=sel.panic,
+            degraded=p_miss > HEALTHY_MISS_THRESHOLD,
+        )
+
+    def record_start(self, height: int, inference_id: str, address: str) -> None:
+        self.in_flight[inference_id] = _InFlight(height, address)
         if self.trace is not None:
             self.trace.add_started(height)
 
@@ -539,7 +651,6 @@ class _Run:
         from tqdm import tqdm
 
         s, chain, metrics, trace = self.s, self.chain, self.metrics, self.trace
-        counts = np.random.default_rng(self.seed).poisson(s.arrivals_per_block, size=s.blocks)
         if trace is not None:
             trace.add_params(0, self.params)
             with chain.read() as k:
@@ -554,26 +665,12 @@ class _Run:
             leave=False,
         )
         pending_bar = 0
+        stepper = self.stepper
         try:
-            for h in range(1, s.blocks + 1):
+            while not stepper.is_done():
+                h = chain.height + 1
                 metrics.record_block(h, self.get_kept_out())
-                txs: list[Any] = []
-                authority = self.params.authority
-                for p in self.governance.get(h, ()):
-                    txs.append(MsgUpdateParams(authority=authority, params=p))
-                    authority = p.authority
-                txs.extend(self.finishes.pop(h, ()))
-                txs.extend(self.declines.pop(h, ()))
-                starts: list[MsgStartInference] = []
-                for request, attempt, model in self.reselects.pop(h, ()):
-                    self.assign(h, request, attempt, model, starts)
-                for _ in range(int(counts[h - 1])):
-                    n = self.next_request
-                    self.next_request += 1
-                    metrics.record_request()
-                    self.assign(h, n, 0, _pick_model(self.seed, n, self.models), starts)
-                txs.extend(starts)
-                result = chain.deliver_block(txs, strict=True)
+                result = stepper.step()
                 self.process_events(h, result.events)
                 if trace is not None:
                     trace.flush(h)
@@ -586,6 +683,10 @@ class _Run:
             bar.update(pending_bar)
         finally:
             bar.close()
+        metrics.requests = stepper.requests
+        metrics.unassigned_requests = stepper.unassigned
+        metrics.unserved_requests = stepper.unserved
+        metrics.planned_misses = stepper.planned_misses
         metrics.in_flight_at_end = len(self.in_flight)
         if trace is not None:
             with chain.read() as k:
@@ -620,13 +721,11 @@ class _Run:
                             e.settled_epoch, height, k.get_summaries_for_epoch(e.settled_epoch)
                         )
                         trace.add_participants(e.new_epoch, height, list(k.iterate_participants()))
-            elif isinstance(e, ParamsUpdated):
+            elif isinstance(e, ParamsUpdated) and trace is not None:
                 with self.chain.read() as k:
                     pending = k.get_pending_params()
-                if pending is not None:
-                    self.params = pending
-                    if trace is not None and height + 1 <= self.s.blocks:
-                        trace.add_params(height + 1, pending)
+                if pending is not None and height + 1 <= self.s.blocks:
+                    trace.add_params(height + 1, pending)
             if kind is not None:
                 flight = self.in_flight.pop(rid)
                 metrics.record_outcome(flight.address, flight.start, kind)
