@@ -54,11 +54,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from google.protobuf.message import Message
-from tqdm import tqdm
 
 from keepersim.chain import BlockResult, Chain
 from keepersim.keeper.policies import PolicyFactory
 from keepersim.replay.common import (
+    BlockFeeder,
     Governance,
     IntervalTracker,
     Listed,
@@ -66,16 +66,16 @@ from keepersim.replay.common import (
     ReplayError,
     Schedule,
     StoreKind,
-    apply_policy,
-    build_genesis,
+    build_recorded_start,
     build_scheduled_msg,
     check_policies,
     format_app_hash,
     get_table_exclusions,
-    open_chain,
+    make_progress,
+    open_policy_chain,
     open_trace,
-    schedule_governance,
     schedule_record,
+    start_schedule,
 )
 from keepersim.replay.trace import (
     FINISHED_LIKE,
@@ -96,11 +96,7 @@ from keepersim.types.events import (
     InferenceExpired,
     InferenceFinished,
 )
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
-    MsgFinishInference,
-    MsgStartInference,
-)
+from keepersim.types.pb.tx_pb2 import MsgDeclineInference, MsgFinishInference
 from keepersim.types.pb.types_pb2 import (
     DECLINED,
     EXPIRED,
@@ -308,7 +304,7 @@ class _Lane:
 _TX_INDEX = re.compile(r"block \d+, tx (\d+) ")
 
 
-class _AsRecordedRun:
+class _AsRecordedRun(BlockFeeder[InferenceRecord]):
     def __init__(
         self,
         report: ReplayReport,
@@ -319,15 +315,13 @@ class _AsRecordedRun:
         strict: bool,
         progress: Any,
     ) -> None:
+        super().__init__(report.first_height, report.last_height)
         self.report = report
         self.lanes = lanes
         self.schedule = schedule
         self.tracker = tracker
         self.strict = strict
         self.progress = progress
-        self.committed = report.first_height - 1
-        self.gather_height: int | None = None
-        self.gather: list[InferenceRecord] = []
         self.pending: list[_Pending] = []
         # Unresolved on the reference chain: id -> (recorded status, line, start, end)
         self.inflight: dict[str, tuple[int, int, int, int]] = {}
@@ -347,12 +341,7 @@ class _AsRecordedRun:
 
     def process_inference(self, record: InferenceRecord) -> None:
         start = record.start_height
-        if self.gather_height is not None and start > self.gather_height:
-            # Deliver the gathered block and the empty ones up to this start: pending outcomes
-            # are then all of inferences in flight at ``start``.
-            self.flush_through(start - 1)
-        self.gather_height = start
-        self.gather.append(record)
+        self.gather_start(start, record)
         inference = record.inference
         status = inference.status
         kind = -1
@@ -396,14 +385,6 @@ class _AsRecordedRun:
 
     # -- blocks -------------------------------------------------------------------------------
 
-    def flush_through(self, target: int) -> None:
-        while self.committed < target:
-            height = self.committed + 1
-            starts = self.gather if height == self.gather_height else []
-            self.deliver(height, starts)
-            if starts:
-                self.gather = []
-
     def build_block(
         self, height: int, starts: list[InferenceRecord]
     ) -> tuple[list[Any], list[tuple[str, int, str]]]:
@@ -433,17 +414,7 @@ class _AsRecordedRun:
                     )
                 )
                 meta.append(("finish", record.line, inference.inference_id))
-            items.append(
-                MsgStartInference(
-                    creator=inference.requested_by,
-                    inference_id=inference.inference_id,
-                    model=inference.model,
-                    requested_by=inference.requested_by,
-                    assigned_to=inference.assigned_to,
-                    prompt_token_count=inference.prompt_token_count,
-                    max_tokens=inference.max_tokens,
-                )
-            )
+            items.append(build_recorded_start(inference))
             meta.append(("start", record.line, inference.inference_id))
         for item in same_block:
             self.add_outcome(items, meta, item)
@@ -659,9 +630,7 @@ class _AsRecordedRun:
 
     def finish(self) -> None:
         last = self.report.last_height
-        if self.gather_height is not None:
-            self.flush_through(self.gather_height)
-        self.flush_through(last)
+        self.finish_blocks()
         self.report.beyond_trace = len(self.pending)
         for record in self.deferred:
             self.report.summaries_unchecked.append(
@@ -733,9 +702,10 @@ def replay_as_recorded(
     lanes: list[_Lane] = []
     try:
         for policy in policies:
-            genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, True))
-            chain = open_chain(
-                genesis,
+            chain = open_policy_chain(
+                prologue,
+                policy,
+                shadow=True,
                 store=store,
                 store_dir=store_dir,
                 name=policy,
@@ -746,17 +716,8 @@ def replay_as_recorded(
             excluded, _, _ = get_table_exclusions(chain, shadow=True)
             lane.excluded = excluded
             lane.shadow.intervals.observe(header.first_height, excluded)
-        schedule = Schedule()
-        schedule.late = Listed(max_listed)
-        tracker = ParticipantTracker(prologue.participants.participants)
-        committed = header.first_height - 1
-        schedule_governance(schedule, governance, committed)
-        with tqdm(
-            total=header.last_height - header.first_height + 1,
-            disable=not progress,
-            unit="block",
-            desc="replay",
-        ) as bar:
+        schedule, tracker = start_schedule(prologue, governance, max_listed)
+        with make_progress(header, progress, "replay") as bar:
             run = _AsRecordedRun(report, lanes, schedule, tracker, strict=strict, progress=bar)
             for record in prologue.extra:
                 run.process(record)

@@ -1,5 +1,7 @@
 """What both replay modes share: the genesis from a trace's first lines, chains per policy,
-scheduled messages (recorded params changes, governance, participant changes) and block tables.
+scheduled messages (recorded params changes, governance, participant changes), the block feeder
+(every height a block, the starts of a height gathered into its block), the progress bar and
+block tables.
 
 Heights: the chain's genesis is at ``first_height - 1``; the first replayed block is
 ``first_height``. A recorded ``params`` line at height h says "in force from h": it is sent as
@@ -18,9 +20,10 @@ import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from google.protobuf.message import Message
+from tqdm import tqdm
 
 from keepersim.chain import Chain
 from keepersim.keeper.keeper import Keeper
@@ -41,12 +44,19 @@ from keepersim.store.memory import MemoryBackend
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.genesis_pb2 import GenesisState
 from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.tx_pb2 import MsgSubmitNewParticipant, MsgUpdateParams
-from keepersim.types.pb.types_pb2 import ACTIVE, INACTIVE, CurrentEpochStats, Participant
+from keepersim.types.pb.tx_pb2 import MsgStartInference, MsgSubmitNewParticipant, MsgUpdateParams
+from keepersim.types.pb.types_pb2 import (
+    ACTIVE,
+    INACTIVE,
+    CurrentEpochStats,
+    Inference,
+    Participant,
+)
 
 StoreKind = Literal["leveldb", "memory"]
 Governance = Sequence[tuple[int, Params]]
 DEFAULT_MAX_LISTED: Final = 50
+T = TypeVar("T")
 
 
 class ReplayError(Exception):
@@ -206,6 +216,24 @@ def open_chain(
         raise
 
 
+def open_policy_chain(
+    prologue: Prologue,
+    policy: str,
+    *,
+    shadow: bool,
+    store: StoreKind,
+    store_dir: str | os.PathLike[str] | None,
+    name: str,
+    extra_policies: dict[str, PolicyFactory] | None = None,
+) -> Chain:
+    """A fresh chain (:func:`open_chain`) with the trace's genesis (:func:`build_genesis`) and
+    ``policy`` (and ``shadow``) in force."""
+    genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, shadow))
+    return open_chain(
+        genesis, store=store, store_dir=store_dir, name=name, extra_policies=extra_policies
+    )
+
+
 @dataclass(order=True, frozen=True, slots=True)
 class Scheduled:
     height: int
@@ -223,10 +251,10 @@ class Schedule:
     at that time signs them and each chain gets its own policy override.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_listed: int = DEFAULT_MAX_LISTED) -> None:
         self._heap: list[Scheduled] = []
         self._seq = 0
-        self.late: Listed = Listed()
+        self.late: Listed = Listed(max_listed)
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -304,6 +332,83 @@ def schedule_record(
 def schedule_governance(schedule: Schedule, governance: Governance | None, committed: int) -> None:
     for height, params in governance or ():
         schedule.add(height, "governance", 0, params, committed)
+
+
+def start_schedule(
+    prologue: Prologue, governance: Governance | None, max_listed: int
+) -> tuple[Schedule, ParticipantTracker]:
+    """A replay's schedule, holding the governance entries, and the tracker of the recorded
+    participants (for the later participants lines)."""
+    schedule = Schedule(max_listed)
+    tracker = ParticipantTracker(prologue.participants.participants)
+    schedule_governance(schedule, governance, prologue.header.first_height - 1)
+    return schedule, tracker
+
+
+def make_progress(header: Header, progress: bool, desc: str) -> tqdm[Any]:
+    """A progress bar over the trace's heights (shown only when ``progress``)."""
+    return tqdm(
+        total=header.last_height - header.first_height + 1,
+        disable=not progress,
+        unit="block",
+        desc=desc,
+    )
+
+
+class BlockFeeder(Generic[T]):
+    """Turns a stream of recorded starts into blocks: every height from ``first_height`` to
+    ``last_height`` is one block, delivered in height order, empty or not.
+
+    The starts of a height are gathered (:meth:`gather_start`; records come in start-height order)
+    and go into that height's block once a later start shows the height is complete; the heights
+    before it are delivered first. :meth:`finish_blocks` delivers what is left up to
+    ``last_height``. A subclass's :meth:`deliver` builds and delivers one block and sets
+    ``committed`` to its height.
+    """
+
+    def __init__(self, first_height: int, last_height: int) -> None:
+        self.first_height = first_height
+        self.last_height = last_height
+        self.committed = first_height - 1
+        self.gather_height: int | None = None
+        self.gather: list[T] = []
+
+    def deliver(self, height: int, starts: list[T]) -> None:
+        raise NotImplementedError
+
+    def gather_start(self, start: int, item: T) -> None:
+        if self.gather_height is not None and start > self.gather_height:
+            # Deliver the gathered block and the empty ones up to this start: pending outcomes
+            # are then all of inferences in flight at ``start``.
+            self.flush_through(start - 1)
+        self.gather_height = start
+        self.gather.append(item)
+
+    def flush_through(self, target: int) -> None:
+        while self.committed < target:
+            height = self.committed + 1
+            starts = self.gather if height == self.gather_height else []
+            self.deliver(height, starts)
+            if starts:
+                self.gather = []
+
+    def finish_blocks(self) -> None:
+        if self.gather_height is not None:
+            self.flush_through(self.gather_height)
+        self.flush_through(self.last_height)
+
+
+def build_recorded_start(inference: Inference) -> MsgStartInference:
+    """A recorded inference's MsgStartInference: requested and assigned as recorded."""
+    return MsgStartInference(
+        creator=inference.requested_by,
+        inference_id=inference.inference_id,
+        model=inference.model,
+        requested_by=inference.requested_by,
+        assigned_to=inference.assigned_to,
+        prompt_token_count=inference.prompt_token_count,
+        max_tokens=inference.max_tokens,
+    )
 
 
 def get_authority(chain: Chain) -> str:

@@ -36,28 +36,27 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from google.protobuf.message import Message
-from tqdm import tqdm
 
 from keepersim.chain import Chain
 from keepersim.keeper.policies import PolicyFactory
 from keepersim.keeper.selection import get_candidates
 from keepersim.replay.common import (
+    BlockFeeder,
     Governance,
     IntervalTracker,
     Listed,
     ParticipantTracker,
     Schedule,
     StoreKind,
-    apply_policy,
-    build_genesis,
     build_scheduled_msg,
     check_policies,
     format_app_hash,
     get_table_exclusions,
-    open_chain,
+    make_progress,
+    open_policy_chain,
     open_trace,
-    schedule_governance,
     schedule_record,
+    start_schedule,
 )
 from keepersim.replay.estimator import BehaviourEstimator, BetaPrior, estimate_trace
 from keepersim.replay.trace import (
@@ -107,7 +106,9 @@ def _draw_outcome(
     return None if latency > expiration else latency
 
 
-class _WhatIfRun:
+class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
+    """Requests gathered as (inference_id, model, requested_by) per start height."""
+
     def __init__(
         self,
         chain: Chain,
@@ -123,6 +124,7 @@ class _WhatIfRun:
         max_listed: int,
         on_request: RequestHook | None = None,
     ) -> None:
+        super().__init__(first_height, last_height)
         self.on_request = on_request
         self.chain = chain
         self.policy = policy
@@ -130,12 +132,7 @@ class _WhatIfRun:
         self.schedule = schedule
         self.tracker = tracker
         self.seed = seed
-        self.first_height = first_height
-        self.last_height = last_height
         self.progress = progress
-        self.committed = first_height - 1
-        self.gather_height: int | None = None
-        self.gather: list[tuple[str, str, str]] = []  # (inference_id, model, requested_by)
         # (finish height, start, inference_id, executor)
         self.pending: list[tuple[int, int, str, str]] = []
         self.max_pending = 0
@@ -154,28 +151,17 @@ class _WhatIfRun:
         self.excluded: frozenset[str] = frozenset()
 
     def process_inference(self, record: InferenceRecord) -> None:
-        start = record.start_height
-        if self.gather_height is not None and start > self.gather_height:
-            # Deliver the gathered block and the empty ones up to this start: pending outcomes
-            # are then all of inferences in flight at ``start``.
-            self.flush_through(start - 1)
-        self.gather_height = start
         inference = record.inference
-        self.gather.append((inference.inference_id, inference.model, inference.requested_by))
+        self.gather_start(
+            record.start_height,
+            (inference.inference_id, inference.model, inference.requested_by),
+        )
         status = inference.status
         self.recorded["inferences"] += 1
         if status in FINISHED_LIKE:
             self.recorded["successes"] += 1
         elif status == EXPIRED:
             self.recorded["misses"] += 1
-
-    def flush_through(self, target: int) -> None:
-        while self.committed < target:
-            height = self.committed + 1
-            requests = self.gather if height == self.gather_height else []
-            self.deliver(height, requests)
-            if requests:
-                self.gather = []
 
     def deliver(self, height: int, requests: list[tuple[str, str, str]]) -> None:
         chain = self.chain
@@ -278,9 +264,7 @@ class _WhatIfRun:
         self.false_exclusion_sum += false_out / total
 
     def finish(self) -> None:
-        if self.gather_height is not None:
-            self.flush_through(self.gather_height)
-        self.flush_through(self.last_height)
+        self.finish_blocks()
         self.intervals.finish(self.last_height)
 
 
@@ -323,25 +307,18 @@ def replay_what_if(
         )
     prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad)
     header = prologue.header
-    genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, False))
-    chain = open_chain(
-        genesis,
+    chain = open_policy_chain(
+        prologue,
+        policy,
+        shadow=False,
         store=store,
         store_dir=store_dir,
         name=f"what-if-{policy}",
         extra_policies=extra_policies,
     )
     try:
-        schedule = Schedule()
-        schedule.late = Listed(max_listed)
-        tracker = ParticipantTracker(prologue.participants.participants)
-        schedule_governance(schedule, governance, header.first_height - 1)
-        with tqdm(
-            total=header.last_height - header.first_height + 1,
-            disable=not progress,
-            unit="block",
-            desc=f"what-if {policy}",
-        ) as bar:
+        schedule, tracker = start_schedule(prologue, governance, max_listed)
+        with make_progress(header, progress, f"what-if {policy}") as bar:
             run = _WhatIfRun(
                 chain,
                 policy,
