@@ -14,7 +14,10 @@
   ``MsgFinishInference`` at its end height (finished-like statuses) or ``MsgDeclineInference``
   (DECLINED); expiries come from the chain itself. A later ``params`` line at height ``p`` is sent
   as ``MsgUpdateParams`` in block ``p - 1`` (effective from ``p``). Epoch summaries and later
-  participants lines are not replayed (the chain computes its own).
+  participants lines are not replayed (the chain computes its own). This is the recorded chain
+  itself, not :mod:`keepersim.replay.as_recorded`'s shadow replay (its genesis, outcome messages
+  and their order, participant changes differ): only the start message
+  (:func:`keepersim.replay.common.build_recorded_start`) is shared.
 * :class:`TickerRunner` delivers empty blocks at a fixed rate (a chain served from a store, where
   blocks are otherwise posted).
 
@@ -42,7 +45,6 @@ from keepersim.types.pb.genesis_pb2 import GenesisState
 from keepersim.types.pb.tx_pb2 import (
     MsgDeclineInference,
     MsgFinishInference,
-    MsgStartInference,
     MsgUpdateParams,
 )
 from keepersim.types.pb.types_pb2 import DECLINED
@@ -59,8 +61,6 @@ __all__ = [
 ]
 
 BlockListener = Callable[[BlockResult], None]
-#: Reason written into a replayed MsgDeclineInference (the driver's).
-DECLINE_REASON = "capacity"
 
 
 class RunnerError(KeepersimError):
@@ -395,7 +395,9 @@ class TraceRunner(Runner):
         self.skipped_params = 0
 
     def iter_blocks(self) -> Iterator[list[Message]]:
+        from keepersim.replay.common import build_recorded_start
         from keepersim.replay.trace import FINISHED_LIKE, InferenceRecord, ParamsRecord
+        from keepersim.sim.driver import DECLINE_REASON  # a replayed decline has the driver's
 
         first = self.chain.height + 1
         last = self.source.header.last_height
@@ -431,17 +433,7 @@ class TraceRunner(Runner):
                     if start < h:
                         self.late_records += 1
                         start = h
-                    starts.setdefault(start, []).append(
-                        MsgStartInference(
-                            creator=inf.requested_by,
-                            inference_id=inf.inference_id,
-                            model=inf.model,
-                            requested_by=inf.requested_by,
-                            assigned_to=inf.assigned_to,
-                            prompt_token_count=inf.prompt_token_count,
-                            max_tokens=inf.max_tokens,
-                        )
-                    )
+                    starts.setdefault(start, []).append(build_recorded_start(inf))
                     end = max(inf.end_block_height, start)
                     msg: Message | None = None
                     if inf.status in FINISHED_LIKE and inf.executed_by:
