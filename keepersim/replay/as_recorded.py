@@ -130,6 +130,17 @@ _DECLINE = 1
 _Pending = tuple[int, int, str, int, str, int]
 
 
+def _outcome_key(status: int) -> str:
+    """The counter a recorded status goes to: successes, misses, declines or unresolved."""
+    if status in FINISHED_LIKE:
+        return "successes"
+    if status == EXPIRED:
+        return "misses"
+    if status == DECLINED:
+        return "declines"
+    return "unresolved"
+
+
 def _status_class(status: int) -> str:
     """Recorded statuses as the module can reproduce them (no validation in keepersim)."""
     return "FINISHED" if status in FINISHED_LIKE else get_status_name(status)
@@ -365,16 +376,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         self.count_recorded(record)
 
     def count_recorded(self, record: InferenceRecord) -> None:
-        status = record.status
-        key = (
-            "successes"
-            if status in FINISHED_LIKE
-            else "misses"
-            if status == EXPIRED
-            else "declines"
-            if status == DECLINED
-            else "unresolved"
-        )
+        key = _outcome_key(record.status)
         self.report.recorded["inferences"] += 1
         self.report.recorded[key] += 1
         per = self.report.recorded_by_participant.setdefault(
@@ -547,16 +549,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             address = record.inference.assigned_to
             if address not in lane.excluded:
                 continue
-            status = record.status
-            key = (
-                "successes"
-                if status in FINISHED_LIKE
-                else "misses"
-                if status == EXPIRED
-                else "declines"
-                if status == DECLINED
-                else "unresolved"
-            )
+            key = _outcome_key(record.status)
             lane.shadow.inside[key] += 1
             lane.shadow.inside_by_participant.setdefault(address, Counter())[key] += 1
 
