@@ -190,16 +190,20 @@ def build_genesis(prologue: Prologue, params: Params) -> GenesisState:
     return out
 
 
-def open_chain(
-    genesis: GenesisState,
+def open_policy_chain(
+    prologue: Prologue,
+    policy: str,
     *,
+    shadow: bool,
     store: StoreKind,
     store_dir: str | os.PathLike[str] | None,
     name: str,
     extra_policies: dict[str, PolicyFactory] | None = None,
 ) -> Chain:
-    """A fresh chain for one replay: in memory, or LevelDB under ``store_dir/name`` (which must
-    not hold a chain yet)."""
+    """A fresh chain for one replay, with the trace's genesis (:func:`build_genesis`) and
+    ``policy`` (and ``shadow``) in force: in memory, or LevelDB under ``store_dir/name`` (which
+    must not hold a chain yet)."""
+    genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, shadow))
     if store == "memory":
         return Chain.open(memory=True, genesis=genesis, extra_policies=extra_policies)
     if store != "leveldb":
@@ -214,24 +218,6 @@ def open_chain(
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-
-
-def open_policy_chain(
-    prologue: Prologue,
-    policy: str,
-    *,
-    shadow: bool,
-    store: StoreKind,
-    store_dir: str | os.PathLike[str] | None,
-    name: str,
-    extra_policies: dict[str, PolicyFactory] | None = None,
-) -> Chain:
-    """A fresh chain (:func:`open_chain`) with the trace's genesis (:func:`build_genesis`) and
-    ``policy`` (and ``shadow``) in force."""
-    genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, shadow))
-    return open_chain(
-        genesis, store=store, store_dir=store_dir, name=name, extra_policies=extra_policies
-    )
 
 
 @dataclass(order=True, frozen=True, slots=True)
