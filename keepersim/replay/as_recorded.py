@@ -509,12 +509,19 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         entry = self.inflight.pop(inference_id, None)
         if entry is None:
             return
+        if _status_class(entry[0]) != module_status:
+            self.add_status_mismatch(inference_id, entry, module_status, height)
+
+    def add_status_mismatch(
+        self,
+        inference_id: str,
+        entry: tuple[int, int, int, int],
+        module_status: str,
+        module_height: int,
+    ) -> None:
+        """A recorded inference (``inflight`` entry) the module left in another status."""
         status, line, start, end = entry
-        recorded = _status_class(status)
-        if recorded == module_status:
-            return
-        kind = f"{recorded}->{module_status}"
-        self.report.status_mismatch_kinds[kind] += 1
+        self.report.status_mismatch_kinds[f"{_status_class(status)}->{module_status}"] += 1
         self.report.status_mismatches.add(
             {
                 "inference_id": inference_id,
@@ -523,7 +530,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
                 "recorded": get_status_name(status),
                 "recorded_end_height": end,
                 "module": module_status,
-                "module_height": height,
+                "module_height": module_height,
             }
         )
 
@@ -630,24 +637,14 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
                 {"epoch": record.epoch_index, "line": record.line, "height": record.height}
             )
         expiration = self.lanes[0].chain.get_params().expiration_blocks
-        for inference_id, (status, line, start, end) in sorted(self.inflight.items()):
+        for inference_id, entry in sorted(self.inflight.items()):
+            status, _, start, end = entry
             recorded = _status_class(status)
             resolves_at = end if recorded in ("FINISHED", "DECLINED") else start + expiration
             if status == STARTED or resolves_at > last:
                 self.report.unresolved_at_end[recorded] += 1
                 continue
-            self.report.status_mismatch_kinds[f"{recorded}->STARTED"] += 1
-            self.report.status_mismatches.add(
-                {
-                    "inference_id": inference_id,
-                    "line": line,
-                    "start_height": start,
-                    "recorded": get_status_name(status),
-                    "recorded_end_height": end,
-                    "module": "STARTED",
-                    "module_height": last,
-                }
-            )
+            self.add_status_mismatch(inference_id, entry, "STARTED", last)
         for lane in self.lanes:
             lane.shadow.intervals.finish(last)
             lane.shadow.app_hash = format_app_hash(lane.chain.app_hash)
