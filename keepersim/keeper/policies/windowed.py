@@ -104,7 +104,8 @@ def process_clear_flag(entry: WindowedEntry, item: OpenInference) -> None:
 
 
 def process_remove_flag(entry: WindowedEntry, item: OpenInference) -> None:
-    """A flagged inference was declined: take its provisional miss out of the ring entirely."""
+    """A flagged inference was no miss of this participant (declined, or never attributed to it):
+    take its provisional miss out of the ring entirely."""
     position = get_ring_position(entry, item.flag_seq)
     if position is None:
         return
