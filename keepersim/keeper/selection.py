@@ -153,7 +153,9 @@ def compute_selection_table(
             continue
         w = c.weight if shadow else c.weight * h.factor_num // h.factor_den
         if w <= 0:
-            continue
+            if h.factor_num <= 0:
+                continue  # a zero factor keeps it out, like a closed gate
+            w = 1  # admitted with a tiny factor: never rounded away to nothing
         running += w
         addresses.append(c.address)
         cumulative.append(running)

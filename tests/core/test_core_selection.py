@@ -226,3 +226,24 @@ def test_shadow_mode_never_fails_selection_and_records_would_exclude() -> None:
     assert table.excluded == ()
     assert table.addresses == ("a", "b") and table.total == 400
     assert not table.fallback
+
+
+def test_admitted_candidate_is_never_rounded_away() -> None:
+    """weight * factor < 1 keeps the candidate at weight 1; a zero factor keeps it out."""
+    from keepersim.keeper.policies.base import Health
+    from keepersim.keeper.selection import Candidate, compute_selection_table
+
+    candidates = [Candidate("a", 3), Candidate("b", 100), Candidate("c", 50)]
+    healths = [Health(True, factor_num=1, factor_den=8), Health(True), Health(True, factor_num=0)]
+    table = compute_selection_table(
+        candidates,
+        healths,
+        height=1,
+        model="m",
+        cap_pct=100,
+        panic_pct=0,
+        fallback_allowed=True,
+        shadow=False,
+    )
+    assert table.addresses == ("a", "b")
+    assert table.cumulative == (1, 101)
