@@ -6,11 +6,20 @@ score = clamp(initial_score + sum of the deltas of the outcomes of the last wind
 little weight, never the gate). Score 0 keeps the participant out; otherwise its selection weight
 is multiplied by score / initial_score, so a healthy record can double a participant's share.
 
-Ageing needs no end-block work: an event stops counting at ``height + window_blocks`` and the
-verdict's ``valid_until`` is the last height before the oldest counted event ages out, so the
-chain's memo recomputes it exactly then. Storage is bounded: events of one height are merged into
-one (height, delta) pair and events outside the window are pruned on every write, so an entry holds
-at most ``window_blocks`` pairs, whatever the traffic.
+Ageing needs no end-block work: an event stops counting at ``height + window_blocks``, and the
+verdict's ``valid_until`` is the last height before the first ageing-out that moves the clamped
+score (usually the oldest counted event's; an event whose leaving the clamp absorbs, or whose
+merged delta is 0, is skipped), so the chain's memo recomputes it exactly then and not before.
+Storage is bounded: events of one height are merged into one (height, delta) pair and events
+outside the window are pruned on every write, so an entry holds at most ``window_blocks`` pairs,
+whatever the traffic.
+
+Cost: events are kept in height order, so the window is two bisections and its sum a difference
+of suffix sums. The decoded events of an entry are memoized per address together with the exact
+stored bytes they came from (a pure function of those bytes: a stale or foreign value is simply
+decoded again), so a write followed by the chain's verdict recompute decodes nothing. A write
+edits the parsed message in place (prune a prefix, merge or add the newest pair) instead of
+rebuilding it.
 
 All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsError unless
 ``fallback_when_all_zero`` asks for the unfiltered list.
@@ -18,6 +27,7 @@ All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsErro
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
@@ -46,21 +56,103 @@ def is_in_window(event_height: int, height: int, window_blocks: int) -> bool:
 
 
 def compute_score(entry: TrinAdditiveEntry, height: int, params: TrinAdditiveParams) -> int:
+    """The score from a stored entry (reference form; the policy uses :class:`Events`)."""
     total = params.initial_score + sum(
         e.delta for e in entry.events if is_in_window(e.height, height, params.window_blocks)
     )
     return max(0, min(params.max_score, total))
 
 
-def get_valid_until(entry: TrinAdditiveEntry, height: int, window_blocks: int) -> int:
-    """Last height before the oldest counted event ages out (NEVER when none counts)."""
-    counted = [e.height for e in entry.events if is_in_window(e.height, height, window_blocks)]
-    return min(counted) + window_blocks - 1 if counted else NEVER
+class Events:
+    """An entry's (height, delta) pairs, decoded once: heights ascending, one pair per height.
+
+    ``suffix[i]`` is the sum of ``deltas[i:]``, so any window's delta sum is one subtraction.
+    Stored state written by this module is always in this form; anything else (an imported
+    entry out of order or with repeated heights) is marked ``ordered = False`` and handled by
+    the plain, per-event reference path.
+    """
+
+    __slots__ = ("raw", "heights", "deltas", "suffix", "ordered")
+
+    def __init__(
+        self,
+        raw: bytes | None,
+        heights: list[int],
+        deltas: list[int],
+        suffix: list[int] | None = None,
+        ordered: bool | None = None,
+    ) -> None:
+        self.raw = raw
+        self.heights = heights
+        self.deltas = deltas
+        if suffix is None:
+            suffix = [0] * (len(deltas) + 1)
+            running = 0
+            for i in range(len(deltas) - 1, -1, -1):
+                running += deltas[i]
+                suffix[i] = running
+        self.suffix = suffix
+        if ordered is None:
+            ordered = all(a < b for a, b in zip(heights, heights[1:], strict=False))
+        self.ordered = ordered
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Events:
+        if raw is None:
+            return cls(None, [], [])
+        events = TrinAdditiveEntry.FromString(raw).events
+        return cls(raw, [e.height for e in events], [e.delta for e in events])
+
+    def get_window(self, height: int, window_blocks: int) -> tuple[int, int]:
+        """Index range [lo, hi) of the events counted at ``height`` (ordered events only)."""
+        heights = self.heights
+        lo = bisect_right(heights, height - window_blocks)
+        hi = len(heights) if not heights or heights[-1] <= height else bisect_right(heights, height)
+        return lo, hi
+
+    def get_counted(self, height: int, window_blocks: int) -> list[tuple[int, int]]:
+        """The (height, delta) pairs counted at ``height``, in stored order."""
+        return [
+            (h, d)
+            for h, d in zip(self.heights, self.deltas, strict=True)
+            if is_in_window(h, height, window_blocks)
+        ]
+
+    def get_score_and_valid_until(self, height: int, params: TrinAdditiveParams) -> tuple[int, int]:
+        """The clamped score at ``height`` and the last height it holds without a new write."""
+        initial, top, window = params.initial_score, params.max_score, params.window_blocks
+        if not self.ordered:
+            counted = self.get_counted(height, window)
+            total = initial + sum(d for _, d in counted)
+            score = max(0, min(top, total))
+            # Reference rule: the oldest counted event's last counted height.
+            valid_until = min(h for h, _ in counted) + window - 1 if counted else NEVER
+            later = [h for h in self.heights if h > height]
+            if later:  # a pair from a later height starts counting at its height
+                valid_until = min(valid_until, min(later) - 1)
+            return score, valid_until
+        lo, hi = self.get_window(height, window)
+        suffix = self.suffix
+        rest = suffix[hi]
+        total = initial + suffix[lo] - rest
+        score = 0 if total <= 0 else top if total >= top else total
+        valid_until = NEVER if hi == len(self.heights) else self.heights[hi] - 1
+        # Events leave oldest first; the verdict holds until one leaving moves the clamped score.
+        for i in range(lo, hi):
+            left = initial + suffix[i + 1] - rest
+            if (0 if left <= 0 else top if left >= top else left) != score:
+                valid_until = min(valid_until, self.heights[i] + window - 1)
+                break
+        return score, valid_until
 
 
 class TrinAdditive(HealthPolicy):
     name: ClassVar[str] = "trin-additive"
     prefix: ClassVar[bytes] = b"\x03"
+
+    def __init__(self) -> None:
+        # address -> the decoded events of the stored bytes ``Events.raw`` (a pure memo).
+        self._decoded: dict[str, Events] = {}
 
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> TrinAdditiveEntry:
@@ -68,30 +160,61 @@ class TrinAdditive(HealthPolicy):
             return TrinAdditiveEntry(address=address)
         return TrinAdditiveEntry.FromString(raw)
 
+    def get_events(self, raw: bytes | None, address: str) -> Events:
+        events = self._decoded.get(address)
+        if events is not None and events.raw == raw:
+            return events
+        events = Events.decode(raw)
+        self._decoded[address] = events
+        return events
+
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
     ) -> None:
         params = ctx.params.health_params.trin_additive
-        entry = self.get_entry(ctx.get_raw(address), address)
-        kept = [
-            (e.height, e.delta)
-            for e in entry.events
-            if is_in_window(e.height, ctx.height, params.window_blocks)
-        ]
+        height = ctx.height
         delta = get_delta(outcome, params)
-        if kept and kept[-1][0] == ctx.height:
-            kept[-1] = (ctx.height, kept[-1][1] + delta)
+        raw = ctx.get_raw(address)
+        events = self.get_events(raw, address)
+        entry = self.get_entry(raw, address)
+        if events.ordered:
+            # Keep the counted pairs (a contiguous run), then merge into or add the newest one.
+            lo, hi = events.get_window(height, params.window_blocks)
+            stored = entry.events
+            if hi < len(stored):
+                del stored[hi:]
+            if lo:
+                del stored[:lo]
+            heights = events.heights[lo:hi]
+            deltas = events.deltas[lo:hi]
+            # Every kept suffix sum loses the dropped tail and gains the new delta.
+            shift = delta - events.suffix[hi]
+            suffix = [s + shift for s in events.suffix[lo:hi]]
+            if heights and heights[-1] == height:
+                deltas[-1] += delta
+                stored[-1].delta = deltas[-1]
+            else:
+                heights.append(height)
+                deltas.append(delta)
+                suffix.append(delta)
+                stored.add(height=height, delta=delta)
+            suffix.append(0)
+            ctx.set_message(address, entry)
+            self._decoded[address] = Events(ctx.get_raw(address), heights, deltas, suffix, True)
+            return
+        kept = events.get_counted(height, params.window_blocks)
+        if kept and kept[-1][0] == height:
+            kept[-1] = (height, kept[-1][1] + delta)
         else:
-            kept.append((ctx.height, delta))
+            kept.append((height, delta))
         del entry.events[:]
         entry.events.extend(ScoreEvent(height=h, delta=d) for h, d in kept)
         ctx.set_message(address, entry)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         params = reader.params.health_params.trin_additive
-        entry = self.get_entry(reader.get_raw(address), address)
-        score = compute_score(entry, height, params)
-        valid_until = get_valid_until(entry, height, params.window_blocks)
+        events = self.get_events(reader.get_raw(address), address)
+        score, valid_until = events.get_score_and_valid_until(height, params)
         if score == 0:
             return Health(
                 False,
@@ -113,14 +236,15 @@ class TrinAdditive(HealthPolicy):
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
         params = reader.params.health_params.trin_additive
-        entry = self.get_entry(reader.get_raw(address), address)
+        events = self.get_events(reader.get_raw(address), address)
         health = self.get_health(reader, address, height)
-        counted = [e for e in entry.events if is_in_window(e.height, height, params.window_blocks)]
+        counted = events.get_counted(height, params.window_blocks)
+        score, _ = events.get_score_and_valid_until(height, params)
         return {
             "state": health.state,
             "admitted": health.admitted,
-            "score": compute_score(entry, height, params),
+            "score": score,
             "events_in_window": len(counted),
-            "window_delta": sum(e.delta for e in counted),
+            "window_delta": sum(d for _, d in counted),
             "valid_until": health.valid_until,
         }

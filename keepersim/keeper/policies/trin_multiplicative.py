@@ -38,6 +38,7 @@ from keepersim.types.pb.params_pb2 import TrinMultiplicativeParams
 
 HISTORY_BITS = 32
 HISTORY_MASK = (1 << HISTORY_BITS) - 1
+HEALTH_MEMO_SIZE = 4096
 
 
 def compute_misses(entry: TrinMultiplicativeEntry, history: int) -> int:
@@ -62,9 +63,46 @@ def get_valid_until(
     return entry.last_selected_block + (doublings + 1) * params.recency_blocks - 1
 
 
+class Decoded:
+    """One participant's stored entry, decoded, with the last verdict computed from it.
+
+    ``verdict`` was computed at height ``verdict_from`` under params ``verdict_params``
+    (history, recency_blocks, max_recency_doublings); with the same bytes and params it holds
+    at every height from ``verdict_from`` through its ``valid_until`` (doublings only grow).
+    """
+
+    __slots__ = (
+        "raw",
+        "failure_bits",
+        "outcome_count",
+        "last_selected_block",
+        "verdict",
+        "verdict_from",
+        "verdict_params",
+    )
+
+    def __init__(
+        self, raw: bytes | None, failure_bits: int, outcome_count: int, last_selected_block: int
+    ) -> None:
+        self.raw = raw
+        self.failure_bits = failure_bits
+        self.outcome_count = outcome_count
+        self.last_selected_block = last_selected_block
+        self.verdict: Health | None = None
+        self.verdict_from = 0
+        self.verdict_params: tuple[int, int, int] = (0, 0, 0)
+
+
 class TrinMultiplicative(HealthPolicy):
     name: ClassVar[str] = "trin-multiplicative"
     prefix: ClassVar[bytes] = b"\x04"
+
+    def __init__(self) -> None:
+        # address -> its entry decoded from the stored bytes ``Decoded.raw``: a pure memo (a
+        # stored value that differs, e.g. after a discarded block, is simply decoded again).
+        self._decoded: dict[str, Decoded] = {}
+        # (doublings, misses, valid_until) -> the verdict; Health is immutable, so shared.
+        self._healths: dict[tuple[int, int, int], Health] = {}
 
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> TrinMultiplicativeEntry:
@@ -72,39 +110,97 @@ class TrinMultiplicative(HealthPolicy):
             return TrinMultiplicativeEntry(address=address)
         return TrinMultiplicativeEntry.FromString(raw)
 
+    def get_decoded(self, raw: bytes | None, address: str) -> Decoded:
+        decoded = self._decoded.get(address)
+        if decoded is not None and decoded.raw == raw:
+            return decoded
+        if raw is None:
+            decoded = Decoded(None, 0, 0, 0)
+        else:
+            entry = TrinMultiplicativeEntry.FromString(raw)
+            decoded = Decoded(
+                raw, entry.failure_bits, entry.outcome_count, entry.last_selected_block
+            )
+        self._decoded[address] = decoded
+        return decoded
+
+    def set_entry(
+        self,
+        ctx: PolicyContext,
+        address: str,
+        failure_bits: int,
+        outcome_count: int,
+        last_selected_block: int,
+    ) -> None:
+        ctx.set_message(
+            address,
+            TrinMultiplicativeEntry(
+                address=address,
+                failure_bits=failure_bits,
+                outcome_count=outcome_count,
+                last_selected_block=last_selected_block,
+            ),
+        )
+        self._decoded[address] = Decoded(
+            ctx.get_raw(address), failure_bits, outcome_count, last_selected_block
+        )
+
     def process_start(self, ctx: PolicyContext, address: str, inference_id: str) -> None:
         """The offer: the idle clock restarts."""
-        raw = ctx.get_raw(address)
-        entry = self.get_entry(raw, address)
-        if raw is not None and entry.last_selected_block == ctx.height:
+        entry = self.get_decoded(ctx.get_raw(address), address)
+        if entry.raw is not None and entry.last_selected_block == ctx.height:
             return  # already restarted in this block
-        entry.last_selected_block = ctx.height
-        ctx.set_message(address, entry)
+        self.set_entry(ctx, address, entry.failure_bits, entry.outcome_count, ctx.height)
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
     ) -> None:
         if outcome is Outcome.NEUTRAL:
             return  # a rejected offer is neither a failure nor part of the history
-        entry = self.get_entry(ctx.get_raw(address), address)
-        bit = 1 if outcome is Outcome.MISS else 0
-        entry.failure_bits = ((entry.failure_bits << 1) | bit) & HISTORY_MASK
-        entry.outcome_count = min(entry.outcome_count + 1, HISTORY_BITS)
-        ctx.set_message(address, entry)
+        entry = self.get_decoded(ctx.get_raw(address), address)
+        failure_bits = entry.failure_bits
+        outcome_count = entry.outcome_count
+        new_bits = ((failure_bits << 1) | (outcome is Outcome.MISS)) & HISTORY_MASK
+        new_count = min(outcome_count + 1, HISTORY_BITS)
+        if entry.raw is not None and new_bits == failure_bits and new_count == outcome_count:
+            return  # a full, clean history meets another success: the entry stays as it is
+        self.set_entry(ctx, address, new_bits, new_count, entry.last_selected_block)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         params = reader.params.health_params.trin_multiplicative
-        entry = self.get_entry(reader.get_raw(address), address)
-        misses = compute_misses(entry, params.history)
-        doublings = compute_doublings(entry, height, params)
-        return Health(
-            True,
-            factor_num=1 << doublings,
-            factor_den=1 << misses,
-            severity=misses,
-            valid_until=get_valid_until(entry, height, params),
-            state="scored",
-        )
+        key_params = (params.history, params.recency_blocks, params.max_recency_doublings)
+        entry = self.get_decoded(reader.get_raw(address), address)
+        verdict = entry.verdict
+        if (
+            verdict is not None
+            and entry.verdict_from <= height <= verdict.valid_until
+            and entry.verdict_params == key_params
+        ):
+            return verdict
+        history, step, top = key_params
+        last_selected = entry.last_selected_block
+        misses = (entry.failure_bits & ((1 << history) - 1)).bit_count()
+        doublings = min(top, max(0, height - last_selected) // step)
+        # Last height with the same number of recency doublings.
+        valid_until = NEVER if doublings >= top else last_selected + (doublings + 1) * step - 1
+        key = (doublings, misses, valid_until)
+        verdict = self._healths.get(key)
+        if verdict is None:
+            if len(self._healths) >= HEALTH_MEMO_SIZE:
+                self._healths.clear()
+            verdict = Health(
+                True,
+                factor_num=1 << doublings,
+                factor_den=1 << misses,
+                severity=misses,
+                valid_until=valid_until,
+                state="scored",
+            )
+            self._healths[key] = verdict
+        entry.verdict = verdict
+        entry.verdict_from = height
+        entry.verdict_params = key_params
+        return verdict
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
         params = reader.params.health_params.trin_multiplicative
