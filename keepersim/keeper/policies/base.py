@@ -8,7 +8,7 @@ end-block / epoch hooks (never from a query); it reads heights, never clocks; in
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from google.protobuf.message import Message
@@ -33,7 +33,8 @@ class Health:
     # Larger is more degraded: the exclusion cap keeps the most degraded out first.
     severity: int = 0
     # Last height at which this verdict holds if nothing about the participant changes.
-    valid_until: int = NEVER
+    # Not part of the verdict: two verdicts differing only here select identically.
+    valid_until: int = field(default=NEVER, compare=False)
     state: str = "healthy"
 
 
