@@ -7,6 +7,7 @@ for the instant of its atomic write, so no query sees half a block.
 
 from __future__ import annotations
 
+import heapq
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -19,16 +20,16 @@ from google.protobuf.message import Message
 from keepersim.keeper.context import BlockContext
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import PolicyFactory, get_policy
-from keepersim.keeper.policies.base import Health, HealthPolicy, PolicyReader
+from keepersim.keeper.policies.base import NEVER, Health, HealthPolicy, PolicyReader
 from keepersim.keeper.readonly import ReadOnlyStore
 from keepersim.keeper.selection import (
     Candidate,
+    IncrementalTable,
     SelectionTable,
     compute_draw,
     compute_draws,
     compute_restamped_table,
     compute_selection_seed,
-    compute_selection_table,
     get_candidates,
     is_poc_phase,
 )
@@ -86,13 +87,52 @@ class Selection:
     panic: bool
 
 
-@dataclass(slots=True)
 class _ModelTable:
-    candidates: list[Candidate]
-    healths: list[Health]
-    position: dict[str, int]
-    min_valid_until: int
-    table: SelectionTable
+    """One model's memo: its candidates' verdicts (in an :class:`IncrementalTable`), the last
+    table, and a min-heap of (valid_until, position) that says whose verdict lapses next."""
+
+    __slots__ = ("candidates", "state", "position", "expiry", "table")
+
+    def __init__(self, candidates: list[Candidate], healths: list[Health]) -> None:
+        self.candidates = candidates
+        self.state = IncrementalTable(candidates, healths)
+        self.position = {c.address: i for i, c in enumerate(candidates)}
+        self.expiry = [(h.valid_until, i) for i, h in enumerate(healths) if h.valid_until < NEVER]
+        heapq.heapify(self.expiry)
+        self.table: SelectionTable | None = None
+
+    def get_expired(self, height: int) -> list[int]:
+        """Positions whose verdict's valid_until passed before ``height``; stale entries (the
+        verdict was replaced since) are dropped on the way."""
+        expiry, healths = self.expiry, self.state.healths
+        out = []
+        while expiry and expiry[0][0] < height:
+            valid_until, i = heapq.heappop(expiry)
+            if healths[i].valid_until == valid_until:
+                out.append(i)
+        return out
+
+    def process_health(self, i: int, health: Health, height: int) -> bool:
+        """Record candidate ``i``'s verdict recomputed at ``height``; True if it selects
+        differently. Keeps the heap holding every lapsing verdict's (valid_until, i)."""
+        old = self.state.healths[i]
+        changed = health != old
+        if changed:
+            self.state.process_health(i, health)
+        else:
+            self.state.healths[i] = health
+        valid_until = health.valid_until
+        # Unchanged and not yet due, the verdict's entry is still in the heap; a due one was popped.
+        if valid_until < NEVER and (valid_until != old.valid_until or valid_until < height):
+            heapq.heappush(self.expiry, (valid_until, i))
+            if len(self.expiry) > 4 * len(self.candidates) + 64:  # mostly stale entries
+                self.expiry = [
+                    (h.valid_until, j)
+                    for j, h in enumerate(self.state.healths)
+                    if h.valid_until < NEVER
+                ]
+                heapq.heapify(self.expiry)
+        return changed
 
 
 class _SelectionIndex:
@@ -349,56 +389,32 @@ class Chain:
         dirty = index.dirty.setdefault(model, set())
         last = index.models.get(model)
         if last is not None and last.candidates is candidates:
-            recheck = [a for a in dirty if a in last.position]
-            if height > last.min_valid_until:
-                recheck += [
-                    c.address
-                    for c, h in zip(candidates, last.healths, strict=True)
-                    if h.valid_until < height
-                ]
-            changed = False
-            expired = height > last.min_valid_until
-            for address in recheck:
-                i = last.position[address]
-                health = policy.get_health(reader, address, height)
-                if health != last.healths[i]:
-                    last.healths[i] = health
-                    changed = True
-                elif health.valid_until != last.healths[i].valid_until:
-                    last.healths[i] = health
-                if health.valid_until < last.min_valid_until:
-                    last.min_valid_until = health.valid_until
+            position = last.position
+            recheck = {position[a] for a in dirty if a in position}
+            recheck.update(last.get_expired(height))
             dirty.clear()
-            if expired:
-                last.min_valid_until = min(h.valid_until for h in last.healths)
-            if changed:
-                last.table = self._assemble_table(policy, params, candidates, last.healths, model)
+            changed = False
+            for i in sorted(recheck):
+                health = policy.get_health(reader, candidates[i].address, height)
+                changed = last.process_health(i, health, height) or changed
+            if changed or last.table is None:
+                last.table = None  # if assembling raises, the next query raises too
+                last.table = self._assemble_table(policy, params, last.state, model)
             elif last.table.height != height:
                 last.table = compute_restamped_table(last.table, height)
             return last.table
         healths = [policy.get_health(reader, c.address, height) for c in candidates]
         dirty.clear()
-        table = self._assemble_table(policy, params, candidates, healths, model)
-        index.models[model] = _ModelTable(
-            candidates,
-            healths,
-            {c.address: i for i, c in enumerate(candidates)},
-            min(h.valid_until for h in healths),
-            table,
-        )
+        memo = _ModelTable(candidates, healths)
+        table = self._assemble_table(policy, params, memo.state, model)
+        memo.table = table
+        index.models[model] = memo
         return table
 
     def _assemble_table(
-        self,
-        policy: HealthPolicy,
-        params: Params,
-        candidates: list[Candidate],
-        healths: list[Health],
-        model: str,
+        self, policy: HealthPolicy, params: Params, state: IncrementalTable, model: str
     ) -> SelectionTable:
-        return compute_selection_table(
-            candidates,
-            healths,
+        return state.compute_table(
             height=self.height,
             model=model,
             cap_pct=policy.get_exclusion_cap_pct(params),

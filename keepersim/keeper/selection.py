@@ -11,6 +11,7 @@ import hashlib
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, compress
 
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies.base import Health
@@ -98,6 +99,28 @@ def get_candidates(keeper: Keeper, model: str, height: int) -> list[Candidate]:
     return out
 
 
+def is_cap_binding(out_weight: int, total: int, cap_pct: int) -> bool:
+    """The gate keeps out more than ``cap_pct`` of the candidate weight."""
+    return out_weight * 100 > cap_pct * total
+
+
+def is_panic(admitted_weight: int, total: int, panic_pct: int) -> bool:
+    """Too little weight is admitted: the policy's panic threshold admits everyone."""
+    return bool(panic_pct) and admitted_weight * 100 < panic_pct * total
+
+
+def get_draw_weight(weight: int, health: Health, shadow: bool) -> int:
+    """An admitted candidate's weight in the draw (0: not drawn). In shadow no factor applies.
+
+    weight x factor rounding below 1 keeps 1 (an admitted candidate is never rounded away); a
+    zero factor keeps it out, like a closed gate.
+    """
+    w = weight if shadow else weight * health.factor_num // health.factor_den
+    if w > 0:
+        return w
+    return 0 if health.factor_num <= 0 else 1
+
+
 def compute_selection_table(
     candidates: Sequence[Candidate],
     healths: Sequence[Health],
@@ -109,24 +132,28 @@ def compute_selection_table(
     fallback_allowed: bool,
     shadow: bool,
 ) -> SelectionTable:
-    """Apply gate, cap, panic, fallback and weight factors to candidates with their verdicts."""
+    """Apply gate, cap, panic, fallback and weight factors to candidates with their verdicts.
+
+    The reference: :class:`IncrementalTable` gives the same tables, computed faster when none of
+    cap, panic and fallback applies, and calls this whenever one might.
+    """
     total = sum(c.weight for c in candidates)
     admitted = [h.admitted for h in healths]
     out_idx = [i for i, ok in enumerate(admitted) if not ok]
     out_weight = sum(candidates[i].weight for i in out_idx)
-    if out_idx and out_weight * 100 > cap_pct * total:
+    if out_idx and is_cap_binding(out_weight, total, cap_pct):
         # Keep out the most degraded first, within the cap, and always at least one.
         order = sorted(out_idx, key=lambda i: (-healths[i].severity, candidates[i].address))
         kept_weight = 0
         for n, i in enumerate(order):
             w = candidates[i].weight
-            if n > 0 and (kept_weight + w) * 100 > cap_pct * total:
+            if n > 0 and is_cap_binding(kept_weight + w, total, cap_pct):
                 admitted[i] = True
             else:
                 kept_weight += w
     panic = False
     admitted_weight = sum(c.weight for c, ok in zip(candidates, admitted, strict=True) if ok)
-    if panic_pct and admitted_weight * 100 < panic_pct * total:
+    if is_panic(admitted_weight, total, panic_pct):
         panic = True
         admitted = [True] * len(candidates)
     fallback = False
@@ -151,11 +178,9 @@ def compute_selection_table(
     for c, h, ok in zip(candidates, healths, admitted, strict=True):
         if not ok:
             continue
-        w = c.weight if shadow else c.weight * h.factor_num // h.factor_den
-        if w <= 0:
-            if h.factor_num <= 0:
-                continue  # a zero factor keeps it out, like a closed gate
-            w = 1  # admitted with a tiny factor: never rounded away to nothing
+        w = get_draw_weight(c.weight, h, shadow)
+        if w == 0:
+            continue
         running += w
         addresses.append(c.address)
         cumulative.append(running)
@@ -177,6 +202,120 @@ def compute_selection_table(
         candidate_weight=total,
         excluded_weight=excluded_weight,
     )
+
+
+class IncrementalTable:
+    """One model's candidates and their current verdicts, with the sums the pipeline needs kept
+    up to date verdict by verdict (a block changes a few verdicts, not the fleet's).
+
+    When the cap does not bind, there is no panic and someone is admitted (the common case), the
+    gate alone decides and the table is a few C-level passes (compress, accumulate); otherwise
+    :func:`compute_selection_table` decides. Either way the table equals the reference's.
+    """
+
+    __slots__ = (
+        "candidates",
+        "healths",
+        "addresses",
+        "total",
+        "out",
+        "out_weight",
+        "out_count",
+        "shadow",
+        "draw",
+        "draw_zero",
+    )
+
+    def __init__(self, candidates: Sequence[Candidate], healths: Sequence[Health]) -> None:
+        self.candidates = list(candidates)
+        self.healths = list(healths)
+        self.addresses = tuple(c.address for c in candidates)
+        self.total = sum(c.weight for c in candidates)
+        self.out = [not h.admitted for h in self.healths]
+        self.out_weight = sum(c.weight for c, out in zip(candidates, self.out, strict=True) if out)
+        self.out_count = sum(self.out)
+        self.shadow = False
+        self.draw: list[int] = []  # per candidate: its draw weight on the gate-only path
+        self.draw_zero = 0
+        self.process_shadow(False)
+
+    def get_gate_draw_weight(self, i: int, health: Health) -> int:
+        """Candidate ``i``'s draw weight when the gate alone decides who is admitted."""
+        if not (self.shadow or health.admitted):
+            return 0
+        return get_draw_weight(self.candidates[i].weight, health, self.shadow)
+
+    def process_shadow(self, shadow: bool) -> None:
+        self.shadow = shadow
+        self.draw = [self.get_gate_draw_weight(i, h) for i, h in enumerate(self.healths)]
+        self.draw_zero = self.draw.count(0)
+
+    def process_health(self, i: int, health: Health) -> None:
+        """Candidate ``i`` has a new verdict."""
+        old = self.healths[i]
+        self.healths[i] = health
+        if old.admitted != health.admitted:
+            weight = self.candidates[i].weight
+            self.out[i] = not health.admitted
+            self.out_weight += -weight if health.admitted else weight
+            self.out_count += -1 if health.admitted else 1
+        w = self.get_gate_draw_weight(i, health)
+        self.draw_zero += (w == 0) - (self.draw[i] == 0)
+        self.draw[i] = w
+
+    def compute_table(
+        self,
+        *,
+        height: int,
+        model: str,
+        cap_pct: int,
+        panic_pct: int,
+        fallback_allowed: bool,
+        shadow: bool,
+    ) -> SelectionTable:
+        if shadow != self.shadow:
+            self.process_shadow(shadow)
+        n = len(self.candidates)
+        total = self.total
+        if (
+            (self.out_count and is_cap_binding(self.out_weight, total, cap_pct))
+            or is_panic(total - self.out_weight, total, panic_pct)
+            or self.out_count == n  # nobody admitted: fallback or refusal
+            or self.draw_zero == n  # nobody drawable: the reference raises
+        ):
+            return compute_selection_table(
+                self.candidates,
+                self.healths,
+                height=height,
+                model=model,
+                cap_pct=cap_pct,
+                panic_pct=panic_pct,
+                fallback_allowed=fallback_allowed,
+                shadow=shadow,
+            )
+        excluded = tuple(compress(self.addresses, self.out)) if self.out_count else ()
+        shadow_excluded: tuple[str, ...] = ()
+        if shadow:
+            shadow_excluded, excluded = excluded, ()
+        if self.draw_zero:
+            addresses = tuple(compress(self.addresses, self.draw))
+            cumulative = tuple(accumulate(filter(None, self.draw)))
+        else:
+            addresses = self.addresses
+            cumulative = tuple(accumulate(self.draw))
+        return SelectionTable(
+            height=height,
+            model=model,
+            addresses=addresses,
+            cumulative=cumulative,
+            total=cumulative[-1],
+            fallback=False,
+            panic=False,
+            excluded=excluded,
+            shadow_excluded=shadow_excluded,
+            candidate_weight=total,
+            excluded_weight=0 if shadow else self.out_weight,
+        )
 
 
 def compute_restamped_table(table: SelectionTable, height: int) -> SelectionTable:

@@ -247,3 +247,69 @@ def test_admitted_candidate_is_never_rounded_away() -> None:
     )
     assert table.addresses == ("a", "b")
     assert table.cumulative == (1, 101)
+
+
+def test_incremental_table_equals_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IncrementalTable, verdict by verdict, gives the reference's table (or its error) under
+    every cap / panic / fallback / shadow setting, on both its gate-only and its reference path."""
+    import dataclasses
+    import random
+
+    from keepersim.keeper import selection
+    from keepersim.keeper.policies.base import Health
+    from keepersim.keeper.selection import Candidate, IncrementalTable
+
+    reference = selection.compute_selection_table
+    calls = Counter[str]()
+
+    def counted(*args: Any, **kwargs: Any) -> selection.SelectionTable:
+        calls["reference"] += 1
+        return reference(*args, **kwargs)
+
+    monkeypatch.setattr(selection, "compute_selection_table", counted)
+
+    def get_health(rng: random.Random, out_share: float) -> Health:
+        if rng.random() < out_share:
+            return Health(False, severity=rng.randrange(4), state="out")
+        return Health(
+            True,
+            factor_num=rng.choice((0, 1, 1, 1, 2, 5)) if rng.random() < 0.5 else 1,
+            factor_den=rng.choice((1, 1, 2, 8, 1000)),
+            severity=rng.randrange(4),
+        )
+
+    def get_outcome(fn: Any) -> tuple[Any, ...]:
+        try:
+            return dataclasses.astuple(fn())
+        except NoExecutorsError as exc:
+            return ("error", str(exc))
+
+    rng = random.Random(7)
+    for case in range(120):
+        n = rng.choice((1, 2, 5, 20))
+        out_share = rng.choice((0.0, 0.05, 0.3, 0.9))
+        candidates = [Candidate(f"p{i:02d}", rng.choice((1, 3, 100, 5000))) for i in range(n)]
+        healths = [get_health(rng, out_share) for _ in candidates]
+        state = IncrementalTable(candidates, healths)
+        for step in range(30):
+            for _ in range(rng.randrange(3)):
+                i = rng.randrange(n)
+                healths[i] = get_health(rng, out_share)
+                state.process_health(i, healths[i])
+            settings: dict[str, Any] = dict(
+                height=step,
+                model="m",
+                cap_pct=rng.choice((100, 50, 10, 0)),
+                panic_pct=rng.choice((0, 0, 30, 80)),
+                fallback_allowed=rng.random() < 0.7,
+                shadow=rng.random() < 0.3,
+            )
+            calls["tables"] += 1
+            before = calls["reference"]
+            got = get_outcome(lambda: state.compute_table(**settings))  # noqa: B023
+            calls["fast"] += calls["reference"] == before
+            assert got == get_outcome(lambda: reference(candidates, healths, **settings)), (  # noqa: B023
+                case,
+                step,
+            )
+    assert 0 < calls["fast"] < calls["tables"], calls
