@@ -84,7 +84,7 @@ class LevelDBSnapshot:
 class LevelDBBackend:
     """KVBackend stored in a LevelDB folder."""
 
-    __slots__ = ("get", "_db", "_path", "_closed")
+    __slots__ = ("get", "_db", "_path", "_closed", "__weakref__")
 
     get: Callable[[bytes], bytes | None]
     """Value at ``key`` or None: plyvel's own ``DB.get``, bound per instance so the hottest

@@ -68,7 +68,7 @@ def _iter_view(
 class MemoryBackend:
     """KVBackend held in process memory."""
 
-    __slots__ = ("get", "_data", "_keys", "_view", "_state")
+    __slots__ = ("get", "_data", "_keys", "_view", "_state", "__weakref__")
 
     get: Callable[[bytes], bytes | None]
     """Value at ``key`` or None: bound straight to ``dict.get`` to skip a Python frame."""

@@ -7,6 +7,7 @@ end-block / epoch hooks (never from a query); it reads heights, never clocks; in
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -20,6 +21,12 @@ from keepersim.types.events import HealthTransition, Outcome
 from keepersim.types.pb.params_pb2 import Params
 
 NEVER = (1 << 63) - 1
+
+# Per backend and queue prefix: the height of the last pop_due. Every pop deletes all wake-ups
+# up to its height, so the next scan may start one height below it and seek past the deleted
+# keys, which LevelDB would otherwise walk as tombstones on every block until a compaction.
+# A hint only: a new backend object (a reopened chain) starts with a full scan.
+_QUEUE_FLOORS: weakref.WeakKeyDictionary[object, dict[bytes, int]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +87,26 @@ class PolicyContext:
         return addresses
 
     def schedule(self, height: int, address: str) -> None:
-        """Wake this policy for ``address`` in the end block of ``height`` (a height-keyed queue)."""
-        self.keeper.store.set(self._queue + keys.queue_key(height, address), b"")
+        """Wake this policy for ``address`` in the end block of ``height`` (a height-keyed queue);
+        a height already past wakes it at the next pop, as if scheduled for now."""
+        at = max(height, self.height)
+        self.keeper.store.set(self._queue + keys.queue_key(at, address), b"")
 
     def pop_due(self) -> list[str]:
         """Addresses queued for a height <= now, deduplicated and sorted; their entries deleted."""
+        store = self.keeper.store
+        backend = getattr(store, "backend", None)
+        floors = _QUEUE_FLOORS.setdefault(backend, {}) if backend is not None else {}
+        last = floors.get(self._queue)
+        # One height below the last pop: wake-ups scheduled at that height after its pop remain.
+        start = self._queue if last is None else self._queue + keys.encode_u64(max(last - 1, 0))
         stop = self._queue + keys.encode_u64(self.height + 1)
-        due = list(self.keeper.store.iterate(self._queue, stop))
+        due = list(store.iterate(start, stop))
         n = len(self._queue)
         for key, _ in due:
-            self.keeper.store.delete(key)
+            store.delete(key)
+        if backend is not None:
+            floors[self._queue] = self.height
         return sorted({key[n + 8 :].decode() for key, _ in due})
 
     def emit_transition(self, address: str, from_state: str, to_state: str, reason: str) -> None:
