@@ -133,6 +133,7 @@ def get_default_health_params() -> HealthParams:
             overdue_min_blocks=10,
             overdue_factor=3,
             ramp_start_pct=10,
+            saturation_pct=50,
         ),
     )
 
@@ -358,6 +359,7 @@ def validate_windowed_params(w: WindowedParams) -> None:
     )
     _require(w.jitter_pct <= 50, f + "jitter_pct", "<= 50", w.jitter_pct)
     _require(w.max_probes >= 1, f + "max_probes", ">= 1", w.max_probes)
+    _require(w.saturation_pct <= 100, f + "saturation_pct", "<= 100 (0: off)", w.saturation_pct)
     _require(w.ramp_blocks >= 0, f + "ramp_blocks", ">= 0", w.ramp_blocks)
     _require(
         1 <= w.max_excluded_weight_pct <= 100,

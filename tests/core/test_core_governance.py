@@ -131,6 +131,7 @@ ROWS: list[tuple[str, Callable[[Params], None]]] = [
     (W + "overdue_factor", setter(W + "overdue_factor", 0)),
     (W + "ramp_start_pct", setter(W + "ramp_start_pct", 0)),
     (W + "ramp_start_pct", setter(W + "ramp_start_pct", 101)),
+    (W + "saturation_pct", setter(W + "saturation_pct", 101)),
 ]
 
 

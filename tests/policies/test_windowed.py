@@ -421,3 +421,57 @@ def test_overdue_flag_of_an_inference_finished_by_another_is_withdrawn(
     net.succeed("a")  # the next write prunes the stale record and withdraws its flag
     view = net.state("a")
     assert (view["window_misses"], view["window_samples"], view["open_inferences"]) == (0, 5, 0)
+
+
+# --- capacity misses and the saturation guard ---------------------------------------------
+
+
+def overflow(net: Net, address: str, pairs: int) -> None:
+    """``pairs`` times: one inference runs, a second starts while it runs and never finishes
+    (a node at its capacity of one, as the chain sees it)."""
+    for _ in range(pairs):
+        running = net.start(address)
+        net.block(running)
+        dropped = net.start(address)
+        net.block(dropped)
+        net.block(net.finish(running))
+    net.run(net.chain.get_params().expiration_blocks)
+
+
+def test_a_miss_beside_a_running_success_is_a_capacity_miss(make_net: NetFactory) -> None:
+    net = make_net(make_w_params(min_samples=32), FLEET)
+    overflow(net, "c", 3)
+    net.miss("d", 2)  # nothing ran beside them: not capacity misses
+    c, d = net.state("c"), net.state("d")
+    assert (c["served_concurrency"], c["capacity_misses"], c["window_misses"]) == (1, 3, 3)
+    assert (d["capacity_misses"], d["window_misses"]) == (0, 2)
+
+
+def test_a_saturated_fleet_excludes_no_one(make_net: NetFactory) -> None:
+    # min_samples 32: nobody is judged before the fleet has shown its state.
+    net = make_net(make_w_params(min_samples=32), FLEET)
+    for address in ("c", "d", "e"):
+        overflow(net, address, 6)  # 18 capacity misses of 18: the fleet is full
+    net.succeed_many("a", 20)
+    net.miss("a", 12)  # 12/32: fails the gate, but 18 of the fleet's 30 misses were overflow
+    a = net.state("a")
+    assert a["window_failing"] and a["fleet_saturated"]
+    assert net.transitions() == []
+    assert net.admitted() == set(FLEET)
+
+
+def test_the_same_misses_without_saturation_exclude(make_net: NetFactory) -> None:
+    net = make_net(make_w_params(min_samples=32), FLEET)
+    net.succeed_many("a", 20)
+    net.miss("a", 12)
+    assert not net.state("a")["fleet_saturated"]
+    assert [(t.address, t.to_state) for t in net.transitions()] == [("a", "excluded")]
+
+
+def test_saturation_guard_off(make_net: NetFactory) -> None:
+    net = make_net(make_w_params(min_samples=32, saturation_pct=0), FLEET)
+    for address in ("c", "d", "e"):
+        overflow(net, address, 6)
+    net.succeed_many("a", 20)
+    net.miss("a", 12)
+    assert [(t.address, t.to_state) for t in net.transitions()] == [("a", "excluded")]

@@ -35,6 +35,15 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   panic_healthy_weight_pct admitted weight: capacity limits cannot cascade into an outage.
   A participant let in by the cap or the panic gets its full weight, as the cap intends.
 - Pushback (a decline) never counts: it is not a failure, never resets or closes anything.
+- Saturation guard. Each open inference counts the participant's successes that were running
+  when it started (``covered_by``, counted as they finish); ``served_concurrency`` is the most
+  it was seen to run at once. A miss that started with at least that many successes running
+  found the participant full: a capacity miss (a dead or flaky node misses with nothing
+  running). One such miss is ambiguous (a burst can look the same), so it still counts in the
+  window; but the fleet keeps a ring of its recent misses' kinds, and while at least
+  ``saturation_pct`` of them were capacity misses the fleet is saturated and the gate excludes
+  no one: excluding a node then only moves its traffic onto full nodes (on the built-in
+  overload fleet even the oracle's exclusions raise the miss rate).
 
 State is written only by outcomes, process_start and the end block's wake-ups (overdue
 deadlines, cooldown ends) plus the gate check of participants touched in the block, so a quiet
@@ -70,7 +79,8 @@ RING_MASK = (1 << RING_BITS) - 1
 LATENCY_SAMPLES = 8
 FLEET_LATENCY_SAMPLES = 32
 MIN_OWN_LATENCY_SAMPLES = 4
-FLEET = ""  # the entry that holds the fleet's latency samples
+FLEET = ""  # the entry that holds the fleet's latency samples and its capacity-miss ring
+MIN_SATURATION_SAMPLES = 16
 RAMP_STEPS = 10
 MAX_STRIKES = 32
 PPM = 1_000_000
@@ -94,6 +104,33 @@ def get_ring_position(entry: WindowedEntry, seq: int) -> int | None:
     """Bit index of the outcome pushed as number ``seq``, or None if it left the ring."""
     position = entry.outcome_seq - 1 - seq
     return position if 0 <= position < RING_BITS else None
+
+
+def is_capacity_miss(entry: WindowedEntry, item: OpenInference) -> bool:
+    """It started while as many successes ran as the participant was ever seen to serve."""
+    return item.covered_by >= 1 and item.covered_by >= entry.served_concurrency
+
+
+def process_count_success(entry: WindowedEntry, item: OpenInference, height: int) -> None:
+    """A success ran over [start, height): it covered the start of every open inference begun
+    in that span, and its own start tells how many ran at once."""
+    for other in entry.open:
+        if item.start_height <= other.start_height < height:
+            other.covered_by += 1
+    entry.served_concurrency = max(entry.served_concurrency, item.covered_by + 1)
+
+
+def process_push_capacity_bit(fleet: WindowedEntry, capacity: bool) -> None:
+    fleet.capacity_bits = ((fleet.capacity_bits << 1) | int(capacity)) & RING_MASK
+    fleet.capacity_seq += 1
+
+
+def is_fleet_saturated(fleet: WindowedEntry, params: WindowedParams) -> bool:
+    """At least saturation_pct of the fleet's recent misses were capacity misses."""
+    n = min(fleet.capacity_seq, RING_BITS)
+    if params.saturation_pct == 0 or n < MIN_SATURATION_SAMPLES:
+        return False
+    return 100 * (fleet.capacity_bits & ((1 << n) - 1)).bit_count() >= params.saturation_pct * n
 
 
 def process_clear_flag(entry: WindowedEntry, item: OpenInference) -> None:
@@ -278,6 +315,7 @@ class WindowedBreaker(HealthPolicy):
                 process_remove_flag(entry, item)
         elif outcome is Outcome.SUCCESS:
             if item is not None:
+                process_count_success(entry, item, ctx.height)
                 self.process_latency(ctx, entry, ctx.height - item.start_height)
             if item is not None and flagged:
                 process_clear_flag(entry, item)
@@ -285,7 +323,7 @@ class WindowedBreaker(HealthPolicy):
             else:
                 process_push(entry, miss=False)
         elif not flagged:
-            process_push(entry, miss=True)
+            self.process_record_miss(ctx, entry, item is not None and is_capacity_miss(entry, item))
         process_prune(entry, ctx.height, ctx.params.expiration_blocks)
         if entry.state == W_EXCLUDED and flagged and outcome is not Outcome.MISS:
             # Provisional evidence withdrawn: if the window no longer fails, probe right away
@@ -304,6 +342,14 @@ class WindowedBreaker(HealthPolicy):
                     self.process_readmit(ctx, entry, misses, samples)
         ctx.set_message(address, entry)
 
+    def process_record_miss(self, ctx: PolicyContext, entry: WindowedEntry, capacity: bool) -> None:
+        """Count a miss in the window and tell the fleet whether it was a capacity miss."""
+        process_push(entry, miss=True)
+        entry.capacity_misses += int(capacity)
+        fleet = self.get_entry(ctx.get_raw(FLEET), FLEET)
+        process_push_capacity_bit(fleet, capacity)
+        ctx.set_message(FLEET, fleet)
+
     def process_latency(self, ctx: PolicyContext, entry: WindowedEntry, latency: int) -> None:
         own = append_bounded(list(entry.recent_latencies), latency, LATENCY_SAMPLES)
         del entry.recent_latencies[:]
@@ -317,6 +363,7 @@ class WindowedBreaker(HealthPolicy):
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
         """Wake-ups (overdue deadlines, cooldown ends), then the gate for everyone touched."""
         due = ctx.pop_due()
+        woken: list[tuple[WindowedEntry, bool]] = []
         for address in due:
             raw = ctx.get_raw(address)
             if raw is None:
@@ -326,9 +373,11 @@ class WindowedBreaker(HealthPolicy):
             if entry.state == W_EXCLUDED and ctx.height >= entry.probe_at_block:
                 self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
                 changed = True
-            changed = self.process_gate(ctx, entry) or changed
-            if changed:
-                ctx.set_message(address, entry)
+            woken.append((entry, changed))
+        # Gates after every wake-up: the saturation guard sees all of this block's overdue flags.
+        for entry, changed in woken:
+            if self.process_gate(ctx, entry) or changed:
+                ctx.set_message(entry.address, entry)
         for address in sorted(set(touched).difference(due)):
             raw = ctx.get_raw(address) if address != FLEET else None
             if raw is None:
@@ -338,12 +387,15 @@ class WindowedBreaker(HealthPolicy):
                 ctx.set_message(address, entry)
 
     def process_gate(self, ctx: PolicyContext, entry: WindowedEntry) -> bool:
-        """Exclude a healthy participant whose window fails the gate; True if it did."""
+        """Exclude a healthy participant whose window fails the gate; True if it did. Not while
+        the fleet is saturated: its traffic would only overload the others."""
         if entry.state != W_HEALTHY:
             return False
         params = ctx.params.health_params.windowed
         misses, samples = compute_window(entry, params.window)
         if not is_window_failing(misses, samples, params):
+            return False
+        if is_fleet_saturated(self.get_entry(ctx.get_raw(FLEET), FLEET), params):
             return False
         self.process_exclude(ctx, entry, f"window {misses}/{samples} missed")
         return True
@@ -357,7 +409,7 @@ class WindowedBreaker(HealthPolicy):
                 continue
             item.flagged = True
             item.flag_seq = entry.outcome_seq
-            process_push(entry, miss=True)
+            self.process_record_miss(ctx, entry, is_capacity_miss(entry, item))
             flagged += 1
             probe_failed = probe_failed or item.probe
         entry.overdue_flags += flagged
@@ -482,6 +534,11 @@ class WindowedBreaker(HealthPolicy):
             ),
             "overdue_blocks": compute_overdue_blocks(list(entry.recent_latencies), fleet, params),
             "overdue_flags": entry.overdue_flags,
+            "served_concurrency": entry.served_concurrency,
+            "capacity_misses": entry.capacity_misses,
+            "fleet_saturated": is_fleet_saturated(
+                self.get_entry(reader.get_raw(FLEET), FLEET), params
+            ),
             "overdue_undone": entry.overdue_undone,
             "recent_latencies": list(entry.recent_latencies),
         }

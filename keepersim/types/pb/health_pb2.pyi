@@ -253,6 +253,7 @@ class OpenInference(_message.Message):
     PROBE_FIELD_NUMBER: _builtins.int
     FLAGGED_FIELD_NUMBER: _builtins.int
     FLAG_SEQ_FIELD_NUMBER: _builtins.int
+    COVERED_BY_FIELD_NUMBER: _builtins.int
     start_height: _builtins.int
     overdue_at: _builtins.int
     """End block in which it counts as provisional miss evidence if still open (0: never)."""
@@ -261,6 +262,10 @@ class OpenInference(_message.Message):
     flagged: _builtins.bool
     """Counted as a provisional miss; flag_seq is the ring position (outcome_seq at the time)."""
     flag_seq: _builtins.int
+    covered_by: _builtins.int
+    """Successes of the participant that were running when this one started (counted as they
+    finish): its load at the start, as the chain saw it.
+    """
     def __init__(
         self,
         *,
@@ -269,10 +274,11 @@ class OpenInference(_message.Message):
         probe: _builtins.bool = ...,
         flagged: _builtins.bool = ...,
         flag_seq: _builtins.int = ...,
+        covered_by: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag_seq", b"flag_seq", "flagged", b"flagged", "overdue_at", b"overdue_at", "probe", b"probe", "start_height", b"start_height"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["covered_by", b"covered_by", "flag_seq", b"flag_seq", "flagged", b"flagged", "overdue_at", b"overdue_at", "probe", b"probe", "start_height", b"start_height"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -296,6 +302,10 @@ class WindowedEntry(_message.Message):
     OPEN_FIELD_NUMBER: _builtins.int
     OVERDUE_FLAGS_FIELD_NUMBER: _builtins.int
     OVERDUE_UNDONE_FIELD_NUMBER: _builtins.int
+    SERVED_CONCURRENCY_FIELD_NUMBER: _builtins.int
+    CAPACITY_MISSES_FIELD_NUMBER: _builtins.int
+    CAPACITY_BITS_FIELD_NUMBER: _builtins.int
+    CAPACITY_SEQ_FIELD_NUMBER: _builtins.int
     address: _builtins.str
     state: Global___WindowedState.ValueType
     failure_bits: _builtins.int
@@ -314,6 +324,15 @@ class WindowedEntry(_message.Message):
     probe_at_block: _builtins.int
     overdue_flags: _builtins.int
     overdue_undone: _builtins.int
+    served_concurrency: _builtins.int
+    """Most successes seen running at once (a success's covered_by + 1, maximum so far)."""
+    capacity_misses: _builtins.int
+    """Misses that started at the served concurrency (capacity misses; still counted in the
+    window). The fleet entry keeps a ring of the fleet's recent misses, bit 1 = capacity miss,
+    to detect a saturated fleet.
+    """
+    capacity_bits: _builtins.int
+    capacity_seq: _builtins.int
     @_builtins.property
     def recent_latencies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Latencies (blocks) of the newest successes, oldest first; for the overdue threshold."""
@@ -337,10 +356,14 @@ class WindowedEntry(_message.Message):
         open: _abc.Iterable[Global___OpenInference] | None = ...,
         overdue_flags: _builtins.int = ...,
         overdue_undone: _builtins.int = ...,
+        served_concurrency: _builtins.int = ...,
+        capacity_misses: _builtins.int = ...,
+        capacity_bits: _builtins.int = ...,
+        capacity_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cooldown_blocks", b"cooldown_blocks", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "state", b"state", "strikes", b"strikes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bits", b"capacity_bits", "capacity_misses", b"capacity_misses", "capacity_seq", b"capacity_seq", "cooldown_blocks", b"cooldown_blocks", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "served_concurrency", b"served_concurrency", "state", b"state", "strikes", b"strikes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
