@@ -116,7 +116,7 @@ class _ModelTable:
         """Record candidate ``i``'s verdict recomputed at ``height``; True if it selects
         differently. Keeps the heap holding every lapsing verdict's (valid_until, i)."""
         old = self.state.healths[i]
-        changed = health != old
+        changed = health is not old and health != old
         if changed:
             self.state.process_health(i, health)
         else:
