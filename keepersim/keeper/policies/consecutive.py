@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
-    NEVER,
     Health,
     HealthPolicy,
     PolicyContext,
@@ -40,6 +39,8 @@ from keepersim.types.pb.params_pb2 import ConsecutiveParams, Params
 STATE_NAMES = {CLOSED: "closed", OPEN: "open", HALF_OPEN: "half_open"}
 DEFAULT_PUSHBACK = frozenset({"declined"})
 OPEN_SEVERITY = 1_000_000
+# Admitted verdicts by state name: immutable, so shared (the chain asks after every outcome).
+ADMITTED_AS = {name: Health(True, state=name) for name in STATE_NAMES.values()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,11 @@ class BreakerSettings:
     timeout_blocks: int
     pushback: frozenset[str]
     enabled: bool
+
+
+# (failure_threshold, success_threshold, timeout_blocks, disabled) -> the settings without an
+# override: immutable, so shared instead of built on every outcome and verdict.
+_DEFAULT_SETTINGS: dict[tuple[int, int, int, bool], BreakerSettings] = {}
 
 
 def get_settings(params: ConsecutiveParams, address: str) -> BreakerSettings:
@@ -77,13 +83,25 @@ def get_settings(params: ConsecutiveParams, address: str) -> BreakerSettings:
             # SMG: a worker's own failure threshold re-enables its breaker when globally disabled.
             enabled=not params.disabled or o.HasField("failure_threshold"),
         )
-    return BreakerSettings(
-        failure_threshold=params.failure_threshold,
-        success_threshold=params.success_threshold,
-        timeout_blocks=params.timeout_blocks,
-        pushback=DEFAULT_PUSHBACK,
-        enabled=not params.disabled,
+    key = (
+        params.failure_threshold,
+        params.success_threshold,
+        params.timeout_blocks,
+        params.disabled,
     )
+    settings = _DEFAULT_SETTINGS.get(key)
+    if settings is None:
+        if len(_DEFAULT_SETTINGS) >= 64:
+            _DEFAULT_SETTINGS.clear()
+        settings = BreakerSettings(
+            failure_threshold=params.failure_threshold,
+            success_threshold=params.success_threshold,
+            timeout_blocks=params.timeout_blocks,
+            pushback=DEFAULT_PUSHBACK,
+            enabled=not params.disabled,
+        )
+        _DEFAULT_SETTINGS[key] = settings
+    return settings
 
 
 def compute_outcome_class(outcome: Outcome, pushback: frozenset[str]) -> Outcome:
@@ -197,10 +215,10 @@ class ConsecutiveBreaker(HealthPolicy):
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         raw = reader.get_raw(address)
         if raw is None:
-            return Health(True, state="closed")
+            return ADMITTED_AS["closed"]
         entry = ConsecutiveEntry.FromString(raw)
         if not get_settings(reader.params.health_params.consecutive, address).enabled:
-            return Health(True, state=STATE_NAMES[entry.state])
+            return ADMITTED_AS[STATE_NAMES[entry.state]]
         if entry.state == OPEN and height < entry.half_open_at_block:
             return Health(
                 False,
@@ -210,8 +228,7 @@ class ConsecutiveBreaker(HealthPolicy):
             )
         # An OPEN entry past its timeout is half-open at its next check (SMG); the end block of
         # the timeout height writes that down.
-        state = "half_open" if entry.state != CLOSED else "closed"
-        return Health(True, valid_until=NEVER, state=state)
+        return ADMITTED_AS["half_open" if entry.state != CLOSED else "closed"]
 
     def is_fallback_allowed(self, params: Params) -> bool:
         return params.health_params.consecutive.fallback_when_all_open

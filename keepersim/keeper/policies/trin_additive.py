@@ -19,7 +19,7 @@ of suffix sums. The decoded events of an entry are memoized per address together
 stored bytes they came from (a pure function of those bytes: a stale or foreign value is simply
 decoded again), so a write followed by the chain's verdict recompute decodes nothing. A write
 edits the parsed message in place (prune a prefix, merge or add the newest pair) instead of
-rebuilding it.
+rebuilding it, and the memo keeps that message for the next write, so it is not parsed again.
 
 All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsError unless
 ``fallback_when_all_zero`` asks for the unfiltered list.
@@ -72,7 +72,7 @@ class Events:
     the plain, per-event reference path.
     """
 
-    __slots__ = ("raw", "heights", "deltas", "suffix", "ordered")
+    __slots__ = ("raw", "heights", "deltas", "suffix", "ordered", "entry")
 
     def __init__(
         self,
@@ -81,8 +81,12 @@ class Events:
         deltas: list[int],
         suffix: list[int] | None = None,
         ordered: bool | None = None,
+        entry: TrinAdditiveEntry | None = None,
     ) -> None:
         self.raw = raw
+        # The message ``raw`` was serialized from, if at hand: the next write takes it (once)
+        # instead of parsing ``raw`` again.
+        self.entry = entry
         self.heights = heights
         self.deltas = deltas
         if suffix is None:
@@ -176,7 +180,10 @@ class TrinAdditive(HealthPolicy):
         delta = get_delta(outcome, params)
         raw = ctx.get_raw(address)
         events = self.get_events(raw, address)
-        entry = self.get_entry(raw, address)
+        entry = events.entry
+        events.entry = None  # taken: edited below, so never left behind in the memo
+        if entry is None:
+            entry = self.get_entry(raw, address)
         if events.ordered:
             # Keep the counted pairs (a contiguous run), then merge into or add the newest one.
             lo, hi = events.get_window(height, params.window_blocks)
@@ -200,7 +207,9 @@ class TrinAdditive(HealthPolicy):
                 stored.add(height=height, delta=delta)
             suffix.append(0)
             ctx.set_message(address, entry)
-            self._decoded[address] = Events(ctx.get_raw(address), heights, deltas, suffix, True)
+            self._decoded[address] = Events(
+                ctx.get_raw(address), heights, deltas, suffix, True, entry
+            )
             return
         kept = events.get_counted(height, params.window_blocks)
         if kept and kept[-1][0] == height:
@@ -215,21 +224,12 @@ class TrinAdditive(HealthPolicy):
         params = reader.params.health_params.trin_additive
         events = self.get_events(reader.get_raw(address), address)
         score, valid_until = events.get_score_and_valid_until(height, params)
+        top = params.max_score
+        # Positional (admitted, factor_num, factor_den, severity, valid_until, state): keywords
+        # cost this frozen dataclass twice as much, and the chain asks on every score change.
         if score == 0:
-            return Health(
-                False,
-                severity=params.max_score,
-                valid_until=valid_until,
-                state="zero",
-            )
-        return Health(
-            True,
-            factor_num=score,
-            factor_den=params.initial_score,
-            severity=params.max_score - score,
-            valid_until=valid_until,
-            state="scored",
-        )
+            return Health(False, 1, 1, top, valid_until, "zero")
+        return Health(True, score, params.initial_score, top - score, valid_until, "scored")
 
     def is_fallback_allowed(self, params: Params) -> bool:
         return params.health_params.trin_additive.fallback_when_all_zero

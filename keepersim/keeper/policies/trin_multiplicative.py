@@ -188,14 +188,9 @@ class TrinMultiplicative(HealthPolicy):
         if verdict is None:
             if len(self._healths) >= HEALTH_MEMO_SIZE:
                 self._healths.clear()
-            verdict = Health(
-                True,
-                factor_num=1 << doublings,
-                factor_den=1 << misses,
-                severity=misses,
-                valid_until=valid_until,
-                state="scored",
-            )
+            # Positional (admitted, factor_num, factor_den, severity, valid_until, state):
+            # keywords cost this frozen dataclass twice as much.
+            verdict = Health(True, 1 << doublings, 1 << misses, misses, valid_until, "scored")
             self._healths[key] = verdict
         entry.verdict = verdict
         entry.verdict_from = height
