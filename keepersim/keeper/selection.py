@@ -239,15 +239,13 @@ class IncrementalTable:
         self.draw_zero = 0
         self.process_shadow(False)
 
-    def get_gate_draw_weight(self, i: int, health: Health) -> int:
-        """Candidate ``i``'s draw weight when the gate alone decides who is admitted."""
-        if not (self.shadow or health.admitted):
-            return 0
-        return get_draw_weight(self.candidates[i].weight, health, self.shadow)
-
     def process_shadow(self, shadow: bool) -> None:
+        """Draw weights when the gate alone decides: a closed gate draws only in shadow."""
         self.shadow = shadow
-        self.draw = [self.get_gate_draw_weight(i, h) for i, h in enumerate(self.healths)]
+        self.draw = [
+            get_draw_weight(c.weight, h, shadow) if shadow or h.admitted else 0
+            for c, h in zip(self.candidates, self.healths, strict=True)
+        ]
         self.draw_zero = self.draw.count(0)
 
     def process_health(self, i: int, health: Health) -> None:
@@ -259,7 +257,12 @@ class IncrementalTable:
             self.out[i] = not health.admitted
             self.out_weight += -weight if health.admitted else weight
             self.out_count += -1 if health.admitted else 1
-        w = self.get_gate_draw_weight(i, health)
+        shadow = self.shadow
+        w = (
+            get_draw_weight(self.candidates[i].weight, health, shadow)
+            if shadow or health.admitted
+            else 0
+        )
         self.draw_zero += (w == 0) - (self.draw[i] == 0)
         self.draw[i] = w
 
