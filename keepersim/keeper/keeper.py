@@ -30,7 +30,15 @@ _TO = keys.INFERENCE_TIMEOUTS
 class Keeper:
     """Typed access to the module's collections over one KVStore, plus the block's event list."""
 
-    __slots__ = ("store", "chain_id", "events", "touched", "_params", "_participants")
+    __slots__ = (
+        "store",
+        "chain_id",
+        "events",
+        "touched",
+        "params_changed",
+        "_params",
+        "_participants",
+    )
 
     def __init__(self, store: KVStore, chain_id: str = "", params: Params | None = None) -> None:
         """``params``: the decoded params of the last commit, if the caller keeps them (read-only)."""
@@ -39,6 +47,7 @@ class Keeper:
         self.events: list[Event] = []
         # Addresses whose participant record or health state changed in this block.
         self.touched: set[str] = set()
+        self.params_changed = False  # new params took effect in this block
         self._params: Params | None = params
         self._participants: dict[str, Participant] = {}
 

@@ -17,6 +17,7 @@ def process_pending_params(keeper: Keeper, height: int) -> bool:
         return False
     keeper.set_params(pending)
     keeper.delete_pending_params()
+    keeper.params_changed = True
     # New thresholds apply to everyone: let the policy look at every participant once.
     keeper.touched.update(p.address for p in keeper.iterate_participants())
     return True
@@ -41,3 +42,4 @@ END_BLOCK_STEPS: tuple[Callable[[BlockContext], None], ...] = (
 def end_block(ctx: BlockContext) -> None:
     for step in END_BLOCK_STEPS:
         step(ctx)
+    ctx.policy_ctx.flush()  # the policy's block-cached entries and wake-ups reach the store

@@ -6,6 +6,8 @@ the last part of a composite key ends with 0x00 so that ``"ab"`` never sorts ins
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from keepersim.types.errors import KeyCodecError
 
 # Chain collections (x/inference types/keys.go).
@@ -108,9 +110,19 @@ def decode_excluded_key(key: bytes) -> tuple[int, str]:
     return decode_u64(key[:8]), key[8:].decode()
 
 
-def queue_key(height: int, address: str) -> bytes:
-    return encode_u64(height) + encode_str(address, last=True)
+def queue_key(height: int) -> bytes:
+    """A policy's wake-ups of one height share one key: its value lists the addresses."""
+    return encode_u64(height)
 
 
-def decode_queue_key(key: bytes) -> tuple[int, str]:
-    return decode_u64(key[:8]), key[8:].decode()
+def decode_queue_key(key: bytes) -> int:
+    return decode_u64(key[:8])
+
+
+def encode_address_set(addresses: Iterable[str]) -> bytes:
+    """Sorted, distinct addresses joined by 0x00 (an address never holds that byte)."""
+    return b"\x00".join(sorted({a.encode() for a in addresses}))
+
+
+def decode_address_set(raw: bytes) -> list[str]:
+    return [part.decode() for part in raw.split(b"\x00")] if raw else []

@@ -8,9 +8,9 @@ end-block / epoch hooks (never from a query); it reads heights, never clocks; in
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from google.protobuf.message import Message
 
@@ -21,6 +21,7 @@ from keepersim.types.events import HealthTransition, Outcome
 from keepersim.types.pb.params_pb2 import Params
 
 NEVER = (1 << 63) - 1
+M = TypeVar("M", bound=Message)
 
 # Per backend and queue prefix: the height of the last pop_due. Every pop deletes all wake-ups
 # up to its height, so the next scan may start one height below it and seek past the deleted
@@ -51,7 +52,18 @@ ADMITTED = Health(True)
 class PolicyContext:
     """What a policy may touch while a block is processed: its own store, its queue, params."""
 
-    __slots__ = ("keeper", "params", "height", "_state", "_queue", "_name")
+    __slots__ = (
+        "keeper",
+        "params",
+        "height",
+        "recheck",
+        "_state",
+        "_queue",
+        "_name",
+        "_cache",
+        "_dirty",
+        "_wakeups",
+    )
 
     def __init__(self, keeper: Keeper, policy: HealthPolicy, height: int) -> None:
         self.keeper = keeper
@@ -60,6 +72,58 @@ class PolicyContext:
         self._name = policy.name
         self._state = keys.POLICY_STATE + policy.prefix
         self._queue = keys.POLICY_QUEUE + policy.prefix
+        # Addresses the policy wants to look at again in this block's end block.
+        self.recheck: set[str] = set()
+        self._cache: dict[str, Message] = {}
+        self._dirty: set[str] = set()
+        self._wakeups: dict[int, set[str]] = {}
+
+    # A block's decoded entries: a policy that touches an entry several times in a block (a
+    # start, a result, the end-block gate) decodes it once and encodes it once, in flush() at
+    # the end of the end block. Mixing these with get_raw/set_message on the same address in
+    # one block is an error of the policy.
+    def get_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
+        """The block's decoded entry of ``address`` (``decode(raw or None, address)`` once)."""
+        entry = self._cache.get(address)
+        if entry is None:
+            entry = decode(self.get_raw(address), address)
+            self._cache[address] = entry
+        return entry  # type: ignore[return-value]
+
+    def is_cached(self, address: str) -> bool:
+        return address in self._cache
+
+    def get_cached_if_stored(
+        self, address: str, decode: Callable[[bytes | None, str], M]
+    ) -> M | None:
+        """Like get_cached, but None (and nothing cached) when ``address`` has no entry."""
+        entry = self._cache.get(address)
+        if entry is None:
+            raw = self.get_raw(address)
+            if raw is None:
+                return None
+            entry = self._cache[address] = decode(raw, address)
+        return entry  # type: ignore[return-value]
+
+    def mark_dirty(self, address: str) -> None:
+        """The cached entry changed: flush() writes it."""
+        self._dirty.add(address)
+        self.keeper.touched.add(address)
+
+    def flush(self) -> None:
+        """Write the block's changed cached entries and its new wake-ups (end of end block)."""
+        store = self.keeper.store
+        for address in sorted(self._dirty):
+            store.set(self._state + address.encode(), self._cache[address].SerializeToString())
+        self._dirty.clear()
+        for height in sorted(self._wakeups):
+            key = self._queue + keys.queue_key(height)
+            raw = store.get(key)
+            addresses = self._wakeups[height]
+            if raw is not None:
+                addresses = addresses.union(keys.decode_address_set(raw))
+            store.set(key, keys.encode_address_set(addresses))
+        self._wakeups.clear()
 
     def get_raw(self, address: str) -> bytes | None:
         return self.keeper.store.get(self._state + address.encode())
@@ -84,13 +148,14 @@ class PolicyContext:
             self.delete(address)
         for key, _ in list(self.keeper.store.iterate(self._queue, prefix_end(self._queue))):
             self.keeper.store.delete(key)
+        self._wakeups.clear()
         return addresses
 
     def schedule(self, height: int, address: str) -> None:
         """Wake this policy for ``address`` in the end block of ``height`` (a height-keyed queue);
-        a height already past wakes it at the next pop, as if scheduled for now."""
-        at = max(height, self.height)
-        self.keeper.store.set(self._queue + keys.queue_key(at, address), b"")
+        a height already past wakes it at the next pop, as if scheduled for now. Collected in
+        memory and written once per height by flush()."""
+        self._wakeups.setdefault(max(height, self.height), set()).add(address)
 
     def pop_due(self) -> list[str]:
         """Addresses queued for a height <= now, deduplicated and sorted; their entries deleted."""
@@ -102,12 +167,15 @@ class PolicyContext:
         start = self._queue if last is None else self._queue + keys.encode_u64(max(last - 1, 0))
         stop = self._queue + keys.encode_u64(self.height + 1)
         due = list(store.iterate(start, stop))
-        n = len(self._queue)
-        for key, _ in due:
+        addresses: set[str] = set()
+        for key, raw in due:
             store.delete(key)
+            addresses.update(keys.decode_address_set(raw))
+        for height in [h for h in self._wakeups if h <= self.height]:
+            addresses.update(self._wakeups.pop(height))
         if backend is not None:
             floors[self._queue] = self.height
-        return sorted({key[n + 8 :].decode() for key, _ in due})
+        return sorted(addresses)
 
     def emit_transition(self, address: str, from_state: str, to_state: str, reason: str) -> None:
         self.keeper.emit(

@@ -54,9 +54,11 @@ address (never a participant's).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import MutableSequence
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
+    ADMITTED,
     Health,
     HealthPolicy,
     PolicyContext,
@@ -254,9 +256,11 @@ def process_prune(entry: WindowedEntry, height: int, expiration_blocks: int) -> 
             process_remove_flag(entry, item)
 
 
-def append_bounded(values: list[int], value: int, bound: int) -> list[int]:
+def append_bounded(values: MutableSequence[int], value: int, bound: int) -> None:
+    """Append, then drop the oldest beyond ``bound`` (in place: a protobuf repeated field)."""
     values.append(value)
-    return values[-bound:]
+    if len(values) > bound:
+        del values[: len(values) - bound]
 
 
 class WindowedBreaker(HealthPolicy):
@@ -278,12 +282,12 @@ class WindowedBreaker(HealthPolicy):
             return  # finished before it started: already resolved
         params = ctx.params.health_params.windowed
         expiration = ctx.params.expiration_blocks
-        entry = self.get_entry(ctx.get_raw(address), address)
+        entry = ctx.get_cached(address, self.get_entry)
         process_prune(entry, ctx.height, expiration)
         own = list(entry.recent_latencies)
         fleet: list[int] = []
         if len(own) < MIN_OWN_LATENCY_SAMPLES:
-            fleet = list(self.get_entry(ctx.get_raw(FLEET), FLEET).recent_latencies)
+            fleet = list(ctx.get_cached(FLEET, self.get_entry).recent_latencies)
         overdue = compute_overdue_blocks(own, fleet, params)
         overdue_at = 0
         if overdue is not None and overdue < expiration:
@@ -294,13 +298,13 @@ class WindowedBreaker(HealthPolicy):
                 start_height=ctx.height, overdue_at=overdue_at, probe=entry.state == W_PROBE
             )
         )
-        ctx.set_message(address, entry)
+        ctx.mark_dirty(address)
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
     ) -> None:
         params = ctx.params.health_params.windowed
-        entry = self.get_entry(ctx.get_raw(address), address)
+        entry = ctx.get_cached(address, self.get_entry)
         index = find_open(entry, start_height, prefer_flagged=outcome is Outcome.MISS)
         item: OpenInference | None = None
         if index is not None:
@@ -325,6 +329,8 @@ class WindowedBreaker(HealthPolicy):
         elif not flagged:
             self.process_record_miss(ctx, entry, item is not None and is_capacity_miss(entry, item))
         process_prune(entry, ctx.height, ctx.params.expiration_blocks)
+        if min(entry.outcome_seq, params.window) <= params.min_samples:
+            ctx.recheck.add(address)  # too few samples before: the window may be judged now
         if entry.state == W_EXCLUDED and flagged and outcome is not Outcome.MISS:
             # Provisional evidence withdrawn: if the window no longer fails, probe right away
             # instead of sitting out a cooldown that a false alarm earned.
@@ -340,51 +346,50 @@ class WindowedBreaker(HealthPolicy):
                 misses, samples = compute_window(entry, params.window)
                 if not is_window_failing(misses, samples, params):
                     self.process_readmit(ctx, entry, misses, samples)
-        ctx.set_message(address, entry)
+        ctx.mark_dirty(address)
 
     def process_record_miss(self, ctx: PolicyContext, entry: WindowedEntry, capacity: bool) -> None:
         """Count a miss in the window and tell the fleet whether it was a capacity miss."""
         process_push(entry, miss=True)
+        ctx.recheck.add(entry.address)
         entry.capacity_misses += int(capacity)
-        fleet = self.get_entry(ctx.get_raw(FLEET), FLEET)
-        process_push_capacity_bit(fleet, capacity)
-        ctx.set_message(FLEET, fleet)
+        process_push_capacity_bit(ctx.get_cached(FLEET, self.get_entry), capacity)
+        ctx.mark_dirty(FLEET)
 
     def process_latency(self, ctx: PolicyContext, entry: WindowedEntry, latency: int) -> None:
-        own = append_bounded(list(entry.recent_latencies), latency, LATENCY_SAMPLES)
-        del entry.recent_latencies[:]
-        entry.recent_latencies.extend(own)
-        fleet = self.get_entry(ctx.get_raw(FLEET), FLEET)
-        samples = append_bounded(list(fleet.recent_latencies), latency, FLEET_LATENCY_SAMPLES)
-        del fleet.recent_latencies[:]
-        fleet.recent_latencies.extend(samples)
-        ctx.set_message(FLEET, fleet)
+        append_bounded(entry.recent_latencies, latency, LATENCY_SAMPLES)
+        append_bounded(
+            ctx.get_cached(FLEET, self.get_entry).recent_latencies, latency, FLEET_LATENCY_SAMPLES
+        )
+        ctx.mark_dirty(FLEET)
 
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
-        """Wake-ups (overdue deadlines, cooldown ends), then the gate for everyone touched."""
+        """Wake-ups (overdue deadlines, cooldown ends), then the gate for everyone touched;
+        then the block's entries are written, each once."""
         due = ctx.pop_due()
-        woken: list[tuple[WindowedEntry, bool]] = []
         for address in due:
-            raw = ctx.get_raw(address)
-            if raw is None:
+            entry = ctx.get_cached_if_stored(address, self.get_entry)
+            if entry is None:
                 continue
-            entry = WindowedEntry.FromString(raw)
             changed = self.process_overdue(ctx, entry)
             if entry.state == W_EXCLUDED and ctx.height >= entry.probe_at_block:
                 self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
                 changed = True
-            woken.append((entry, changed))
-        # Gates after every wake-up: the saturation guard sees all of this block's overdue flags.
-        for entry, changed in woken:
-            if self.process_gate(ctx, entry) or changed:
-                ctx.set_message(entry.address, entry)
-        for address in sorted(set(touched).difference(due)):
-            raw = ctx.get_raw(address) if address != FLEET else None
-            if raw is None:
-                continue
-            entry = WindowedEntry.FromString(raw)
-            if self.process_gate(ctx, entry):
-                ctx.set_message(address, entry)
+            if changed:
+                ctx.mark_dirty(address)
+        # Gates after every wake-up: the saturation guard sees all of this block's overdue
+        # flags. A window can start failing only on a new miss or by reaching min_samples
+        # (process_outcome marks both for recheck); everyone touched is judged under new params,
+        # and so is anyone this block touched without the policy (a registration).
+        if ctx.keeper.params_changed:
+            judge = ctx.recheck.union(touched)
+        else:
+            judge = ctx.recheck.union(a for a in touched if not ctx.is_cached(a))
+        judge.discard(FLEET)
+        for address in sorted(judge):
+            entry = ctx.get_cached_if_stored(address, self.get_entry)
+            if entry is not None and self.process_gate(ctx, entry):
+                ctx.mark_dirty(address)
 
     def process_gate(self, ctx: PolicyContext, entry: WindowedEntry) -> bool:
         """Exclude a healthy participant whose window fails the gate; True if it did. Not while
@@ -395,7 +400,7 @@ class WindowedBreaker(HealthPolicy):
         misses, samples = compute_window(entry, params.window)
         if not is_window_failing(misses, samples, params):
             return False
-        if is_fleet_saturated(self.get_entry(ctx.get_raw(FLEET), FLEET), params):
+        if is_fleet_saturated(ctx.get_cached(FLEET, self.get_entry), params):
             return False
         self.process_exclude(ctx, entry, f"window {misses}/{samples} missed")
         return True
@@ -466,8 +471,15 @@ class WindowedBreaker(HealthPolicy):
             return Health(True)
         params = reader.params.health_params.windowed
         entry = WindowedEntry.FromString(raw)
-        misses, samples = compute_window(entry, params.window)
-        severity = compute_miss_ppm(misses, samples)
+        if entry.state == W_HEALTHY:
+            ramp = compute_ramp(entry.readmitted_at_block, height, params)
+            if ramp is None:
+                return ADMITTED
+            pct, valid_until = ramp
+            return Health(
+                True, factor_num=pct, factor_den=100, valid_until=valid_until, state="ramping"
+            )
+        severity = compute_miss_ppm(*compute_window(entry, params.window))
         if entry.state == W_EXCLUDED and height < entry.probe_at_block:
             return Health(
                 False,
@@ -475,29 +487,19 @@ class WindowedBreaker(HealthPolicy):
                 valid_until=entry.probe_at_block - 1,
                 state="excluded",
             )
-        if entry.state != W_HEALTHY:
-            # Probing (or excluded past its cooldown, promoted in that height's end block).
-            expiration = reader.params.expiration_blocks
-            in_flight = count_probes_in_flight(entry, height, expiration)
-            if in_flight >= params.max_probes:
-                # A slot frees on a result (which touches the participant) or, for a probe that
-                # never gets one here, at its expiry height.
-                frees_at = min(
-                    item.start_height + expiration
-                    for item in entry.open
-                    if item.probe and item.start_height + expiration > height
-                )
-                return Health(
-                    False, severity=severity, valid_until=frees_at - 1, state="probe_full"
-                )
-            return Health(True, state="probe")
-        ramp = compute_ramp(entry.readmitted_at_block, height, params)
-        if ramp is not None:
-            pct, valid_until = ramp
-            return Health(
-                True, factor_num=pct, factor_den=100, valid_until=valid_until, state="ramping"
+        # Probing (or excluded past its cooldown, promoted in that height's end block).
+        expiration = reader.params.expiration_blocks
+        in_flight = count_probes_in_flight(entry, height, expiration)
+        if in_flight >= params.max_probes:
+            # A slot frees on a result (which touches the participant) or, for a probe that
+            # never gets one here, at its expiry height.
+            frees_at = min(
+                item.start_height + expiration
+                for item in entry.open
+                if item.probe and item.start_height + expiration > height
             )
-        return Health(True)
+            return Health(False, severity=severity, valid_until=frees_at - 1, state="probe_full")
+        return Health(True, state="probe")
 
     def get_exclusion_cap_pct(self, params: Params) -> int:
         return params.health_params.windowed.max_excluded_weight_pct
