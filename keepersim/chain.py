@@ -324,7 +324,12 @@ class Chain:
                     app_hash = self._store.commit(buffer, h)
                     self._params = keeper.get_params()
                     with self._index_lock:
-                        self._index.process_commit(keeper.touched, reset)
+                        self._index.process_commit(
+                            keeper.touched
+                            if policy.verdict_reads_participants
+                            else keeper.verdict_touched,
+                            reset,
+                        )
             except BaseException:
                 buffer.discard()
                 raise

@@ -35,6 +35,7 @@ class Keeper:
         "chain_id",
         "events",
         "touched",
+        "verdict_touched",
         "params_changed",
         "_params",
         "_participants",
@@ -46,7 +47,10 @@ class Keeper:
         self.chain_id = chain_id or self._load_chain_id()
         self.events: list[Event] = []
         # Addresses whose participant record or health state changed in this block.
+        # Addresses written in this block (participant records or policy state), and those of
+        # them whose policy state changed in a way that may alter the health verdict.
         self.touched: set[str] = set()
+        self.verdict_touched: set[str] = set()
         self.params_changed = False  # new params took effect in this block
         self._params: Params | None = params
         self._participants: dict[str, Participant] = {}

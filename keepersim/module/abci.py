@@ -19,7 +19,9 @@ def process_pending_params(keeper: Keeper, height: int) -> bool:
     keeper.delete_pending_params()
     keeper.params_changed = True
     # New thresholds apply to everyone: let the policy look at every participant once.
-    keeper.touched.update(p.address for p in keeper.iterate_participants())
+    everyone = [p.address for p in keeper.iterate_participants()]
+    keeper.touched.update(everyone)
+    keeper.verdict_touched.update(everyone)
     return True
 
 

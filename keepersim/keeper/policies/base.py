@@ -105,10 +105,13 @@ class PolicyContext:
             entry = self._cache[address] = decode(raw, address)
         return entry  # type: ignore[return-value]
 
-    def mark_dirty(self, address: str) -> None:
-        """The cached entry changed: flush() writes it."""
+    def mark_dirty(self, address: str, verdict: bool = True) -> None:
+        """The cached entry changed: flush() writes it. ``verdict=False``: the change cannot
+        alter the participant's health verdict, so the chain need not ask for it again."""
         self._dirty.add(address)
         self.keeper.touched.add(address)
+        if verdict:
+            self.keeper.verdict_touched.add(address)
 
     def flush(self) -> None:
         """Write the block's changed cached entries and its new wake-ups (end of end block)."""
@@ -131,10 +134,12 @@ class PolicyContext:
     def set_message(self, address: str, message: Message) -> None:
         self.keeper.store.set(self._state + address.encode(), message.SerializeToString())
         self.keeper.touched.add(address)
+        self.keeper.verdict_touched.add(address)
 
     def delete(self, address: str) -> None:
         self.keeper.store.delete(self._state + address.encode())
         self.keeper.touched.add(address)
+        self.keeper.verdict_touched.add(address)
 
     def iterate_raw(self) -> Iterable[tuple[str, bytes]]:
         n = len(self._state)
@@ -202,6 +207,9 @@ class HealthPolicy:
 
     name: ClassVar[str] = "none"
     prefix: ClassVar[bytes] = b"\x00"
+    # Whether get_health reads participant records (then any write to one may change a verdict;
+    # otherwise only the policy's own writes can).
+    verdict_reads_participants: ClassVar[bool] = False
 
     def process_start(self, ctx: PolicyContext, address: str, inference_id: str) -> None:
         """An inference was assigned to ``address`` in this block."""

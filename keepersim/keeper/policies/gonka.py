@@ -49,6 +49,7 @@ def get_cooldown_end(entry: CircuitBreakerEntry) -> int:
 class GonkaBreaker(HealthPolicy):
     name: ClassVar[str] = "gonka"
     prefix: ClassVar[bytes] = b"\x01"
+    verdict_reads_participants: ClassVar[bool] = True  # the epoch miss rate
 
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> CircuitBreakerEntry:

@@ -298,13 +298,14 @@ class WindowedBreaker(HealthPolicy):
                 start_height=ctx.height, overdue_at=overdue_at, probe=entry.state == W_PROBE
             )
         )
-        ctx.mark_dirty(address)
+        ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY)  # a probe slot taken
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
     ) -> None:
         params = ctx.params.health_params.windowed
         entry = ctx.get_cached(address, self.get_entry)
+        before = entry.state
         index = find_open(entry, start_height, prefer_flagged=outcome is Outcome.MISS)
         item: OpenInference | None = None
         if index is not None:
@@ -346,7 +347,7 @@ class WindowedBreaker(HealthPolicy):
                 misses, samples = compute_window(entry, params.window)
                 if not is_window_failing(misses, samples, params):
                     self.process_readmit(ctx, entry, misses, samples)
-        ctx.mark_dirty(address)
+        ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
 
     def process_record_miss(self, ctx: PolicyContext, entry: WindowedEntry, capacity: bool) -> None:
         """Count a miss in the window and tell the fleet whether it was a capacity miss."""
@@ -354,14 +355,14 @@ class WindowedBreaker(HealthPolicy):
         ctx.recheck.add(entry.address)
         entry.capacity_misses += int(capacity)
         process_push_capacity_bit(ctx.get_cached(FLEET, self.get_entry), capacity)
-        ctx.mark_dirty(FLEET)
+        ctx.mark_dirty(FLEET, verdict=False)
 
     def process_latency(self, ctx: PolicyContext, entry: WindowedEntry, latency: int) -> None:
         append_bounded(entry.recent_latencies, latency, LATENCY_SAMPLES)
         append_bounded(
             ctx.get_cached(FLEET, self.get_entry).recent_latencies, latency, FLEET_LATENCY_SAMPLES
         )
-        ctx.mark_dirty(FLEET)
+        ctx.mark_dirty(FLEET, verdict=False)
 
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
         """Wake-ups (overdue deadlines, cooldown ends), then the gate for everyone touched;
@@ -371,12 +372,13 @@ class WindowedBreaker(HealthPolicy):
             entry = ctx.get_cached_if_stored(address, self.get_entry)
             if entry is None:
                 continue
+            before = entry.state
             changed = self.process_overdue(ctx, entry)
             if entry.state == W_EXCLUDED and ctx.height >= entry.probe_at_block:
                 self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
                 changed = True
             if changed:
-                ctx.mark_dirty(address)
+                ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
         # Gates after every wake-up: the saturation guard sees all of this block's overdue
         # flags. A window can start failing only on a new miss or by reaching min_samples
         # (process_outcome marks both for recheck); everyone touched is judged under new params,
