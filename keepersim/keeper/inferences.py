@@ -76,7 +76,7 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
     inference.max_tokens = msg.max_tokens
     inference.prompt_token_count = msg.prompt_token_count
     keeper.set_inference(inference)
-    ctx.policy.process_start(ctx.policy_ctx, msg.assigned_to, msg.inference_id)
+    ctx.policy.process_start(ctx.policy_ctx, msg.assigned_to, inference)
     keeper.emit(InferenceStarted(height, msg.inference_id, msg.assigned_to))
 
 
@@ -107,7 +107,7 @@ def process_finish_inference(ctx: BlockContext, msg: MsgFinishInference) -> None
     if msg.prompt_token_count:
         inference.prompt_token_count = msg.prompt_token_count
     keeper.set_inference(inference)
-    process_outcome(ctx, executor, Outcome.SUCCESS, inference.start_block_height)
+    process_outcome(ctx, executor, Outcome.SUCCESS, inference)
     keeper.emit(
         InferenceFinished(ctx.height, msg.inference_id, executor, inference.start_block_height)
     )
@@ -130,7 +130,7 @@ def process_decline_inference(ctx: BlockContext, msg: MsgDeclineInference) -> No
     inference.status = DECLINED
     inference.end_block_height = ctx.height
     keeper.set_inference(inference)
-    process_outcome(ctx, inference.assigned_to, Outcome.NEUTRAL, inference.start_block_height)
+    process_outcome(ctx, inference.assigned_to, Outcome.NEUTRAL, inference)
     keeper.emit(InferenceDeclined(ctx.height, msg.inference_id, inference.assigned_to, msg.reason))
 
 
@@ -144,7 +144,7 @@ def process_inference_expiry(ctx: BlockContext) -> None:
             continue
         inference.status = EXPIRED
         keeper.set_inference(inference)
-        process_outcome(ctx, inference.assigned_to, Outcome.MISS, inference.start_block_height)
+        process_outcome(ctx, inference.assigned_to, Outcome.MISS, inference)
         keeper.emit(
             InferenceExpired(
                 ctx.height, inference_id, inference.assigned_to, inference.start_block_height

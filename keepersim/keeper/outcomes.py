@@ -11,10 +11,18 @@ from keepersim.keeper.sprt import (
 )
 from keepersim.types.errors import UnknownParticipantError
 from keepersim.types.events import Outcome, ParticipantDeactivated
-from keepersim.types.pb.types_pb2 import ACTIVE, INACTIVE, ExcludedParticipant, Participant
+from keepersim.types.pb.types_pb2 import (
+    ACTIVE,
+    INACTIVE,
+    ExcludedParticipant,
+    Inference,
+    Participant,
+)
 
 
-def process_outcome(ctx: BlockContext, address: str, outcome: Outcome, start_height: int) -> None:
+def process_outcome(
+    ctx: BlockContext, address: str, outcome: Outcome, inference: Inference
+) -> None:
     keeper = ctx.keeper
     participant = keeper.get_participant(address)
     if participant is None:
@@ -29,7 +37,7 @@ def process_outcome(ctx: BlockContext, address: str, outcome: Outcome, start_hei
     else:
         stats.declined_requests += 1
     keeper.set_participant(participant)
-    ctx.policy.process_outcome(ctx.policy_ctx, address, outcome, start_height)
+    ctx.policy.process_outcome(ctx.policy_ctx, address, outcome, inference)
 
 
 def process_sprt(ctx: BlockContext, participant: Participant, fails: int, passes: int) -> None:

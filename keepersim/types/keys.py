@@ -26,8 +26,10 @@ PENDING_PARAMS = b"\x29"
 CHAIN_ID = b"\x2a"
 # Health-policy state: each policy owns one prefix byte (keepersim.keeper.policies).
 POLICY_STATE = b"\x40"
-# Height-keyed wake-up queue of health policies: (policy prefix, uint64 height, address).
+# Height-keyed wake-up queues of health policies: (policy prefix, uint64 height) -> the
+# addresses (POLICY_QUEUE) or other items, e.g. inference ids (POLICY_ITEMS), due then.
 POLICY_QUEUE = b"\x41"
+POLICY_ITEMS = b"\x42"
 
 U64_MAX = (1 << 64) - 1
 
@@ -120,7 +122,7 @@ def decode_queue_key(key: bytes) -> int:
 
 
 def encode_address_set(addresses: Iterable[str]) -> bytes:
-    """Sorted, distinct addresses joined by 0x00 (an address never holds that byte)."""
+    """Sorted, distinct addresses (or ids) joined by 0x00 (they never hold that byte)."""
     return b"\x00".join(sorted({a.encode() for a in addresses}))
 
 

@@ -150,6 +150,7 @@ def test_collection_prefixes_are_distinct_single_bytes() -> None:
         keys.CHAIN_ID,
         keys.POLICY_STATE,
         keys.POLICY_QUEUE,
+        keys.POLICY_ITEMS,
     ]
     assert all(len(p) == 1 for p in prefixes)
     assert len(set(prefixes)) == len(prefixes)

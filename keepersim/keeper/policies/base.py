@@ -15,10 +15,12 @@ from typing import ClassVar, TypeVar
 from google.protobuf.message import Message
 
 from keepersim.keeper.keeper import Keeper
+from keepersim.store.buffer import KVStore
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition, Outcome
 from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.types_pb2 import Inference
 
 NEVER = (1 << 63) - 1
 M = TypeVar("M", bound=Message)
@@ -49,6 +51,61 @@ class Health:
 ADMITTED = Health(True)
 
 
+class HeightQueue:
+    """A policy's height-keyed wake-ups: one key per height listing what is due then.
+
+    Scheduled items collect in memory and reach the store once per height in flush(); pop_due
+    takes everything due by now, stored or still in memory.
+    """
+
+    __slots__ = ("_store", "_prefix", "_height", "_pending")
+
+    def __init__(self, store: KVStore, prefix: bytes, height: int) -> None:
+        self._store = store
+        self._prefix = prefix
+        self._height = height
+        self._pending: dict[int, set[str]] = {}
+
+    def schedule(self, height: int, item: str) -> None:
+        """Due at ``height``; a height already past is due at the next pop."""
+        self._pending.setdefault(max(height, self._height), set()).add(item)
+
+    def pop_due(self) -> list[str]:
+        """Items due at a height <= now, distinct and sorted; removed from the queue."""
+        store = self._store
+        backend = getattr(store, "backend", None)
+        floors = _QUEUE_FLOORS.setdefault(backend, {}) if backend is not None else {}
+        last = floors.get(self._prefix)
+        # One height below the last pop: wake-ups scheduled at that height after its pop remain.
+        start = self._prefix if last is None else self._prefix + keys.encode_u64(max(last - 1, 0))
+        due = list(store.iterate(start, self._prefix + keys.encode_u64(self._height + 1)))
+        items: set[str] = set()
+        for key, raw in due:
+            store.delete(key)
+            items.update(keys.decode_address_set(raw))
+        for height in [h for h in self._pending if h <= self._height]:
+            items.update(self._pending.pop(height))
+        if backend is not None:
+            floors[self._prefix] = self._height
+        return sorted(items)
+
+    def flush(self) -> None:
+        store = self._store
+        for height in sorted(self._pending):
+            key = self._prefix + keys.queue_key(height)
+            raw = store.get(key)
+            items = self._pending[height]
+            if raw is not None:
+                items = items.union(keys.decode_address_set(raw))
+            store.set(key, keys.encode_address_set(items))
+        self._pending.clear()
+
+    def clear(self) -> None:
+        for key, _ in list(self._store.iterate(self._prefix, prefix_end(self._prefix))):
+            self._store.delete(key)
+        self._pending.clear()
+
+
 class PolicyContext:
     """What a policy may touch while a block is processed: its own store, its queue, params."""
 
@@ -58,11 +115,11 @@ class PolicyContext:
         "height",
         "recheck",
         "_state",
-        "_queue",
         "_name",
         "_cache",
         "_dirty",
-        "_wakeups",
+        "_queue",
+        "_items",
     )
 
     def __init__(self, keeper: Keeper, policy: HealthPolicy, height: int) -> None:
@@ -71,12 +128,12 @@ class PolicyContext:
         self.height = height
         self._name = policy.name
         self._state = keys.POLICY_STATE + policy.prefix
-        self._queue = keys.POLICY_QUEUE + policy.prefix
         # Addresses the policy wants to look at again in this block's end block.
         self.recheck: set[str] = set()
         self._cache: dict[str, Message] = {}
         self._dirty: set[str] = set()
-        self._wakeups: dict[int, set[str]] = {}
+        self._queue = HeightQueue(keeper.store, keys.POLICY_QUEUE + policy.prefix, height)
+        self._items = HeightQueue(keeper.store, keys.POLICY_ITEMS + policy.prefix, height)
 
     # A block's decoded entries: a policy that touches an entry several times in a block (a
     # start, a result, the end-block gate) decodes it once and encodes it once, in flush() at
@@ -119,14 +176,8 @@ class PolicyContext:
         for address in sorted(self._dirty):
             store.set(self._state + address.encode(), self._cache[address].SerializeToString())
         self._dirty.clear()
-        for height in sorted(self._wakeups):
-            key = self._queue + keys.queue_key(height)
-            raw = store.get(key)
-            addresses = self._wakeups[height]
-            if raw is not None:
-                addresses = addresses.union(keys.decode_address_set(raw))
-            store.set(key, keys.encode_address_set(addresses))
-        self._wakeups.clear()
+        self._queue.flush()
+        self._items.flush()
 
     def get_raw(self, address: str) -> bytes | None:
         return self.keeper.store.get(self._state + address.encode())
@@ -151,36 +202,25 @@ class PolicyContext:
         addresses = [address for address, _ in self.iterate_raw()]
         for address in addresses:
             self.delete(address)
-        for key, _ in list(self.keeper.store.iterate(self._queue, prefix_end(self._queue))):
-            self.keeper.store.delete(key)
-        self._wakeups.clear()
+        self._queue.clear()
+        self._items.clear()
         return addresses
 
     def schedule(self, height: int, address: str) -> None:
-        """Wake this policy for ``address`` in the end block of ``height`` (a height-keyed queue);
-        a height already past wakes it at the next pop, as if scheduled for now. Collected in
-        memory and written once per height by flush()."""
-        self._wakeups.setdefault(max(height, self.height), set()).add(address)
+        """Wake this policy for ``address`` in the end block of ``height`` (a past height: the
+        next end block)."""
+        self._queue.schedule(height, address)
 
     def pop_due(self) -> list[str]:
-        """Addresses queued for a height <= now, deduplicated and sorted; their entries deleted."""
-        store = self.keeper.store
-        backend = getattr(store, "backend", None)
-        floors = _QUEUE_FLOORS.setdefault(backend, {}) if backend is not None else {}
-        last = floors.get(self._queue)
-        # One height below the last pop: wake-ups scheduled at that height after its pop remain.
-        start = self._queue if last is None else self._queue + keys.encode_u64(max(last - 1, 0))
-        stop = self._queue + keys.encode_u64(self.height + 1)
-        due = list(store.iterate(start, stop))
-        addresses: set[str] = set()
-        for key, raw in due:
-            store.delete(key)
-            addresses.update(keys.decode_address_set(raw))
-        for height in [h for h in self._wakeups if h <= self.height]:
-            addresses.update(self._wakeups.pop(height))
-        if backend is not None:
-            floors[self._queue] = self.height
-        return sorted(addresses)
+        """Addresses due by now, distinct and sorted; removed from the queue."""
+        return self._queue.pop_due()
+
+    def schedule_item(self, height: int, item: str) -> None:
+        """Like schedule, for an item of the policy's own choosing (e.g. an inference id)."""
+        self._items.schedule(height, item)
+
+    def pop_due_items(self) -> list[str]:
+        return self._items.pop_due()
 
     def emit_transition(self, address: str, from_state: str, to_state: str, reason: str) -> None:
         self.keeper.emit(
@@ -211,11 +251,11 @@ class HealthPolicy:
     # otherwise only the policy's own writes can).
     verdict_reads_participants: ClassVar[bool] = False
 
-    def process_start(self, ctx: PolicyContext, address: str, inference_id: str) -> None:
+    def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         """An inference was assigned to ``address`` in this block."""
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
+        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         """A result about ``address`` became known in this block."""
 

@@ -35,6 +35,7 @@ from keepersim.keeper.policies.base import (
 from keepersim.types.events import Outcome
 from keepersim.types.pb.health_pb2 import CLOSED, HALF_OPEN, OPEN, ConsecutiveEntry
 from keepersim.types.pb.params_pb2 import ConsecutiveParams, Params
+from keepersim.types.pb.types_pb2 import Inference
 
 STATE_NAMES = {CLOSED: "closed", OPEN: "open", HALF_OPEN: "half_open"}
 DEFAULT_PUSHBACK = frozenset({"declined"})
@@ -128,7 +129,7 @@ class ConsecutiveBreaker(HealthPolicy):
         return ConsecutiveEntry.FromString(raw)
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
+        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         settings = get_settings(ctx.params.health_params.consecutive, address)
         kind = compute_outcome_class(outcome, settings.pushback)

@@ -23,7 +23,7 @@ from keepersim.types.pb.health_pb2 import (
     CircuitBreakerEntry,
 )
 from keepersim.types.pb.params_pb2 import CircuitBreakerParams
-from keepersim.types.pb.types_pb2 import CurrentEpochStats
+from keepersim.types.pb.types_pb2 import CurrentEpochStats, Inference
 
 STATE_NAMES = {HEALTHY: "healthy", EXCLUDED: "excluded", PROBE: "probe"}
 
@@ -58,7 +58,7 @@ class GonkaBreaker(HealthPolicy):
         return CircuitBreakerEntry.FromString(raw)
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
+        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         """RecordCBResult: acts only in PROBE."""
         raw = ctx.get_raw(address)

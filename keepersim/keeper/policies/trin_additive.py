@@ -40,6 +40,7 @@ from keepersim.keeper.policies.base import (
 from keepersim.types.events import Outcome
 from keepersim.types.pb.health_pb2 import ScoreEvent, TrinAdditiveEntry
 from keepersim.types.pb.params_pb2 import Params, TrinAdditiveParams
+from keepersim.types.pb.types_pb2 import Inference
 
 
 def get_delta(outcome: Outcome, params: TrinAdditiveParams) -> int:
@@ -173,7 +174,7 @@ class TrinAdditive(HealthPolicy):
         return events
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
+        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         params = ctx.params.health_params.trin_additive
         height = ctx.height

@@ -35,6 +35,7 @@ from keepersim.keeper.policies.base import (
 from keepersim.types.events import Outcome
 from keepersim.types.pb.health_pb2 import TrinMultiplicativeEntry
 from keepersim.types.pb.params_pb2 import TrinMultiplicativeParams
+from keepersim.types.pb.types_pb2 import Inference
 
 HISTORY_BITS = 32
 HISTORY_MASK = (1 << HISTORY_BITS) - 1
@@ -145,7 +146,7 @@ class TrinMultiplicative(HealthPolicy):
             ctx.get_raw(address), failure_bits, outcome_count, last_selected_block
         )
 
-    def process_start(self, ctx: PolicyContext, address: str, inference_id: str) -> None:
+    def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         """The offer: the idle clock restarts."""
         entry = self.get_decoded(ctx.get_raw(address), address)
         if entry.raw is not None and entry.last_selected_block == ctx.height:
@@ -153,7 +154,7 @@ class TrinMultiplicative(HealthPolicy):
         self.set_entry(ctx, address, entry.failure_bits, entry.outcome_count, ctx.height)
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
+        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         if outcome is Outcome.NEUTRAL:
             return  # a rejected offer is neither a failure nor part of the history

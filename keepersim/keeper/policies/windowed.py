@@ -9,7 +9,9 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
 - Earliest chain-visible evidence: an inference still open ``overdue`` blocks after its start
   counts as a provisional miss long before it expires. ``overdue = max(overdue_min_blocks,
   overdue_factor * slowest recent latency)`` of the participant (its last 8 successes), or of
-  the fleet (last 32) while it has fewer than 4, so slow-but-healthy nodes are not flagged. Each
+  the fleet (last 32) while it has fewer than 4, so slow-but-healthy nodes are not flagged.
+  A start only queues its inference id at its deadline height (one key per height for all of
+  them); at the deadline an inference still STARTED is flagged and remembered in the entry. Each
   flag sits at a ring position (``flag_seq``): a late success turns it into the success it was,
   a decline removes it (pushback never counts) and the final expiry adds nothing (counted once).
 - Confidence gate instead of a bare threshold: exclude when n >= min_samples, m/n > p0 and the
@@ -35,9 +37,9 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   panic_healthy_weight_pct admitted weight: capacity limits cannot cascade into an outage.
   A participant let in by the cap or the panic gets its full weight, as the cap intends.
 - Pushback (a decline) never counts: it is not a failure, never resets or closes anything.
-- Saturation guard. Each open inference counts the participant's successes that were running
-  when it started (``covered_by``, counted as they finish); ``served_concurrency`` is the most
-  it was seen to run at once. A miss that started with at least that many successes running
+- Saturation guard. The entry keeps its newest successes as [start, finish) spans, and
+  ``served_concurrency``, the most it was seen to run at once. A miss that started with at
+  least that many recent successes running
   found the participant full: a capacity miss (a dead or flaky node misses with nothing
   running). One such miss is ambiguous (a burst can look the same), so it still counts in the
   window; but the fleet keeps a ring of its recent misses' kinds, and while at least
@@ -45,16 +47,17 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   no one: excluding a node then only moves its traffic onto full nodes (on the built-in
   overload fleet even the oracle's exclusions raise the miss rate).
 
-State is written only by outcomes, process_start and the end block's wake-ups (overdue
-deadlines, cooldown ends) plus the gate check of participants touched in the block, so a quiet
-block costs nothing per participant. The fleet's latency samples live in the entry of the empty
+State is written by outcomes, by starts while probing, and by the end block's wake-ups
+(overdue deadlines, cooldown ends) and gate, each entry once per block (PolicyContext's block
+cache), so a quiet block costs nothing per participant and a healthy participant's start costs
+no write. The fleet's latency samples and capacity-miss ring live in the entry of the empty
 address (never a participant's).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import MutableSequence
+from collections.abc import MutableSequence, Sequence
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
@@ -73,7 +76,7 @@ from keepersim.types.pb.health_pb2 import (
     WindowedEntry,
 )
 from keepersim.types.pb.params_pb2 import Params, WindowedParams
-from keepersim.types.pb.types_pb2 import STARTED
+from keepersim.types.pb.types_pb2 import STARTED, Inference
 
 STATE_NAMES = {W_HEALTHY: "healthy", W_EXCLUDED: "excluded", W_PROBE: "probe"}
 RING_BITS = 64
@@ -83,6 +86,7 @@ FLEET_LATENCY_SAMPLES = 32
 MIN_OWN_LATENCY_SAMPLES = 4
 FLEET = ""  # the entry that holds the fleet's latency samples and its capacity-miss ring
 MIN_SATURATION_SAMPLES = 16
+SUCCESS_SPANS = 32
 RAMP_STEPS = 10
 MAX_STRIKES = 32
 PPM = 1_000_000
@@ -108,18 +112,29 @@ def get_ring_position(entry: WindowedEntry, seq: int) -> int | None:
     return position if 0 <= position < RING_BITS else None
 
 
-def is_capacity_miss(entry: WindowedEntry, item: OpenInference) -> bool:
+def count_running(entry: WindowedEntry, height: int) -> int:
+    """Recent successes of the participant that were running at ``height``. Spans are kept in
+    finish order, so only the newest ones, those finishing after ``height``, need a look."""
+    starts, finishes = entry.success_starts, entry.success_finishes
+    running = 0
+    i = len(finishes) - 1
+    while i >= 0 and finishes[i] > height:
+        running += starts[i] <= height
+        i -= 1
+    return running
+
+
+def is_capacity_miss(entry: WindowedEntry, start_height: int) -> bool:
     """It started while as many successes ran as the participant was ever seen to serve."""
-    return item.covered_by >= 1 and item.covered_by >= entry.served_concurrency
+    running = count_running(entry, start_height)
+    return running >= 1 and running >= entry.served_concurrency
 
 
-def process_count_success(entry: WindowedEntry, item: OpenInference, height: int) -> None:
-    """A success ran over [start, height): it covered the start of every open inference begun
-    in that span, and its own start tells how many ran at once."""
-    for other in entry.open:
-        if item.start_height <= other.start_height < height:
-            other.covered_by += 1
-    entry.served_concurrency = max(entry.served_concurrency, item.covered_by + 1)
+def process_record_span(entry: WindowedEntry, start_height: int, height: int) -> None:
+    """A success ran over [start_height, height): note it and how many ran beside it."""
+    entry.served_concurrency = max(entry.served_concurrency, count_running(entry, start_height) + 1)
+    append_bounded(entry.success_starts, start_height, SUCCESS_SPANS)
+    append_bounded(entry.success_finishes, height, SUCCESS_SPANS)
 
 
 def process_push_capacity_bit(fleet: WindowedEntry, capacity: bool) -> None:
@@ -214,12 +229,16 @@ def compute_ramp(readmitted_at: int, height: int, params: WindowedParams) -> tup
     return pct, next_step_at - 1
 
 
-def compute_overdue_blocks(own: list[int], fleet: list[int], params: WindowedParams) -> int | None:
+def compute_overdue_blocks(
+    own: Sequence[int], fleet: Sequence[int], params: WindowedParams
+) -> int | None:
     """Blocks after which an open inference is provisional miss evidence (None: no samples)."""
-    samples = own if len(own) >= MIN_OWN_LATENCY_SAMPLES else own + fleet
-    if not samples:
-        return None
-    return max(params.overdue_min_blocks, params.overdue_factor * max(samples))
+    slowest = max(own, default=0)
+    if len(own) < MIN_OWN_LATENCY_SAMPLES:
+        if not own and not fleet:
+            return None
+        slowest = max(slowest, max(fleet, default=0))
+    return max(params.overdue_min_blocks, params.overdue_factor * slowest)
 
 
 def count_probes_in_flight(entry: WindowedEntry, height: int, expiration_blocks: int) -> int:
@@ -228,17 +247,12 @@ def count_probes_in_flight(entry: WindowedEntry, height: int, expiration_blocks:
     )
 
 
-def find_open(entry: WindowedEntry, start_height: int, prefer_flagged: bool) -> int | None:
-    """Index of the open inference this result resolves (same start height; ties by preference)."""
-    fallback = None
+def find_open(entry: WindowedEntry, inference_id: str) -> int | None:
+    """Index of the remembered inference with this id, if any."""
     for i, item in enumerate(entry.open):
-        if item.start_height != start_height:
-            continue
-        if item.flagged == prefer_flagged:
+        if item.inference_id == inference_id:
             return i
-        if fallback is None:
-            fallback = i
-    return fallback
+    return None
 
 
 def process_prune(entry: WindowedEntry, height: int, expiration_blocks: int) -> None:
@@ -275,38 +289,36 @@ class WindowedBreaker(HealthPolicy):
 
     # --- writes -------------------------------------------------------------------------
 
-    def process_start(self, ctx: PolicyContext, address: str, inference_id: str) -> None:
-        """Open a record of the inference: its probe slot and its overdue deadline."""
-        inference = ctx.keeper.get_inference(inference_id)
-        if inference is None or inference.status != STARTED:
+    def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
+        """Queue the inference's overdue deadline; a probe also takes a slot in the entry."""
+        if inference.status != STARTED:
             return  # finished before it started: already resolved
         params = ctx.params.health_params.windowed
         expiration = ctx.params.expiration_blocks
         entry = ctx.get_cached(address, self.get_entry)
-        process_prune(entry, ctx.height, expiration)
-        own = list(entry.recent_latencies)
-        fleet: list[int] = []
+        own = entry.recent_latencies
+        fleet: Sequence[int] = ()
         if len(own) < MIN_OWN_LATENCY_SAMPLES:
-            fleet = list(ctx.get_cached(FLEET, self.get_entry).recent_latencies)
+            fleet = ctx.get_cached(FLEET, self.get_entry).recent_latencies
         overdue = compute_overdue_blocks(own, fleet, params)
-        overdue_at = 0
         if overdue is not None and overdue < expiration:
-            overdue_at = ctx.height + overdue
-            ctx.schedule(overdue_at, address)
-        entry.open.append(
-            OpenInference(
-                start_height=ctx.height, overdue_at=overdue_at, probe=entry.state == W_PROBE
+            ctx.schedule_item(ctx.height + overdue, inference.inference_id)
+        if entry.state == W_PROBE:
+            process_prune(entry, ctx.height, expiration)
+            entry.open.append(
+                OpenInference(
+                    start_height=ctx.height, probe=True, inference_id=inference.inference_id
+                )
             )
-        )
-        ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY)  # a probe slot taken
+            ctx.mark_dirty(address)  # a probe slot taken
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, start_height: int
+        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         params = ctx.params.health_params.windowed
         entry = ctx.get_cached(address, self.get_entry)
         before = entry.state
-        index = find_open(entry, start_height, prefer_flagged=outcome is Outcome.MISS)
+        index = find_open(entry, inference.inference_id)
         item: OpenInference | None = None
         if index is not None:
             item = OpenInference()
@@ -319,16 +331,16 @@ class WindowedBreaker(HealthPolicy):
             if item is not None and flagged:
                 process_remove_flag(entry, item)
         elif outcome is Outcome.SUCCESS:
-            if item is not None:
-                process_count_success(entry, item, ctx.height)
-                self.process_latency(ctx, entry, ctx.height - item.start_height)
+            process_record_span(entry, inference.start_block_height, ctx.height)
+            self.process_latency(ctx, entry, ctx.height - inference.start_block_height)
             if item is not None and flagged:
                 process_clear_flag(entry, item)
                 entry.overdue_undone += 1
             else:
                 process_push(entry, miss=False)
         elif not flagged:
-            self.process_record_miss(ctx, entry, item is not None and is_capacity_miss(entry, item))
+            capacity = is_capacity_miss(entry, inference.start_block_height)
+            self.process_record_miss(ctx, entry, capacity)
         process_prune(entry, ctx.height, ctx.params.expiration_blocks)
         if min(entry.outcome_seq, params.window) <= params.min_samples:
             ctx.recheck.add(address)  # too few samples before: the window may be judged now
@@ -365,20 +377,16 @@ class WindowedBreaker(HealthPolicy):
         ctx.mark_dirty(FLEET, verdict=False)
 
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
-        """Wake-ups (overdue deadlines, cooldown ends), then the gate for everyone touched;
-        then the block's entries are written, each once."""
-        due = ctx.pop_due()
-        for address in due:
+        """Overdue deadlines, cooldown ends, then the gate for the windows that may now fail
+        (the block's entries are written once, after the end block)."""
+        for inference_id in ctx.pop_due_items():
+            self.process_overdue(ctx, inference_id)
+        for address in ctx.pop_due():
             entry = ctx.get_cached_if_stored(address, self.get_entry)
-            if entry is None:
+            if entry is None or entry.state != W_EXCLUDED or ctx.height < entry.probe_at_block:
                 continue
-            before = entry.state
-            changed = self.process_overdue(ctx, entry)
-            if entry.state == W_EXCLUDED and ctx.height >= entry.probe_at_block:
-                self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
-                changed = True
-            if changed:
-                ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
+            self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
+            ctx.mark_dirty(address)
         # Gates after every wake-up: the saturation guard sees all of this block's overdue
         # flags. A window can start failing only on a new miss or by reaching min_samples
         # (process_outcome marks both for recheck); everyone touched is judged under new params,
@@ -407,22 +415,30 @@ class WindowedBreaker(HealthPolicy):
         self.process_exclude(ctx, entry, f"window {misses}/{samples} missed")
         return True
 
-    def process_overdue(self, ctx: PolicyContext, entry: WindowedEntry) -> bool:
-        """Flag open inferences past their overdue deadline as provisional misses."""
-        flagged = 0
-        probe_failed = False
-        for item in entry.open:
-            if item.flagged or item.overdue_at == 0 or item.overdue_at > ctx.height:
-                continue
-            item.flagged = True
-            item.flag_seq = entry.outcome_seq
-            self.process_record_miss(ctx, entry, is_capacity_miss(entry, item))
-            flagged += 1
-            probe_failed = probe_failed or item.probe
-        entry.overdue_flags += flagged
-        if probe_failed and entry.state == W_PROBE:
+    def process_overdue(self, ctx: PolicyContext, inference_id: str) -> None:
+        """The inference's overdue deadline: still unfinished, it is a provisional miss."""
+        inference = ctx.keeper.get_inference(inference_id)
+        if inference is None or inference.status != STARTED:
+            return  # resolved in time (or declined, or finished by another executor)
+        address = inference.assigned_to
+        entry = ctx.get_cached(address, self.get_entry)
+        before = entry.state
+        process_prune(entry, ctx.height, ctx.params.expiration_blocks)
+        index = find_open(entry, inference_id)
+        if index is None:
+            item = entry.open.add(start_height=inference.start_block_height)
+            item.inference_id = inference_id
+        else:
+            item = entry.open[index]
+            if item.flagged:
+                return
+        item.flagged = True
+        item.flag_seq = entry.outcome_seq
+        self.process_record_miss(ctx, entry, is_capacity_miss(entry, item.start_height))
+        entry.overdue_flags += 1
+        if item.probe and entry.state == W_PROBE:
             self.process_exclude(ctx, entry, "probe overdue", failed_probe=True)
-        return flagged > 0
+        ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
 
     def process_exclude(
         self, ctx: PolicyContext, entry: WindowedEntry, reason: str, failed_probe: bool = False

@@ -244,41 +244,37 @@ Global___TrinMultiplicativeEntry: _TypeAlias = TrinMultiplicativeEntry  # noqa: 
 
 @_typing.final
 class OpenInference(_message.Message):
-    """An inference assigned to the participant and not yet resolved (at most expiration_blocks old)."""
+    """An unresolved inference of the participant that the policy must remember (at most
+    expiration_blocks old): a probe (it holds a probe slot) or one flagged overdue. Other
+    inferences in flight are only an id in the policy's height-keyed overdue queue.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     START_HEIGHT_FIELD_NUMBER: _builtins.int
-    OVERDUE_AT_FIELD_NUMBER: _builtins.int
     PROBE_FIELD_NUMBER: _builtins.int
     FLAGGED_FIELD_NUMBER: _builtins.int
     FLAG_SEQ_FIELD_NUMBER: _builtins.int
-    COVERED_BY_FIELD_NUMBER: _builtins.int
+    INFERENCE_ID_FIELD_NUMBER: _builtins.int
     start_height: _builtins.int
-    overdue_at: _builtins.int
-    """End block in which it counts as provisional miss evidence if still open (0: never)."""
     probe: _builtins.bool
     """Assigned while the participant was probing: it holds one of the max_probes slots."""
     flagged: _builtins.bool
     """Counted as a provisional miss; flag_seq is the ring position (outcome_seq at the time)."""
     flag_seq: _builtins.int
-    covered_by: _builtins.int
-    """Successes of the participant that were running when this one started (counted as they
-    finish): its load at the start, as the chain saw it.
-    """
+    inference_id: _builtins.str
     def __init__(
         self,
         *,
         start_height: _builtins.int = ...,
-        overdue_at: _builtins.int = ...,
         probe: _builtins.bool = ...,
         flagged: _builtins.bool = ...,
         flag_seq: _builtins.int = ...,
-        covered_by: _builtins.int = ...,
+        inference_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["covered_by", b"covered_by", "flag_seq", b"flag_seq", "flagged", b"flagged", "overdue_at", b"overdue_at", "probe", b"probe", "start_height", b"start_height"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag_seq", b"flag_seq", "flagged", b"flagged", "inference_id", b"inference_id", "probe", b"probe", "start_height", b"start_height"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -306,6 +302,8 @@ class WindowedEntry(_message.Message):
     CAPACITY_MISSES_FIELD_NUMBER: _builtins.int
     CAPACITY_BITS_FIELD_NUMBER: _builtins.int
     CAPACITY_SEQ_FIELD_NUMBER: _builtins.int
+    SUCCESS_STARTS_FIELD_NUMBER: _builtins.int
+    SUCCESS_FINISHES_FIELD_NUMBER: _builtins.int
     address: _builtins.str
     state: Global___WindowedState.ValueType
     failure_bits: _builtins.int
@@ -325,7 +323,7 @@ class WindowedEntry(_message.Message):
     overdue_flags: _builtins.int
     overdue_undone: _builtins.int
     served_concurrency: _builtins.int
-    """Most successes seen running at once (a success's covered_by + 1, maximum so far)."""
+    """Most successes seen running at once (maximum so far, from the recent success spans)."""
     capacity_misses: _builtins.int
     """Misses that started at the served concurrency (capacity misses; still counted in the
     window). The fleet entry keeps a ring of the fleet's recent misses, bit 1 = capacity miss,
@@ -339,6 +337,12 @@ class WindowedEntry(_message.Message):
 
     @_builtins.property
     def open(self) -> _containers.RepeatedCompositeFieldContainer[Global___OpenInference]: ...
+    @_builtins.property
+    def success_starts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The newest successes as [start, finish) height spans, oldest first: who was running when."""
+
+    @_builtins.property
+    def success_finishes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -360,10 +364,12 @@ class WindowedEntry(_message.Message):
         capacity_misses: _builtins.int = ...,
         capacity_bits: _builtins.int = ...,
         capacity_seq: _builtins.int = ...,
+        success_starts: _abc.Iterable[_builtins.int] | None = ...,
+        success_finishes: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bits", b"capacity_bits", "capacity_misses", b"capacity_misses", "capacity_seq", b"capacity_seq", "cooldown_blocks", b"cooldown_blocks", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "served_concurrency", b"served_concurrency", "state", b"state", "strikes", b"strikes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bits", b"capacity_bits", "capacity_misses", b"capacity_misses", "capacity_seq", b"capacity_seq", "cooldown_blocks", b"cooldown_blocks", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "served_concurrency", b"served_concurrency", "state", b"state", "strikes", b"strikes", "success_finishes", b"success_finishes", "success_starts", b"success_starts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
