@@ -58,10 +58,11 @@ def weights(net: Net) -> dict[str, int]:
 
 def test_gate_vectors() -> None:
     w = get_default_health_params().windowed
-    assert (w.baseline_miss_pct, w.confidence_z_milli, w.min_samples) == (5, 2500, 4)
+    assert (w.baseline_miss_pct, w.confidence_z_milli, w.min_samples) == (7, 2500, 4)
     assert is_window_failing(10, 32, w)  # 31%
-    assert is_window_failing(7, 32, w)  # 22%
-    assert not is_window_failing(2, 32, w)  # 6%: above the baseline but not significantly
+    assert is_window_failing(6, 32, w)  # 19%
+    assert not is_window_failing(5, 32, w)  # 16%: above the baseline but not significantly
+    assert not is_window_failing(3, 32, w)  # 9%
     assert not is_window_failing(1, 20, w)  # 5%
     assert not is_window_failing(1, 4, w)  # one miss in four is not enough
     assert is_window_failing(2, 4, w)
@@ -223,10 +224,10 @@ def test_window_survives_a_probe_success(make_net: NetFactory) -> None:
     assert (view["state"], view["window_misses"], view["window_samples"]) == ("probe", 2, 6)
     while net.state("a")["state"] == "probe":
         net.succeed("a")
-    # Re-admitted once the kept misses are diluted enough: 2 of 9 passes the default gate.
+    # Re-admitted once the kept misses are diluted enough: 2 of 7 passes the default gate.
     assert to_names(net.transitions("a"))[-1] == ("probe", "healthy")
     view = net.state("a")
-    assert (view["window_misses"], view["window_samples"]) == (2, 9)
+    assert (view["window_misses"], view["window_samples"]) == (2, 7)
 
 
 def test_window_survives_the_epoch_boundary(make_net: NetFactory) -> None:
