@@ -89,8 +89,10 @@ def compute_t_interval(
 
 
 def compute_oracle_efficiency(misses_none: int, misses_policy: int, misses_oracle: int) -> float:
-    """``(none - policy) / (none - oracle)`` on one seed; NaN when the denominator is 0."""
+    """``(none - policy) / (none - oracle)`` on one seed; NaN unless the oracle beats no policy
+    (with nothing avoidable, e.g. the oracle's exclusions overloading a capacity-limited fleet,
+    the ratio has no meaning: a worse policy would score a large positive "efficiency")."""
     denominator = misses_none - misses_oracle
-    if denominator == 0:
+    if denominator <= 0:
         return math.nan
     return (misses_none - misses_policy) / denominator

@@ -44,6 +44,8 @@ def test_oracle_efficiency_is_nan_safe() -> None:
     assert compute_oracle_efficiency(100, 100, 20) == 0.0
     assert compute_oracle_efficiency(100, 20, 20) == 1.0
     assert math.isnan(compute_oracle_efficiency(50, 40, 50))
+    # The oracle worse than no policy (overload): nothing avoidable, no efficiency.
+    assert math.isnan(compute_oracle_efficiency(100, 200, 110))
     assert mean_or_none([math.nan, None]) is None
     assert mean_or_none([1.0, math.nan, 3.0]) == 2.0
 
