@@ -76,9 +76,22 @@ class HeightQueue:
         backend = getattr(store, "backend", None)
         floors = _QUEUE_FLOORS.setdefault(backend, {}) if backend is not None else {}
         last = floors.get(self._prefix)
-        # One height below the last pop: wake-ups scheduled at that height after its pop remain.
-        start = self._prefix if last is None else self._prefix + keys.encode_u64(max(last - 1, 0))
-        due = list(store.iterate(start, self._prefix + keys.encode_u64(self._height + 1)))
+        due: list[tuple[bytes, bytes]]
+        if last == self._height - 1:
+            # The last block popped too: only its height (wake-ups scheduled there after its
+            # pop) and ours can hold keys. Two reads instead of a LevelDB iterator.
+            due = []
+            for height in (last, self._height):
+                key = self._prefix + keys.queue_key(height)
+                raw = store.get(key)
+                if raw is not None:
+                    due.append((key, raw))
+        else:
+            # One height below the last pop: wake-ups scheduled there after its pop remain.
+            start = self._prefix
+            if last is not None:
+                start += keys.encode_u64(max(last - 1, 0))
+            due = list(store.iterate(start, self._prefix + keys.encode_u64(self._height + 1)))
         items: set[str] = set()
         for key, raw in due:
             store.delete(key)
