@@ -143,7 +143,7 @@ def test_overdue_is_evidence_long_before_expiry(make_net: NetFactory) -> None:
     assert len(expired) == 4
     view = net.state("a")
     assert (view["window_misses"], view["window_samples"], view["outcomes_recorded"]) == (4, 8, 8)
-    assert view["open_inferences"] == 0
+    assert view["remembered_inferences"] == 0
 
 
 def test_late_success_undoes_the_provisional_miss(make_net: NetFactory) -> None:
@@ -421,7 +421,7 @@ def test_overdue_flag_of_an_inference_finished_by_another_is_withdrawn(
     assert net.state("a")["window_misses"] == 1  # nothing rewrites the entry while idle
     net.succeed("a")  # the next write prunes the stale record and withdraws its flag
     view = net.state("a")
-    assert (view["window_misses"], view["window_samples"], view["open_inferences"]) == (0, 5, 0)
+    assert (view["window_misses"], view["window_samples"], view["remembered_inferences"]) == (0, 5, 0)
 
 
 # --- capacity misses and the saturation guard ---------------------------------------------

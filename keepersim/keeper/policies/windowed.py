@@ -547,7 +547,7 @@ class WindowedBreaker(HealthPolicy):
             "cooldown_blocks": entry.cooldown_blocks,
             "probe_at_block": entry.probe_at_block if entry.state == W_EXCLUDED else None,
             "readmitted_at_block": entry.readmitted_at_block,
-            "open_inferences": len(entry.open),
+            "remembered_inferences": len(entry.open),  # probes and flagged ones
             "open_flagged": sum(1 for item in entry.open if item.flagged),
             "probes_in_flight": count_probes_in_flight(
                 entry, height, reader.params.expiration_blocks
