@@ -121,6 +121,11 @@ def get_draw_weight(weight: int, health: Health, shadow: bool) -> int:
     return 0 if health.factor_num <= 0 else 1
 
 
+def get_gate_draw_weight(weight: int, health: Health, shadow: bool) -> int:
+    """The draw weight when the gate alone decides: a closed gate draws only in shadow."""
+    return get_draw_weight(weight, health, shadow) if shadow or health.admitted else 0
+
+
 def compute_selection_table(
     candidates: Sequence[Candidate],
     healths: Sequence[Health],
@@ -243,7 +248,7 @@ class IncrementalTable:
         """Draw weights when the gate alone decides: a closed gate draws only in shadow."""
         self.shadow = shadow
         self.draw = [
-            get_draw_weight(c.weight, h, shadow) if shadow or h.admitted else 0
+            get_gate_draw_weight(c.weight, h, shadow)
             for c, h in zip(self.candidates, self.healths, strict=True)
         ]
         self.draw_zero = self.draw.count(0)
@@ -257,12 +262,7 @@ class IncrementalTable:
             self.out[i] = not health.admitted
             self.out_weight += -weight if health.admitted else weight
             self.out_count += -1 if health.admitted else 1
-        shadow = self.shadow
-        w = (
-            get_draw_weight(self.candidates[i].weight, health, shadow)
-            if shadow or health.admitted
-            else 0
-        )
+        w = get_gate_draw_weight(self.candidates[i].weight, health, self.shadow)
         self.draw_zero += (w == 0) - (self.draw[i] == 0)
         self.draw[i] = w
 
