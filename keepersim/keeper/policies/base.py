@@ -154,11 +154,10 @@ class PolicyContext:
     # one block is an error of the policy.
     def get_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
         """The block's decoded entry of ``address`` (``decode(raw or None, address)`` once)."""
-        entry = self._cache.get(address)
+        entry = self.get_cached_if_stored(address, decode)
         if entry is None:
-            entry = decode(self.get_raw(address), address)
-            self._cache[address] = entry
-        return entry  # type: ignore[return-value]
+            entry = self._cache[address] = decode(None, address)
+        return entry
 
     def is_cached(self, address: str) -> bool:
         return address in self._cache
