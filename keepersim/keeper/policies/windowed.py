@@ -342,7 +342,7 @@ class WindowedBreaker(HealthPolicy):
             capacity = is_capacity_miss(entry, inference.start_block_height)
             self.process_record_miss(ctx, entry, capacity)
         process_prune(entry, ctx.height, ctx.params.expiration_blocks)
-        if min(entry.outcome_seq, params.window) <= params.min_samples:
+        if compute_window(entry, params.window)[1] <= params.min_samples:
             ctx.recheck.add(address)  # too few samples before: the window may be judged now
         if entry.state == W_EXCLUDED and flagged and outcome is not Outcome.MISS:
             # Provisional evidence withdrawn: if the window no longer fails, probe right away
