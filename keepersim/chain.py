@@ -293,7 +293,7 @@ class Chain:
             buffer = self._store.begin()
             try:
                 keeper = Keeper(buffer, self._chain_id, self._params)
-                params_changed = begin_block(keeper, h)
+                begin_block(keeper, h)
                 params = keeper.get_params()
                 policy = self.get_policy_object(params.health_params.policy)
                 ctx = BlockContext(keeper, policy, h)
@@ -314,7 +314,7 @@ class Chain:
                         registered = registered or kind in _REGISTRATION_KINDS
                 end_block(ctx)
                 reset = (
-                    params_changed
+                    keeper.params_changed
                     or registered
                     or any(
                         isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events

@@ -10,11 +10,12 @@ from keepersim.keeper.keeper import Keeper
 from keepersim.module.epoch import process_epoch_boundary
 
 
-def process_pending_params(keeper: Keeper, height: int) -> bool:
-    """Params accepted by governance in the previous block take effect now."""
+def process_pending_params(keeper: Keeper, height: int) -> None:
+    """Params accepted by governance in the previous block take effect now; the keeper records
+    it (``params_changed``: every derived selection datum is then stale)."""
     pending = keeper.get_pending_params()
     if pending is None:
-        return False
+        return
     keeper.set_params(pending)
     keeper.delete_pending_params()
     keeper.params_changed = True
@@ -22,12 +23,10 @@ def process_pending_params(keeper: Keeper, height: int) -> bool:
     everyone = [p.address for p in keeper.iterate_participants()]
     keeper.touched.update(everyone)
     keeper.verdict_touched.update(everyone)
-    return True
 
 
-def begin_block(keeper: Keeper, height: int) -> bool:
-    """Returns whether new params took effect (every derived selection datum is then stale)."""
-    return process_pending_params(keeper, height)
+def begin_block(keeper: Keeper, height: int) -> None:
+    process_pending_params(keeper, height)
 
 
 def process_policy_end_block(ctx: BlockContext) -> None:
