@@ -7,6 +7,7 @@ batched put measured in the same run (these machines are noisy, ratios are what 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,46 +129,64 @@ def run_synthetic(
     return SyntheticLoad(per_block, miss_every, latency).process_blocks(chain, blocks)
 
 
+@dataclass
+class Lockstep:
+    """Wall time, CPU time (this process, LevelDB's threads included) and work units per runner."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+    units: int = 0
+
+
+def run_lockstep(
+    runners: dict[str, Callable[[int], int]], blocks: int, chunk: int
+) -> dict[str, Lockstep]:
+    """Run each ``runner(n) -> work units`` for ``blocks`` blocks in chunks, in a rotating turn,
+    timing each runner's chunks: load on the machine hits all of them alike, so their ratios
+    hold where one-after-another runs do not."""
+    names = list(runners)
+    out = {name: Lockstep() for name in names}
+    for k, start in enumerate(range(0, blocks, chunk)):
+        n = min(chunk, blocks - start)
+        turn = k % len(names)
+        for name in names[turn:] + names[:turn]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            out[name].units += runners[name](n)
+            out[name].wall += time.perf_counter() - t0
+            out[name].cpu += time.process_time() - c0
+    return out
+
+
 @bench("module_throughput")
 def bench_module(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
-    """150 participants, 5 inferences a block, a LevelDB commit every block.
-
-    The policies run in lockstep (a chunk of blocks on each chain in turn, the turn order
-    rotating, each policy's chunks timed and summed): load on the machine hits all of them alike,
-    so the ratios hold on a noisy machine where one-after-another runs do not.
-    """
+    """150 participants, 5 inferences a block, a LevelDB commit every block; the policies in
+    lockstep (run_lockstep)."""
     unit = out["raw_put"]["seconds_per_put"]
     blocks = 600 if args.quick else 3000
     chunk = 20
     policies = list(args.policies or ["gonka"])
-    seconds = dict.fromkeys(policies, 0.0)
-    cpu = dict.fromkeys(policies, 0.0)  # this process's CPU time (LevelDB's threads included)
-    counts = dict.fromkeys(policies, 0)
     with tempfile.TemporaryDirectory() as d:
         chains = {p: Chain.open(Path(d) / p, genesis=make_genesis(150, p)) for p in policies}
         try:
             loads = {p: SyntheticLoad(5) for p in policies}
             for p in policies:
                 loads[p].process_blocks(chains[p], 200)  # warm-up: fill the expiry window
-            for k, start in enumerate(range(0, blocks, chunk)):
-                n = min(chunk, blocks - start)
-                turn = k % len(policies)
-                for p in policies[turn:] + policies[:turn]:
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    counts[p] += loads[p].process_blocks(chains[p], n)
-                    seconds[p] += time.perf_counter() - t0
-                    cpu[p] += time.process_time() - c0
+            timed = run_lockstep(
+                {p: functools.partial(loads[p].process_blocks, chains[p]) for p in policies},
+                blocks,
+                chunk,
+            )
         finally:
             for chain in chains.values():
                 chain.close()
     result: dict[str, Any] = {}
-    for p in policies:
-        per_inf = seconds[p] / counts[p]
+    for p, t in timed.items():
+        per_inf = t.wall / t.units
         result[p] = {
-            "inferences": counts[p],
+            "inferences": t.units,
             "seconds_per_inference": per_inf,
-            "cpu_seconds_per_inference": cpu[p] / counts[p],
-            "inferences_per_second": counts[p] / seconds[p],
+            "cpu_seconds_per_inference": t.cpu / t.units,
+            "inferences_per_second": t.units / t.wall,
             "raw_put_units_per_inference": per_inf / unit,
         }
     if "none" in result:
@@ -186,43 +206,40 @@ def bench_module(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any
     }
 
 
+def process_empty_blocks(chain: Chain, n: int) -> int:
+    for _ in range(n):
+        chain.deliver_block([])
+    return n
+
+
 @bench("idle_block")
 def bench_idle(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
-    """An empty block's cost must not grow with participant count. Both chains run in lockstep
-    (chunks of 50 blocks in turn), timed in wall and CPU time, so machine load hits both alike."""
+    """An empty block's cost must not grow with participant count (both chains in lockstep)."""
     unit = out["raw_put"]["seconds_per_put"]
-    sizes = (150, 10_000)
-    reps = 300 if args.quick else 2000
-    chunk = 50
-    wall = dict.fromkeys(sizes, 0.0)
-    cpu = dict.fromkeys(sizes, 0.0)
+    sizes = ("150", "10000")
     with tempfile.TemporaryDirectory() as d:
-        chains = {n: Chain.open(Path(d) / str(n), genesis=make_genesis(n)) for n in sizes}
+        chains = {n: Chain.open(Path(d) / n, genesis=make_genesis(int(n))) for n in sizes}
         try:
             for chain in chains.values():
-                for _ in range(50):
-                    chain.deliver_block([])
-            for k in range(reps // chunk):
-                for n in sizes if k % 2 == 0 else sizes[::-1]:
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    for _ in range(chunk):
-                        chains[n].deliver_block([])
-                    wall[n] += time.perf_counter() - t0
-                    cpu[n] += time.process_time() - c0
+                process_empty_blocks(chain, 50)
+            timed = run_lockstep(
+                {n: functools.partial(process_empty_blocks, chains[n]) for n in sizes},
+                300 if args.quick else 2000,
+                50,
+            )
         finally:
             for chain in chains.values():
                 chain.close()
-    blocks = reps // chunk * chunk
     res: dict[str, Any] = {
-        str(n): {
-            "seconds_per_block": wall[n] / blocks,
-            "cpu_seconds_per_block": cpu[n] / blocks,
-            "raw_put_units": wall[n] / blocks / unit,
+        n: {
+            "seconds_per_block": t.wall / t.units,
+            "cpu_seconds_per_block": t.cpu / t.units,
+            "raw_put_units": t.wall / t.units / unit,
         }
-        for n in sizes
+        for n, t in timed.items()
     }
-    res["ratio_10000_to_150"] = wall[10_000] / wall[150]
-    res["cpu_ratio_10000_to_150"] = cpu[10_000] / cpu[150]
+    res["ratio_10000_to_150"] = timed["10000"].wall / timed["150"].wall
+    res["cpu_ratio_10000_to_150"] = timed["10000"].cpu / timed["150"].cpu
     res["goal_ratio"] = 2.0
     return res
 
