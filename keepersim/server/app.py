@@ -85,6 +85,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from keepersim.chain import BlockResult, Chain
+from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.selection import SelectionTable, compute_draw, compute_selection_seed
 from keepersim.server.cache import CacheUnavailableError, SingleFlightCache
 from keepersim.server.faults import FaultInjector, FaultMiddleware
@@ -509,13 +510,20 @@ def _q_random_executor(state: ServerState, params: Mapping[str, str]) -> Answer:
     return {"executor": message_to_json(participant)}, headers
 
 
-def _q_participant(state: ServerState, index: str) -> Answer:
+def _q_record(
+    state: ServerState, index: str, kind: str, get: Callable[[Keeper, str], Message | None]
+) -> Answer:
+    """One record by index, as ``{kind: record}``, or a 404 naming it."""
     with state.chain.read() as k:
         height = state.chain.height
-        participant = k.get_participant(index)
-    if participant is None:
-        raise ApiError(404, f"participant {index!r} not found")
-    return {"participant": message_to_json(participant)}, _height_headers(height)
+        record = get(k, index)
+    if record is None:
+        raise ApiError(404, f"{kind} {index!r} not found")
+    return {kind: message_to_json(record)}, _height_headers(height)
+
+
+def _q_participant(state: ServerState, index: str) -> Answer:
+    return _q_record(state, index, "participant", Keeper.get_participant)
 
 
 def _q_participants(state: ServerState, params: Mapping[str, str]) -> Answer:
@@ -528,12 +536,7 @@ def _q_participants(state: ServerState, params: Mapping[str, str]) -> Answer:
 
 
 def _q_inference(state: ServerState, index: str) -> Answer:
-    with state.chain.read() as k:
-        height = state.chain.height
-        inference = k.get_inference(index)
-    if inference is None:
-        raise ApiError(404, f"inference {index!r} not found")
-    return {"inference": message_to_json(inference)}, _height_headers(height)
+    return _q_record(state, index, "inference", Keeper.get_inference)
 
 
 def _q_inferences(state: ServerState, params: Mapping[str, str]) -> Answer:
