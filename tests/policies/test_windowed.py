@@ -22,7 +22,8 @@ EXPIRY = 20
 
 
 def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> Params:
-    """Windowed params with the pipeline's cap and panic off and no jitter (tests opt in)."""
+    """Windowed params with the pipeline's cap and panic off, no jitter and no overdue evidence
+    (tests opt in): misses count when they expire."""
     params = make_params("windowed", expiration_blocks=expiration_blocks)
     w = params.health_params.windowed
     w.jitter_pct = 0
@@ -30,6 +31,7 @@ def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> Params:
     w.max_cooldown_blocks = 800
     w.max_excluded_weight_pct = 100
     w.panic_healthy_weight_pct = 0
+    w.overdue_min_blocks = 1000
     for key, value in changes.items():
         setattr(w, key, value)
     return params
@@ -127,7 +129,7 @@ def warm_up(net: Net, address: str, latency: int = 2, count: int = 4) -> None:
 
 
 def test_overdue_is_evidence_long_before_expiry(make_net: NetFactory) -> None:
-    net = make_net(make_w_params(expiration_blocks=150), FLEET)
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
     warm_up(net, "a")  # latencies 2, 2, 2, 2 -> overdue after max(10, 3 * 2) = 10 blocks
     assert net.state("a")["overdue_blocks"] == 10
     started = net.block(*[net.start("a") for _ in range(4)]).height
@@ -147,7 +149,7 @@ def test_overdue_is_evidence_long_before_expiry(make_net: NetFactory) -> None:
 
 
 def test_late_success_undoes_the_provisional_miss(make_net: NetFactory) -> None:
-    net = make_net(make_w_params(expiration_blocks=150), FLEET)
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
     warm_up(net, "a")
     start = net.start("a")
     started = net.block(start).height
@@ -164,7 +166,7 @@ def test_late_success_undoes_the_provisional_miss(make_net: NetFactory) -> None:
 
 
 def test_decline_after_overdue_removes_the_provisional_miss(make_net: NetFactory) -> None:
-    net = make_net(make_w_params(expiration_blocks=150), FLEET)
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
     warm_up(net, "a")
     start = net.start("a")
     started = net.block(start).height
@@ -176,7 +178,10 @@ def test_decline_after_overdue_removes_the_provisional_miss(make_net: NetFactory
 
 
 def test_late_success_after_exclusion_probes_at_once(make_net: NetFactory) -> None:
-    net = make_net(make_w_params(expiration_blocks=150, initial_cooldown_blocks=100), FLEET)
+    net = make_net(
+        make_w_params(expiration_blocks=150, overdue_min_blocks=10, initial_cooldown_blocks=100),
+        FLEET,
+    )
     warm_up(net, "a")
     starts = [net.start("a") for _ in range(3)]
     started = net.block(*starts).height
@@ -189,7 +194,7 @@ def test_late_success_after_exclusion_probes_at_once(make_net: NetFactory) -> No
 
 
 def test_slow_but_healthy_nodes_are_not_flagged(make_net: NetFactory) -> None:
-    net = make_net(make_w_params(expiration_blocks=150), FLEET)
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
     warm_up(net, "a", latency=40)
     assert net.state("a")["overdue_blocks"] == 120
     # A newcomer without samples of its own is judged by the fleet's.
@@ -267,7 +272,10 @@ def test_probe_slots_are_capped_and_freed_by_any_result(make_net: NetFactory) ->
 
 
 def test_failed_probes_double_the_cooldown(make_net: NetFactory) -> None:
-    net = make_net(make_w_params(expiration_blocks=150, initial_cooldown_blocks=10), FLEET)
+    net = make_net(
+        make_w_params(expiration_blocks=150, overdue_min_blocks=10, initial_cooldown_blocks=10),
+        FLEET,
+    )
     warm_up(net, "a")
     exclude_at = net.block(*[net.start("a") for _ in range(4)]).height + 10
     net.run_until(exclude_at)
@@ -286,8 +294,7 @@ def test_failed_probes_double_the_cooldown(make_net: NetFactory) -> None:
 
 
 def test_a_probe_that_expires_fails_it(make_net: NetFactory) -> None:
-    params = make_w_params(overdue_min_blocks=1000, initial_cooldown_blocks=10)  # no overdue
-    net = make_net(params, FLEET)
+    net = make_net(make_w_params(initial_cooldown_blocks=10), FLEET)
     exclude(net, "a")
     reach_probe(net, "a")
     net.miss("a")
@@ -395,7 +402,9 @@ def test_quiet_blocks_read_no_policy_state(
     net.run(3)
     assert calls == []
     net.run_until(int(net.state("p001")["probe_at_block"]))  # type: ignore[call-overload]
-    assert calls == ["p001"]  # the cooldown wake-up reads exactly one entry
+    # The cooldown wake-up reads exactly the participant's entry and the fleet's (its list of
+    # probing participants gains p001).
+    assert calls == ["p001", ""]
 
 
 def test_windowed_param_validation_names_the_field() -> None:
@@ -409,7 +418,7 @@ def test_windowed_param_validation_names_the_field() -> None:
 def test_overdue_flag_of_an_inference_finished_by_another_is_withdrawn(
     make_net: NetFactory,
 ) -> None:
-    net = make_net(make_w_params(expiration_blocks=30), FLEET)
+    net = make_net(make_w_params(expiration_blocks=30, overdue_min_blocks=10), FLEET)
     warm_up(net, "a")
     start = net.start("a")
     started = net.block(start).height
@@ -477,3 +486,25 @@ def test_saturation_guard_off(make_net: NetFactory) -> None:
     net.succeed_many("a", 20)
     net.miss("a", 12)
     assert [(t.address, t.to_state) for t in net.transitions()] == [("a", "excluded")]
+
+
+def test_overdue_threshold_is_taken_when_the_inference_is_checked(make_net: NetFactory) -> None:
+    """Latencies learned after a start still set its threshold (the check reads them then)."""
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
+    start = net.start("a")
+    started = net.block(start).height
+    assert net.state("a")["overdue_blocks"] is None  # nothing seen yet
+    warm_up(net, "a", latency=1)
+    net.run_until(started + 10)
+    assert net.state("a")["open_flagged"] == 1
+
+
+def test_a_threshold_above_the_minimum_is_checked_at_its_own_height(make_net: NetFactory) -> None:
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
+    warm_up(net, "a", latency=5)  # overdue after max(10, 3 * 5) = 15 blocks
+    started = net.block(net.start("a")).height
+    net.run_until(started + 14)
+    assert net.state("a")["overdue_flags"] == 0
+    net.block()
+    assert net.state("a")["overdue_flags"] == 1
+    assert net.state("a")["window_misses"] == 1

@@ -74,6 +74,7 @@ from keepersim.types.pb.health_pb2 import (
     W_PROBE,
     OpenInference,
     WindowedEntry,
+    WindowedState,
 )
 from keepersim.types.pb.params_pb2 import Params, WindowedParams
 from keepersim.types.pb.types_pb2 import STARTED, Inference
@@ -115,11 +116,11 @@ def get_ring_position(entry: WindowedEntry, seq: int) -> int | None:
 def count_running(entry: WindowedEntry, height: int) -> int:
     """Recent successes of the participant that were running at ``height``. Spans are kept in
     finish order, so only the newest ones, those finishing after ``height``, need a look."""
-    starts, finishes = entry.success_starts, entry.success_finishes
+    latencies, finishes = entry.recent_latencies, entry.success_finishes
     running = 0
     i = len(finishes) - 1
     while i >= 0 and finishes[i] > height:
-        running += starts[i] <= height
+        running += finishes[i] - latencies[i] <= height
         i -= 1
     return running
 
@@ -131,10 +132,16 @@ def is_capacity_miss(entry: WindowedEntry, start_height: int) -> bool:
 
 
 def process_record_span(entry: WindowedEntry, start_height: int, height: int) -> None:
-    """A success ran over [start_height, height): note it and how many ran beside it."""
+    """A success ran over [start_height, height): note it (its latency, for the overdue
+    threshold, and its finish) and how many ran beside it."""
     entry.served_concurrency = max(entry.served_concurrency, count_running(entry, start_height) + 1)
-    append_bounded(entry.success_starts, start_height, SUCCESS_SPANS)
+    append_bounded(entry.recent_latencies, height - start_height, SUCCESS_SPANS)
     append_bounded(entry.success_finishes, height, SUCCESS_SPANS)
+
+
+def get_own_latencies(entry: WindowedEntry) -> Sequence[int]:
+    """The newest LATENCY_SAMPLES success latencies: the participant's overdue threshold."""
+    return entry.recent_latencies[-LATENCY_SAMPLES:]
 
 
 def process_push_capacity_bit(fleet: WindowedEntry, capacity: bool) -> None:
@@ -249,6 +256,8 @@ def count_probes_in_flight(entry: WindowedEntry, height: int, expiration_blocks:
 
 def find_open(entry: WindowedEntry, inference_id: str) -> int | None:
     """Index of the remembered inference with this id, if any."""
+    if not entry.open:
+        return None  # the common case: a healthy participant remembers nothing
     for i, item in enumerate(entry.open):
         if item.inference_id == inference_id:
             return i
@@ -259,6 +268,8 @@ def process_prune(entry: WindowedEntry, height: int, expiration_blocks: int) -> 
     """Drop open inferences past their expiry that never got a result here (finished by another
     executor, or resolved while another policy ran): the chain attributed no miss to this
     participant, so a provisional miss of theirs is withdrawn too."""
+    if not entry.open:
+        return
     stale = [
         i for i, item in enumerate(entry.open) if item.start_height + expiration_blocks < height
     ]
@@ -290,27 +301,20 @@ class WindowedBreaker(HealthPolicy):
     # --- writes -------------------------------------------------------------------------
 
     def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
-        """Queue the inference's overdue deadline; a probe also takes a slot in the entry."""
+        """Only a probe's start is recorded (it takes a slot). Every start's overdue check
+        finds it through the chain's own timeout index (process_overdue_checks), so a healthy
+        participant's start reads and writes nothing of its own."""
         if inference.status != STARTED:
             return  # finished before it started: already resolved
-        params = ctx.params.health_params.windowed
+        if address not in ctx.get_cached(FLEET, self.get_entry).probing:
+            return
         expiration = ctx.params.expiration_blocks
         entry = ctx.get_cached(address, self.get_entry)
-        own = entry.recent_latencies
-        fleet: Sequence[int] = ()
-        if len(own) < MIN_OWN_LATENCY_SAMPLES:
-            fleet = ctx.get_cached(FLEET, self.get_entry).recent_latencies
-        overdue = compute_overdue_blocks(own, fleet, params)
-        if overdue is not None and overdue < expiration:
-            ctx.schedule_item(ctx.height + overdue, inference.inference_id)
-        if entry.state == W_PROBE:
-            process_prune(entry, ctx.height, expiration)
-            entry.open.append(
-                OpenInference(
-                    start_height=ctx.height, probe=True, inference_id=inference.inference_id
-                )
-            )
-            ctx.mark_dirty(address)  # a probe slot taken
+        process_prune(entry, ctx.height, expiration)
+        entry.open.append(
+            OpenInference(start_height=ctx.height, probe=True, inference_id=inference.inference_id)
+        )
+        ctx.mark_dirty(address)  # a probe slot taken
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
@@ -332,7 +336,7 @@ class WindowedBreaker(HealthPolicy):
                 process_remove_flag(entry, item)
         elif outcome is Outcome.SUCCESS:
             process_record_span(entry, inference.start_block_height, ctx.height)
-            self.process_latency(ctx, entry, ctx.height - inference.start_block_height)
+            self.process_fleet_latency(ctx, ctx.height - inference.start_block_height)
             if item is not None and flagged:
                 process_clear_flag(entry, item)
                 entry.overdue_undone += 1
@@ -369,8 +373,7 @@ class WindowedBreaker(HealthPolicy):
         process_push_capacity_bit(ctx.get_cached(FLEET, self.get_entry), capacity)
         ctx.mark_dirty(FLEET, verdict=False)
 
-    def process_latency(self, ctx: PolicyContext, entry: WindowedEntry, latency: int) -> None:
-        append_bounded(entry.recent_latencies, latency, LATENCY_SAMPLES)
+    def process_fleet_latency(self, ctx: PolicyContext, latency: int) -> None:
         append_bounded(
             ctx.get_cached(FLEET, self.get_entry).recent_latencies, latency, FLEET_LATENCY_SAMPLES
         )
@@ -379,8 +382,7 @@ class WindowedBreaker(HealthPolicy):
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
         """Overdue deadlines, cooldown ends, then the gate for the windows that may now fail
         (the block's entries are written once, after the end block)."""
-        for inference_id in ctx.pop_due_items():
-            self.process_overdue(ctx, inference_id)
+        self.process_overdue_checks(ctx)
         for address in ctx.pop_due():
             entry = ctx.get_cached_if_stored(address, self.get_entry)
             if entry is None or entry.state != W_EXCLUDED or ctx.height < entry.probe_at_block:
@@ -415,13 +417,33 @@ class WindowedBreaker(HealthPolicy):
         self.process_exclude(ctx, entry, f"window {misses}/{samples} missed")
         return True
 
+    def process_overdue_checks(self, ctx: PolicyContext) -> None:
+        """Look at the inferences started overdue_min_blocks ago (the chain's timeout index
+        lists them by expiry height) and at those whose participant's own threshold is due."""
+        expiration = ctx.params.expiration_blocks
+        min_blocks = ctx.params.health_params.windowed.overdue_min_blocks
+        if min_blocks < expiration:
+            started_at = ctx.height - min_blocks
+            for _, inference_id in ctx.keeper.get_timeouts_due(started_at + expiration):
+                self.process_overdue(ctx, inference_id)
+        for inference_id in ctx.pop_due_items():
+            self.process_overdue(ctx, inference_id)
+
     def process_overdue(self, ctx: PolicyContext, inference_id: str) -> None:
-        """The inference's overdue deadline: still unfinished, it is a provisional miss."""
+        """Still unfinished past its participant's overdue threshold: a provisional miss. The
+        threshold is taken now, from the latencies seen up to now; not yet reached, the
+        inference is looked at again when it is."""
         inference = ctx.keeper.get_inference(inference_id)
         if inference is None or inference.status != STARTED:
             return  # resolved in time (or declined, or finished by another executor)
         address = inference.assigned_to
         entry = ctx.get_cached(address, self.get_entry)
+        overdue = self.get_overdue_blocks(ctx, entry)
+        if overdue is None or overdue >= ctx.params.expiration_blocks:
+            return  # no latency seen yet, or the expiry comes first
+        if inference.start_block_height + overdue > ctx.height:
+            ctx.schedule_item(inference.start_block_height + overdue, inference_id)
+            return
         before = entry.state
         process_prune(entry, ctx.height, ctx.params.expiration_blocks)
         index = find_open(entry, inference_id)
@@ -440,6 +462,13 @@ class WindowedBreaker(HealthPolicy):
             self.process_exclude(ctx, entry, "probe overdue", failed_probe=True)
         ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
 
+    def get_overdue_blocks(self, ctx: PolicyContext, entry: WindowedEntry) -> int | None:
+        own = get_own_latencies(entry)
+        fleet: Sequence[int] = ()
+        if len(own) < MIN_OWN_LATENCY_SAMPLES:
+            fleet = ctx.get_cached(FLEET, self.get_entry).recent_latencies
+        return compute_overdue_blocks(own, fleet, ctx.params.health_params.windowed)
+
     def process_exclude(
         self, ctx: PolicyContext, entry: WindowedEntry, reason: str, failed_probe: bool = False
     ) -> None:
@@ -454,7 +483,7 @@ class WindowedBreaker(HealthPolicy):
         entry.cooldown_blocks = compute_cooldown(
             entry.address, entry.strikes, entry.exclusions, params
         )
-        entry.state = W_EXCLUDED
+        self.process_set_state(ctx, entry, W_EXCLUDED)
         entry.excluded_at_block = ctx.height
         entry.probe_at_block = ctx.height + entry.cooldown_blocks
         ctx.schedule(entry.probe_at_block, entry.address)
@@ -465,14 +494,27 @@ class WindowedBreaker(HealthPolicy):
             f"{reason}; cooldown {entry.cooldown_blocks} (strikes {entry.strikes})",
         )
 
+    def process_set_state(
+        self, ctx: PolicyContext, entry: WindowedEntry, state: WindowedState.ValueType
+    ) -> None:
+        """Every state change passes here: the fleet entry lists who is probing."""
+        if (entry.state == W_PROBE) != (state == W_PROBE):
+            probing = ctx.get_cached(FLEET, self.get_entry).probing
+            if state == W_PROBE:
+                probing.append(entry.address)
+            else:
+                probing.remove(entry.address)
+            ctx.mark_dirty(FLEET, verdict=False)
+        entry.state = state
+
     def process_promote(self, ctx: PolicyContext, entry: WindowedEntry, reason: str) -> None:
-        entry.state = W_PROBE
+        self.process_set_state(ctx, entry, W_PROBE)
         ctx.emit_transition(entry.address, "excluded", "probe", reason)
 
     def process_readmit(
         self, ctx: PolicyContext, entry: WindowedEntry, misses: int, samples: int
     ) -> None:
-        entry.state = W_HEALTHY
+        self.process_set_state(ctx, entry, W_HEALTHY)
         entry.readmitted_at_block = ctx.height
         ctx.emit_transition(
             entry.address, "probe", "healthy", f"probe succeeded; window {misses}/{samples} missed"
@@ -552,7 +594,7 @@ class WindowedBreaker(HealthPolicy):
             "probes_in_flight": count_probes_in_flight(
                 entry, height, reader.params.expiration_blocks
             ),
-            "overdue_blocks": compute_overdue_blocks(list(entry.recent_latencies), fleet, params),
+            "overdue_blocks": compute_overdue_blocks(get_own_latencies(entry), fleet, params),
             "overdue_flags": entry.overdue_flags,
             "served_concurrency": entry.served_concurrency,
             "capacity_misses": entry.capacity_misses,
@@ -560,5 +602,5 @@ class WindowedBreaker(HealthPolicy):
                 self.get_entry(reader.get_raw(FLEET), FLEET), params
             ),
             "overdue_undone": entry.overdue_undone,
-            "recent_latencies": list(entry.recent_latencies),
+            "recent_latencies": list(get_own_latencies(entry)),
         }

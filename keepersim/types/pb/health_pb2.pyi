@@ -302,8 +302,8 @@ class WindowedEntry(_message.Message):
     CAPACITY_MISSES_FIELD_NUMBER: _builtins.int
     CAPACITY_BITS_FIELD_NUMBER: _builtins.int
     CAPACITY_SEQ_FIELD_NUMBER: _builtins.int
-    SUCCESS_STARTS_FIELD_NUMBER: _builtins.int
     SUCCESS_FINISHES_FIELD_NUMBER: _builtins.int
+    PROBING_FIELD_NUMBER: _builtins.int
     address: _builtins.str
     state: Global___WindowedState.ValueType
     failure_bits: _builtins.int
@@ -333,16 +333,23 @@ class WindowedEntry(_message.Message):
     capacity_seq: _builtins.int
     @_builtins.property
     def recent_latencies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Latencies (blocks) of the newest successes, oldest first; for the overdue threshold."""
+        """Latencies (blocks) of the newest successes, oldest first. A participant's pair with
+        success_finishes (its newest 32 successes as [finish - latency, finish) spans; the overdue
+        threshold reads the newest 8); the fleet entry's are the fleet's newest 32.
+        """
 
     @_builtins.property
     def open(self) -> _containers.RepeatedCompositeFieldContainer[Global___OpenInference]: ...
     @_builtins.property
-    def success_starts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """The newest successes as [start, finish) height spans, oldest first: who was running when."""
+    def success_finishes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Finish heights of the successes in recent_latencies: who was running when."""
 
     @_builtins.property
-    def success_finishes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def probing(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Fleet entry only: the participants in the probe state, in the order they entered it, so
+        that a start needs the participant's own entry only when it is a probe.
+        """
+
     def __init__(
         self,
         *,
@@ -364,12 +371,12 @@ class WindowedEntry(_message.Message):
         capacity_misses: _builtins.int = ...,
         capacity_bits: _builtins.int = ...,
         capacity_seq: _builtins.int = ...,
-        success_starts: _abc.Iterable[_builtins.int] | None = ...,
         success_finishes: _abc.Iterable[_builtins.int] | None = ...,
+        probing: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bits", b"capacity_bits", "capacity_misses", b"capacity_misses", "capacity_seq", b"capacity_seq", "cooldown_blocks", b"cooldown_blocks", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "served_concurrency", b"served_concurrency", "state", b"state", "strikes", b"strikes", "success_finishes", b"success_finishes", "success_starts", b"success_starts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bits", b"capacity_bits", "capacity_misses", b"capacity_misses", "capacity_seq", b"capacity_seq", "cooldown_blocks", b"cooldown_blocks", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "probing", b"probing", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "served_concurrency", b"served_concurrency", "state", b"state", "strikes", b"strikes", "success_finishes", b"success_finishes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
