@@ -3,7 +3,9 @@
 1. With a fallback or a panic enabled, the pool is never empty.
 2. The chain's memoized selection table equals one computed from fresh verdicts at every height
    (every verdict's valid_until is right).
-3. Same inputs, same app hashes and transitions: twice on LevelDB and once in memory.
+3. Same inputs, same app hashes and transitions: twice on LevelDB and once in memory, and once
+   more with the in-memory hints (entries carried between blocks, queue floors) forgotten
+   before every block, as after a reopen.
 
 Weights are >= 2^17: the pipeline floors ``weight * factor_num // factor_den`` and drops 0, so
 a small weight times a small factor (trin-multiplicative's 1/2^16) would vanish (see the report).
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from policy_helpers import MODEL, make_params, make_policy_genesis
 
 from keepersim.chain import Chain
+from keepersim.keeper.policies import base
 from keepersim.keeper.policies.base import PolicyReader
 from keepersim.keeper.selection import SelectionTable, compute_selection_table, get_candidates
 from keepersim.types.events import HealthTransition
@@ -119,13 +122,19 @@ def compute_fresh_table(chain: Chain) -> SelectionTable:
         )
 
 
-def run(chain: Chain, steps: list[Step], *, check: bool) -> list[tuple[bytes, tuple[object, ...]]]:
-    """Deliver the steps; return (app hash, transitions) per block; check the tables if asked."""
+def run(
+    chain: Chain, steps: list[Step], *, check: bool, cold: bool = False
+) -> list[tuple[bytes, tuple[object, ...]]]:
+    """Deliver the steps; return (app hash, transitions) per block; check the tables if asked;
+    ``cold``: forget the policy context's in-memory hints before every block."""
     pending: list[tuple[int, MsgStartInference]] = []
     out: list[tuple[bytes, tuple[object, ...]]] = []
     serial = 0
 
     def deliver(msgs: list[object]) -> None:
+        if cold:
+            base._ENTRY_CARRY.clear()
+            base._QUEUE_FLOORS.clear()
         result = chain.deliver_block(msgs, strict=True)  # type: ignore[arg-type]
         transitions = tuple(e for e in result.events if isinstance(e, HealthTransition))
         out.append((result.app_hash, transitions))
@@ -218,7 +227,9 @@ def test_deterministic_on_leveldb_and_memory(
                 runs.append(run(chain, steps, check=False))
     with open_chain(name, weights, None) as chain:
         runs.append(run(chain, steps, check=False))
-    assert runs[0] == runs[1] == runs[2]
+    with open_chain(name, weights, None) as chain:
+        runs.append(run(chain, steps, check=False, cold=True))
+    assert runs[0] == runs[1] == runs[2] == runs[3]
 
 
 def test_the_random_sequences_do_move_every_policy() -> None:

@@ -31,6 +31,14 @@ M = TypeVar("M", bound=Message)
 # A hint only: a new backend object (a reopened chain) starts with a full scan.
 _QUEUE_FLOORS: weakref.WeakKeyDictionary[object, dict[bytes, int]] = weakref.WeakKeyDictionary()
 
+# Per backend and policy state prefix: (height, decoded entries exactly as that height's block
+# left them in the store). The next block starts from them instead of reading and decoding
+# again. Taken out when a block starts and put back by its flush, so a block that fails never
+# leaves its half-changed entries behind; only a flush at the height just below is trusted.
+_ENTRY_CARRY: weakref.WeakKeyDictionary[object, dict[bytes, tuple[int, dict[str, Message]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Health:
@@ -130,6 +138,7 @@ class PolicyContext:
         "_state",
         "_name",
         "_cache",
+        "_carried",
         "_dirty",
         "_queue",
         "_items",
@@ -144,14 +153,21 @@ class PolicyContext:
         # Addresses the policy wants to look at again in this block's end block.
         self.recheck: set[str] = set()
         self._cache: dict[str, Message] = {}
+        self._carried: dict[str, Message] = {}
+        backend = getattr(keeper.store, "backend", None)
+        if backend is not None:
+            carried = _ENTRY_CARRY.setdefault(backend, {}).pop(self._state, None)
+            if carried is not None and carried[0] == height - 1:
+                self._carried = carried[1]
         self._dirty: set[str] = set()
         self._queue = HeightQueue(keeper.store, keys.POLICY_QUEUE + policy.prefix, height)
         self._items = HeightQueue(keeper.store, keys.POLICY_ITEMS + policy.prefix, height)
 
     # A block's decoded entries: a policy that touches an entry several times in a block (a
     # start, a result, the end-block gate) decodes it once and encodes it once, in flush() at
-    # the end of the end block. Mixing these with get_raw/set_message on the same address in
-    # one block is an error of the policy.
+    # the end of the end block; what the previous block wrote comes decoded from memory
+    # (_ENTRY_CARRY). Mixing these with get_raw/set_message on the same address in one block is
+    # an error of the policy.
     def get_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
         """The block's decoded entry of ``address`` (``decode(raw or None, address)`` once)."""
         entry = self.get_cached_if_stored(address, decode)
@@ -168,10 +184,13 @@ class PolicyContext:
         """Like get_cached, but None (and nothing cached) when ``address`` has no entry."""
         entry = self._cache.get(address)
         if entry is None:
-            raw = self.get_raw(address)
-            if raw is None:
-                return None
-            entry = self._cache[address] = decode(raw, address)
+            entry = self._carried.pop(address, None)
+            if entry is None:
+                raw = self.get_raw(address)
+                if raw is None:
+                    return None
+                entry = decode(raw, address)
+            self._cache[address] = entry
         return entry  # type: ignore[return-value]
 
     def mark_dirty(self, address: str, verdict: bool = True) -> None:
@@ -185,21 +204,32 @@ class PolicyContext:
     def flush(self) -> None:
         """Write the block's changed cached entries and its new wake-ups (end of end block)."""
         store = self.keeper.store
+        carried = self._carried
         for address in sorted(self._dirty):
-            store.set(self._state + address.encode(), self._cache[address].SerializeToString())
+            entry = carried[address] = self._cache[address]
+            store.set(self._state + address.encode(), entry.SerializeToString())
         self._dirty.clear()
         self._queue.flush()
         self._items.flush()
+        backend = getattr(store, "backend", None)
+        if backend is not None:
+            # Carried on: this block's writes and the untouched carried entries, all exactly as
+            # stored. An entry read but not written may have been changed in memory: dropped.
+            _ENTRY_CARRY.setdefault(backend, {})[self._state] = (self.height, carried)
 
     def get_raw(self, address: str) -> bytes | None:
         return self.keeper.store.get(self._state + address.encode())
 
     def set_message(self, address: str, message: Message) -> None:
+        self._carried.pop(address, None)
         self.keeper.store.set(self._state + address.encode(), message.SerializeToString())
         self.keeper.touched.add(address)
         self.keeper.verdict_touched.add(address)
 
     def delete(self, address: str) -> None:
+        self._carried.pop(address, None)
+        self._cache.pop(address, None)
+        self._dirty.discard(address)
         self.keeper.store.delete(self._state + address.encode())
         self.keeper.touched.add(address)
         self.keeper.verdict_touched.add(address)
@@ -214,6 +244,9 @@ class PolicyContext:
         addresses = [address for address, _ in self.iterate_raw()]
         for address in addresses:
             self.delete(address)
+        self._cache.clear()  # entries decoded but never stored go too
+        self._carried.clear()
+        self._dirty.clear()
         self._queue.clear()
         self._items.clear()
         return addresses
