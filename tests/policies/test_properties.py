@@ -133,7 +133,7 @@ def run(
 
     def deliver(msgs: list[object]) -> None:
         if cold:
-            base._ENTRY_CARRY.clear()
+            base._CARRY.clear()
             base._QUEUE_FLOORS.clear()
         result = chain.deliver_block(msgs, strict=True)  # type: ignore[arg-type]
         transitions = tuple(e for e in result.events if isinstance(e, HealthTransition))

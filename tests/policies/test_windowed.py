@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from policy_helpers import MODEL, Net, NetFactory, make_params, to_names
 
+from keepersim.keeper.policies import base
 from keepersim.keeper.policies.base import PolicyContext
 from keepersim.keeper.policies.windowed import (
     compute_cooldown,
@@ -15,9 +16,9 @@ from keepersim.keeper.policies.windowed import (
 )
 from keepersim.types.errors import BlockError, InvalidParamsError
 from keepersim.types.events import InferenceExpired
-from keepersim.types.params import get_default_health_params, validate_params
+from keepersim.types.params import GOV_AUTHORITY, get_default_health_params, validate_params
 from keepersim.types.pb.params_pb2 import Params, WindowedParams
-from keepersim.types.pb.tx_pb2 import MsgFinishInference
+from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgUpdateParams
 
 FLEET = {"a": 100, "b": 100, "c": 100, "d": 100, "e": 100}
 EXPIRY = 20
@@ -532,3 +533,32 @@ def test_a_failed_block_leaves_no_trace_in_the_carried_entries(make_net: NetFact
     assert failing.state("a") == clean.state("a")
     assert failing.state("a")["window_misses"] == 2
     assert failing.chain.app_hash == clean.chain.app_hash
+
+
+def test_the_in_memory_starts_list_decides_as_the_timeout_index(make_net: NetFactory) -> None:
+    """Overdue checks use the starts this process saw when it saw them all, else the chain's
+    timeout index: with the hints forgotten before every block, and across changes of
+    expiration_blocks and overdue_min_blocks with inferences in flight, every block's app hash
+    is the same."""
+    updates = {}
+    for h, expiration, min_blocks in ((20, 12, 3), (35, 12, 5), (45, 12, 2), (50, 40, 2)):
+        params = make_w_params(expiration_blocks=expiration, overdue_min_blocks=min_blocks)
+        updates[h] = MsgUpdateParams(authority=GOV_AUTHORITY, params=params)
+    hashes = []
+    for cold in (False, True):
+        net = make_net(make_w_params(expiration_blocks=30, overdue_min_blocks=3), FLEET)
+        out = []
+        for h in range(70):
+            if cold:
+                base._CARRY.clear()
+            msgs: list[object] = [net.start(a, f"i{h}{a}") for a in "abc"]
+            if h % 3:
+                msgs.append(net.finish(net.start("a", f"i{h - 1}a")))
+            if h % 4 == 0:
+                msgs.append(net.finish(net.start("b", f"i{h - 2}b")))
+            if h in updates:
+                msgs.append(updates[h])
+            out.append(net.block(*msgs).app_hash)
+        hashes.append(out)
+        assert net.state("c")["overdue_flags"] > 0  # the checks did flag something
+    assert hashes[0] == hashes[1]

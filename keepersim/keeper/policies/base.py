@@ -31,13 +31,21 @@ M = TypeVar("M", bound=Message)
 # A hint only: a new backend object (a reopened chain) starts with a full scan.
 _QUEUE_FLOORS: weakref.WeakKeyDictionary[object, dict[bytes, int]] = weakref.WeakKeyDictionary()
 
-# Per backend and policy state prefix: (height, decoded entries exactly as that height's block
-# left them in the store). The next block starts from them instead of reading and decoding
-# again. Taken out when a block starts and put back by its flush, so a block that fails never
-# leaves its half-changed entries behind; only a flush at the height just below is trusted.
-_ENTRY_CARRY: weakref.WeakKeyDictionary[object, dict[bytes, tuple[int, dict[str, Message]]]] = (
-    weakref.WeakKeyDictionary()
-)
+
+@dataclass(slots=True)
+class _Carry:
+    """What a block's policy context hands the next block in memory."""
+
+    height: int
+    entries: dict[str, Message]  # decoded, exactly as the block left them in the store
+    memo: dict[str, object]  # the policy's own hints: facts of the store it need not read
+
+
+# Per backend and policy state prefix: the carry of the last flushed block. The next block
+# starts from it instead of reading and decoding again. Taken out when a block starts and put
+# back by its flush, so a block that fails never leaves half-changed entries behind; only a
+# flush at the height just below is trusted.
+_CARRY: weakref.WeakKeyDictionary[object, dict[bytes, _Carry]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +147,7 @@ class PolicyContext:
         "_name",
         "_cache",
         "_carried",
+        "memo",
         "_dirty",
         "_queue",
         "_items",
@@ -154,11 +163,14 @@ class PolicyContext:
         self.recheck: set[str] = set()
         self._cache: dict[str, Message] = {}
         self._carried: dict[str, Message] = {}
+        # Hints a policy keeps for its next blocks (e.g. which inferences it knows resolved).
+        # Carried under the entries' rules; a policy must decide the same without them.
+        self.memo: dict[str, object] = {}
         backend = getattr(keeper.store, "backend", None)
         if backend is not None:
-            carried = _ENTRY_CARRY.setdefault(backend, {}).pop(self._state, None)
-            if carried is not None and carried[0] == height - 1:
-                self._carried = carried[1]
+            carry = _CARRY.setdefault(backend, {}).pop(self._state, None)
+            if carry is not None and carry.height == height - 1:
+                self._carried, self.memo = carry.entries, carry.memo
         self._dirty: set[str] = set()
         self._queue = HeightQueue(keeper.store, keys.POLICY_QUEUE + policy.prefix, height)
         self._items = HeightQueue(keeper.store, keys.POLICY_ITEMS + policy.prefix, height)
@@ -166,7 +178,7 @@ class PolicyContext:
     # A block's decoded entries: a policy that touches an entry several times in a block (a
     # start, a result, the end-block gate) decodes it once and encodes it once, in flush() at
     # the end of the end block; what the previous block wrote comes decoded from memory
-    # (_ENTRY_CARRY). Mixing these with get_raw/set_message on the same address in one block is
+    # (_CARRY). Mixing these with get_raw/set_message on the same address in one block is
     # an error of the policy.
     def get_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
         """The block's decoded entry of ``address`` (``decode(raw or None, address)`` once)."""
@@ -215,7 +227,7 @@ class PolicyContext:
         if backend is not None:
             # Carried on: this block's writes and the untouched carried entries, all exactly as
             # stored. An entry read but not written may have been changed in memory: dropped.
-            _ENTRY_CARRY.setdefault(backend, {})[self._state] = (self.height, carried)
+            _CARRY.setdefault(backend, {})[self._state] = _Carry(self.height, carried, self.memo)
 
     def get_raw(self, address: str) -> bytes | None:
         return self.keeper.store.get(self._state + address.encode())
@@ -246,6 +258,7 @@ class PolicyContext:
             self.delete(address)
         self._cache.clear()  # entries decoded but never stored go too
         self._carried.clear()
+        self.memo.clear()
         self._dirty.clear()
         self._queue.clear()
         self._items.clear()

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import MutableSequence, Sequence
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
@@ -114,9 +115,13 @@ def get_ring_position(entry: WindowedEntry, seq: int) -> int | None:
 
 
 def count_running(entry: WindowedEntry, height: int) -> int:
-    """Recent successes of the participant that were running at ``height``. Spans are kept in
-    finish order, so only the newest ones, those finishing after ``height``, need a look."""
-    latencies, finishes = entry.recent_latencies, entry.success_finishes
+    """Recent successes of the participant that were running at ``height``."""
+    return count_running_spans(entry.recent_latencies, entry.success_finishes, height)
+
+
+def count_running_spans(latencies: Sequence[int], finishes: Sequence[int], height: int) -> int:
+    """Spans are kept in finish order, so only the newest ones, those finishing after
+    ``height``, need a look."""
     running = 0
     i = len(finishes) - 1
     while i >= 0 and finishes[i] > height:
@@ -134,9 +139,13 @@ def is_capacity_miss(entry: WindowedEntry, start_height: int) -> bool:
 def process_record_span(entry: WindowedEntry, start_height: int, height: int) -> None:
     """A success ran over [start_height, height): note it (its latency, for the overdue
     threshold, and its finish) and how many ran beside it."""
-    entry.served_concurrency = max(entry.served_concurrency, count_running(entry, start_height) + 1)
-    append_bounded(entry.recent_latencies, height - start_height, SUCCESS_SPANS)
-    append_bounded(entry.success_finishes, height, SUCCESS_SPANS)
+    # Each access to a repeated field builds a wrapper (upb): each is taken once here.
+    latencies, finishes = entry.recent_latencies, entry.success_finishes
+    running = count_running_spans(latencies, finishes, start_height)
+    if running >= entry.served_concurrency:
+        entry.served_concurrency = running + 1
+    append_bounded(latencies, height - start_height, SUCCESS_SPANS)
+    append_bounded(finishes, height, SUCCESS_SPANS)
 
 
 def get_own_latencies(entry: WindowedEntry) -> Sequence[int]:
@@ -264,6 +273,17 @@ def find_open(entry: WindowedEntry, inference_id: str) -> int | None:
     return None
 
 
+def process_take_open(entry: WindowedEntry, inference_id: str) -> OpenInference | None:
+    """Remove the remembered inference with this id from the entry and return it."""
+    index = find_open(entry, inference_id)
+    if index is None:
+        return None
+    item = OpenInference()
+    item.CopyFrom(entry.open[index])
+    del entry.open[index]
+    return item
+
+
 def process_prune(entry: WindowedEntry, height: int, expiration_blocks: int) -> None:
     """Drop open inferences past their expiry that never got a result here (finished by another
     executor, or resolved while another policy ran): the chain attributed no miss to this
@@ -281,11 +301,40 @@ def process_prune(entry: WindowedEntry, height: int, expiration_blocks: int) -> 
             process_remove_flag(entry, item)
 
 
+@dataclass(slots=True)
+class StartsMemo:
+    """The starts this process saw, by timeout height, less those it saw resolve: the overdue
+    check's list without reading the chain's timeout index and every inference in it.
+
+    A hint carried between blocks (PolicyContext.memo): complete for the starts from height
+    ``since`` on under one ``expiration_blocks`` (a change starts a new memo); for older starts
+    (a reopened chain, a params change) the check reads the index. At any timeout height it
+    lists every inference of the index that is still open (and perhaps a few resolved ones),
+    and each one is read before it is judged, so both ways decide the same.
+    """
+
+    since: int
+    expiration: int
+    open: dict[int, set[str]] = field(default_factory=dict)
+
+    def is_complete_for(self, started_at: int) -> bool:
+        return started_at >= self.since
+
+
+def get_starts_memo(ctx: PolicyContext) -> StartsMemo:
+    memo = ctx.memo.get("starts")
+    expiration = ctx.params.expiration_blocks
+    if not isinstance(memo, StartsMemo) or memo.expiration != expiration:
+        memo = ctx.memo["starts"] = StartsMemo(since=ctx.height, expiration=expiration)
+    return memo
+
+
 def append_bounded(values: MutableSequence[int], value: int, bound: int) -> None:
     """Append, then drop the oldest beyond ``bound`` (in place: a protobuf repeated field)."""
     values.append(value)
-    if len(values) > bound:
-        del values[: len(values) - bound]
+    excess = len(values) - bound
+    if excess > 0:
+        del values[:excess]
 
 
 class WindowedBreaker(HealthPolicy):
@@ -305,7 +354,9 @@ class WindowedBreaker(HealthPolicy):
         finds it through the chain's own timeout index (process_overdue_checks), so a healthy
         participant's start reads and writes nothing of its own."""
         if inference.status != STARTED:
-            return  # finished before it started: already resolved
+            return  # finished before it started: already resolved (and no timeout)
+        memo = get_starts_memo(ctx)
+        memo.open.setdefault(ctx.height + memo.expiration, set()).add(inference.inference_id)
         if address not in ctx.get_cached(FLEET, self.get_entry).probing:
             return
         expiration = ctx.params.expiration_blocks
@@ -320,15 +371,16 @@ class WindowedBreaker(HealthPolicy):
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         params = ctx.params.health_params.windowed
+        memo = get_starts_memo(ctx)
+        listed = memo.open.get(inference.start_block_height + memo.expiration)
+        if listed is not None:
+            listed.discard(inference.inference_id)
         entry = ctx.get_cached(address, self.get_entry)
         before = entry.state
-        index = find_open(entry, inference.inference_id)
-        item: OpenInference | None = None
-        if index is not None:
-            item = OpenInference()
-            item.CopyFrom(entry.open[index])
-            del entry.open[index]
-        elif outcome is Outcome.NEUTRAL:
+        # Most participants remember no inference: then there is nothing to take or prune.
+        remembers = len(entry.open) > 0
+        item = process_take_open(entry, inference.inference_id) if remembers else None
+        if item is None and outcome is Outcome.NEUTRAL:
             return  # pushback about nothing we track: nothing to record
         flagged = item is not None and item.flagged
         if outcome is Outcome.NEUTRAL:
@@ -345,7 +397,8 @@ class WindowedBreaker(HealthPolicy):
         elif not flagged:
             capacity = is_capacity_miss(entry, inference.start_block_height)
             self.process_record_miss(ctx, entry, capacity)
-        process_prune(entry, ctx.height, ctx.params.expiration_blocks)
+        if remembers:
+            process_prune(entry, ctx.height, ctx.params.expiration_blocks)
         if compute_window(entry, params.window)[1] <= params.min_samples:
             ctx.recheck.add(address)  # too few samples before: the window may be judged now
         if entry.state == W_EXCLUDED and flagged and outcome is not Outcome.MISS:
@@ -374,14 +427,28 @@ class WindowedBreaker(HealthPolicy):
         ctx.mark_dirty(FLEET, verdict=False)
 
     def process_fleet_latency(self, ctx: PolicyContext, latency: int) -> None:
-        append_bounded(
-            ctx.get_cached(FLEET, self.get_entry).recent_latencies, latency, FLEET_LATENCY_SAMPLES
-        )
+        """Noted for now: the fleet entry takes the block's latencies together at the start of
+        the end block, before anything reads them (process_add_fleet_latencies)."""
+        pending = ctx.memo.get("fleet_latencies")
+        if not isinstance(pending, list):
+            pending = ctx.memo["fleet_latencies"] = []
+        pending.append(latency)
+
+    def process_add_fleet_latencies(self, ctx: PolicyContext) -> None:
+        pending = ctx.memo.pop("fleet_latencies", None)
+        if not isinstance(pending, list) or not pending:
+            return
+        latencies = ctx.get_cached(FLEET, self.get_entry).recent_latencies
+        latencies.extend(pending)
+        excess = len(latencies) - FLEET_LATENCY_SAMPLES
+        if excess > 0:
+            del latencies[:excess]
         ctx.mark_dirty(FLEET, verdict=False)
 
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
         """Overdue deadlines, cooldown ends, then the gate for the windows that may now fail
         (the block's entries are written once, after the end block)."""
+        self.process_add_fleet_latencies(ctx)
         self.process_overdue_checks(ctx)
         for address in ctx.pop_due():
             entry = ctx.get_cached_if_stored(address, self.get_entry)
@@ -422,20 +489,32 @@ class WindowedBreaker(HealthPolicy):
         lists them by expiry height) and at those whose participant's own threshold is due."""
         expiration = ctx.params.expiration_blocks
         min_blocks = ctx.params.health_params.windowed.overdue_min_blocks
+        started_at = ctx.height - min_blocks
+        timeout_at = started_at + expiration
+        memo = get_starts_memo(ctx)
+        memo.open.pop(ctx.height, None)  # expired in this block: gone from the index too
         if min_blocks < expiration:
-            started_at = ctx.height - min_blocks
-            for _, inference_id in ctx.keeper.get_timeouts_due(started_at + expiration):
-                self.process_overdue(ctx, inference_id)
+            if memo.is_complete_for(started_at):
+                # In the index's order: ids bytewise (code point order is UTF-8 byte order).
+                due = sorted(memo.open.get(timeout_at, ()))
+            else:
+                due = [inference_id for _, inference_id in ctx.keeper.get_timeouts_due(timeout_at)]
+            for inference_id in due:
+                self.process_overdue(ctx, inference_id, started_at)
         for inference_id in ctx.pop_due_items():
             self.process_overdue(ctx, inference_id)
 
-    def process_overdue(self, ctx: PolicyContext, inference_id: str) -> None:
+    def process_overdue(
+        self, ctx: PolicyContext, inference_id: str, started_at: int | None = None
+    ) -> None:
         """Still unfinished past its participant's overdue threshold: a provisional miss. The
         threshold is taken now, from the latencies seen up to now; not yet reached, the
         inference is looked at again when it is."""
         inference = ctx.keeper.get_inference(inference_id)
         if inference is None or inference.status != STARTED:
             return  # resolved in time (or declined, or finished by another executor)
+        if started_at is not None and inference.start_block_height != started_at:
+            return  # its timeout was set under another expiration_blocks: it expires unchecked
         address = inference.assigned_to
         entry = ctx.get_cached(address, self.get_entry)
         overdue = self.get_overdue_blocks(ctx, entry)
