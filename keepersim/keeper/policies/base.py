@@ -232,11 +232,16 @@ class PolicyContext:
     def get_raw(self, address: str) -> bytes | None:
         return self.keeper.store.get(self._state + address.encode())
 
-    def set_message(self, address: str, message: Message) -> None:
+    def set_message(self, address: str, message: Message, verdict: bool = True) -> bytes:
+        """Store ``message`` as the entry of ``address``; return the stored bytes (so the caller
+        need not read them back). ``verdict=False``: as in mark_dirty."""
         self._carried.pop(address, None)
-        self.keeper.store.set(self._state + address.encode(), message.SerializeToString())
+        raw = message.SerializeToString()
+        self.keeper.store.set(self._state + address.encode(), raw)
         self.keeper.touched.add(address)
-        self.keeper.verdict_touched.add(address)
+        if verdict:
+            self.keeper.verdict_touched.add(address)
+        return raw
 
     def delete(self, address: str) -> None:
         self._carried.pop(address, None)

@@ -207,10 +207,8 @@ class TrinAdditive(HealthPolicy):
                 suffix.append(delta)
                 stored.add(height=height, delta=delta)
             suffix.append(0)
-            ctx.set_message(address, entry)
-            self._decoded[address] = Events(
-                ctx.get_raw(address), heights, deltas, suffix, True, entry
-            )
+            raw = ctx.set_message(address, entry)
+            self._decoded[address] = Events(raw, heights, deltas, suffix, True, entry)
             return
         kept = events.get_counted(height, params.window_blocks)
         if kept and kept[-1][0] == height:
