@@ -87,6 +87,16 @@ class Selection:
     panic: bool
 
 
+def get_verdict(
+    policy: HealthPolicy, reader: PolicyReader, address: str, height: int, known: Health | None
+) -> Health:
+    """The verdict at ``height``: ``known`` or the verdicts that follow it (Health.then) if one
+    holds then, else get_health's."""
+    while known is not None and known.valid_until < height:
+        known = None if known.then is None else known.then()
+    return policy.get_health(reader, address, height) if known is None else known
+
+
 class _ModelTable:
     """One model's memo: its candidates' verdicts (in an :class:`IncrementalTable`), the last
     table, and a min-heap of (valid_until, position) that says whose verdict lapses next."""
@@ -143,7 +153,7 @@ class _SelectionIndex:
     only when a verdict actually changed: a block with outcomes costs O(changes), not O(fleet).
     """
 
-    __slots__ = ("candidates", "tables", "models", "dirty", "epoch_start")
+    __slots__ = ("candidates", "tables", "models", "dirty", "pushed", "epoch_start")
 
     def __init__(self) -> None:
         self.epoch_start: int | None = None  # first height of the effective epoch (-1: none)
@@ -151,17 +161,26 @@ class _SelectionIndex:
         self.tables: dict[str, SelectionTable] = {}
         self.models: dict[str, _ModelTable] = {}
         self.dirty: dict[str, set[str]] = {}
+        # Verdicts the policy handed over with a commit (PolicyContext.set_verdict), each at the
+        # height of the last commit that touched its participant.
+        self.pushed: dict[str, Health] = {}
 
-    def process_commit(self, touched: set[str], reset: bool) -> None:
+    def process_commit(self, touched: set[str], reset: bool, verdicts: dict[str, Health]) -> None:
         self.tables = {}
         if reset:
             self.epoch_start = None
             self.candidates.clear()
             self.models.clear()
             self.dirty.clear()
+            self.pushed.clear()
             return
+        pushed = self.pushed
+        for address in touched:
+            pushed.pop(address, None)
+        pushed.update(verdicts)
         for dirty in self.dirty.values():
             dirty.update(touched)
+            dirty.update(verdicts)
 
 
 class Chain:
@@ -236,7 +255,7 @@ class Chain:
                 raise
             self._chain_id = genesis.chain_id
             with self._index_lock:
-                self._index.process_commit(set(), reset=True)
+                self._index.process_commit(set(), True, {})
             return app_hash
 
     @property
@@ -329,6 +348,7 @@ class Chain:
                             if policy.verdict_reads_participants
                             else keeper.verdict_touched,
                             reset,
+                            ctx.policy_ctx.verdicts,
                         )
             except BaseException:
                 buffer.discard()
@@ -395,12 +415,17 @@ class Chain:
         last = index.models.get(model)
         if last is not None and last.candidates is candidates:
             position = last.position
-            recheck = {position[a] for a in dirty if a in position}
-            recheck.update(last.get_expired(height))
+            touched = {position[a] for a in dirty if a in position}
+            lapsed = last.get_expired(height)
             dirty.clear()
             changed = False
-            for i in sorted(recheck):
-                health = policy.get_health(reader, candidates[i].address, height)
+            pushed, healths = index.pushed, last.state.healths
+            for i in sorted(touched.union(lapsed)):
+                address = candidates[i].address
+                # A touched participant's verdict came with the commit (or is asked for); a
+                # lapsed one's follows from it (Health.then) while nothing touched it.
+                known = pushed.get(address) if i in touched else healths[i]
+                health = get_verdict(policy, reader, address, height, known)
                 changed = last.process_health(i, health, height) or changed
             if changed or last.table is None:
                 last.table = None  # if assembling raises, the next query raises too

@@ -28,6 +28,7 @@ All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsErro
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import partial
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
@@ -208,7 +209,8 @@ class TrinAdditive(HealthPolicy):
                 stored.add(height=height, delta=delta)
             suffix.append(0)
             raw = ctx.set_message(address, entry)
-            self._decoded[address] = Events(raw, heights, deltas, suffix, True, entry)
+            events = self._decoded[address] = Events(raw, heights, deltas, suffix, True, entry)
+            ctx.set_verdict(address, self.compute_health(events, height, params))
             return
         kept = events.get_counted(height, params.window_blocks)
         if kept and kept[-1][0] == height:
@@ -218,17 +220,26 @@ class TrinAdditive(HealthPolicy):
         del entry.events[:]
         entry.events.extend(ScoreEvent(height=h, delta=d) for h, d in kept)
         ctx.set_message(address, entry)
+        ctx.drop_verdict(address)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
-        params = reader.params.health_params.trin_additive
         events = self.get_events(reader.get_raw(address), address)
+        return self.compute_health(events, height, reader.params.health_params.trin_additive)
+
+    def compute_health(self, events: Events, height: int, params: TrinAdditiveParams) -> Health:
+        """The verdict of ``events`` at ``height``; its ``then`` computes the next one (an event
+        leaving the window), so the chain follows the score without reading the entry again."""
         score, valid_until = events.get_score_and_valid_until(height, params)
         top = params.max_score
-        # Positional (admitted, factor_num, factor_den, severity, valid_until, state): keywords
-        # cost this frozen dataclass twice as much, and the chain asks on every score change.
+        then = None
+        if valid_until < NEVER:
+            then = partial(self.compute_health, events, valid_until + 1, params)
+        # Positional (admitted, factor_num, factor_den, severity, valid_until, state, then):
+        # keywords cost this frozen dataclass twice as much, and the chain asks on every score
+        # change.
         if score == 0:
-            return Health(False, 1, 1, top, valid_until, "zero")
-        return Health(True, score, params.initial_score, top - score, valid_until, "scored")
+            return Health(False, 1, 1, top, valid_until, "zero", then)
+        return Health(True, score, params.initial_score, top - score, valid_until, "scored", then)
 
     def is_fallback_allowed(self, params: Params) -> bool:
         return params.health_params.trin_additive.fallback_when_all_zero

@@ -23,6 +23,7 @@ before the next recency doubling, so the chain's memo steps the factor exactly o
 
 from __future__ import annotations
 
+from functools import partial
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
@@ -41,35 +42,41 @@ HISTORY_BITS = 32
 HISTORY_MASK = (1 << HISTORY_BITS) - 1
 HEALTH_MEMO_SIZE = 4096
 
-
-def compute_misses(entry: TrinMultiplicativeEntry, history: int) -> int:
-    """Failures among the last ``history`` recorded (non-neutral) outcomes."""
-    return (entry.failure_bits & ((1 << history) - 1)).bit_count()
+VerdictKey = tuple[int, int, int]  # (doublings, misses, valid_until)
+KeyParams = tuple[int, int, int]  # (history, recency_blocks, max_recency_doublings)
 
 
-def compute_doublings(
-    entry: TrinMultiplicativeEntry, height: int, params: TrinMultiplicativeParams
-) -> int:
-    idle = max(0, height - entry.last_selected_block)
-    return min(params.max_recency_doublings, idle // params.recency_blocks)
+def get_key_params(params: TrinMultiplicativeParams) -> KeyParams:
+    """The params a verdict depends on."""
+    return params.history, params.recency_blocks, params.max_recency_doublings
 
 
-def get_valid_until(
-    entry: TrinMultiplicativeEntry, height: int, params: TrinMultiplicativeParams
-) -> int:
-    """Last height with the same number of recency doublings."""
-    doublings = compute_doublings(entry, height, params)
-    if doublings >= params.max_recency_doublings:
-        return NEVER
-    return entry.last_selected_block + (doublings + 1) * params.recency_blocks - 1
+def compute_verdict_key(
+    failure_bits: int, last_selected_block: int, height: int, key_params: KeyParams
+) -> VerdictKey:
+    """(doublings, misses, valid_until) of an entry at ``height``: all its verdict is made of."""
+    history, step, top = key_params
+    misses = (failure_bits & ((1 << history) - 1)).bit_count()
+    doublings = min(top, max(0, height - last_selected_block) // step)
+    # Last height with the same number of recency doublings.
+    valid_until = NEVER if doublings >= top else last_selected_block + (doublings + 1) * step - 1
+    return doublings, misses, valid_until
+
+
+def compute_next_key(key: VerdictKey, key_params: KeyParams) -> VerdictKey:
+    """The key from ``key``'s valid_until + 1 on, with no new write: one more doubling."""
+    doublings, misses, valid_until = key
+    _, step, top = key_params
+    doublings += 1
+    return doublings, misses, NEVER if doublings >= top else valid_until + step
 
 
 class Decoded:
     """One participant's stored entry, decoded, with the last verdict computed from it.
 
-    ``verdict`` was computed at height ``verdict_from`` under params ``verdict_params``
-    (history, recency_blocks, max_recency_doublings); with the same bytes and params it holds
-    at every height from ``verdict_from`` through its ``valid_until`` (doublings only grow).
+    ``verdict`` was computed at height ``verdict_from`` under ``verdict_params``; with the same
+    bytes and params it holds at every height from ``verdict_from`` through its
+    ``valid_until`` (doublings only grow).
     """
 
     __slots__ = (
@@ -91,7 +98,7 @@ class Decoded:
         self.last_selected_block = last_selected_block
         self.verdict: Health | None = None
         self.verdict_from = 0
-        self.verdict_params: tuple[int, int, int] = (0, 0, 0)
+        self.verdict_params: KeyParams = (0, 0, 0)
 
 
 class TrinMultiplicative(HealthPolicy):
@@ -102,8 +109,9 @@ class TrinMultiplicative(HealthPolicy):
         # address -> its entry decoded from the stored bytes ``Decoded.raw``: a pure memo (a
         # stored value that differs, e.g. after a discarded block, is simply decoded again).
         self._decoded: dict[str, Decoded] = {}
-        # (doublings, misses, valid_until) -> the verdict; Health is immutable, so shared.
-        self._healths: dict[tuple[int, int, int], Health] = {}
+        # (key, key params) -> the verdict; Health is immutable and its ``then`` depends on
+        # nothing else, so verdicts are shared between participants.
+        self._healths: dict[tuple[VerdictKey, KeyParams], Health] = {}
 
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> TrinMultiplicativeEntry:
@@ -125,6 +133,21 @@ class TrinMultiplicative(HealthPolicy):
         self._decoded[address] = decoded
         return decoded
 
+    def get_verdict(self, key: VerdictKey, key_params: KeyParams) -> Health:
+        """The verdict of ``key``; its ``then`` is the next doubling's verdict."""
+        verdict = self._healths.get((key, key_params))
+        if verdict is None:
+            if len(self._healths) >= HEALTH_MEMO_SIZE:
+                self._healths.clear()
+            doublings, misses, valid_until = key
+            then = None
+            if valid_until < NEVER:
+                then = partial(self.get_verdict, compute_next_key(key, key_params), key_params)
+            # Positional (admitted, factor_num, factor_den, severity, valid_until, state, then).
+            verdict = Health(True, 1 << doublings, 1 << misses, misses, valid_until, "scored", then)
+            self._healths[(key, key_params)] = verdict
+        return verdict
+
     def set_entry(
         self,
         ctx: PolicyContext,
@@ -133,7 +156,8 @@ class TrinMultiplicative(HealthPolicy):
         outcome_count: int,
         last_selected_block: int,
     ) -> None:
-        ctx.set_message(
+        """Store the new entry and hand its verdict at this height to the chain."""
+        raw = ctx.set_message(
             address,
             TrinMultiplicativeEntry(
                 address=address,
@@ -142,9 +166,10 @@ class TrinMultiplicative(HealthPolicy):
                 last_selected_block=last_selected_block,
             ),
         )
-        self._decoded[address] = Decoded(
-            ctx.get_raw(address), failure_bits, outcome_count, last_selected_block
-        )
+        self._decoded[address] = Decoded(raw, failure_bits, outcome_count, last_selected_block)
+        key_params = get_key_params(ctx.params.health_params.trin_multiplicative)
+        key = compute_verdict_key(failure_bits, last_selected_block, ctx.height, key_params)
+        ctx.set_verdict(address, self.get_verdict(key, key_params))
 
     def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         """The offer: the idle clock restarts."""
@@ -168,8 +193,7 @@ class TrinMultiplicative(HealthPolicy):
         self.set_entry(ctx, address, new_bits, new_count, entry.last_selected_block)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
-        params = reader.params.health_params.trin_multiplicative
-        key_params = (params.history, params.recency_blocks, params.max_recency_doublings)
+        key_params = get_key_params(reader.params.health_params.trin_multiplicative)
         entry = self.get_decoded(reader.get_raw(address), address)
         verdict = entry.verdict
         if (
@@ -178,21 +202,8 @@ class TrinMultiplicative(HealthPolicy):
             and entry.verdict_params == key_params
         ):
             return verdict
-        history, step, top = key_params
-        last_selected = entry.last_selected_block
-        misses = (entry.failure_bits & ((1 << history) - 1)).bit_count()
-        doublings = min(top, max(0, height - last_selected) // step)
-        # Last height with the same number of recency doublings.
-        valid_until = NEVER if doublings >= top else last_selected + (doublings + 1) * step - 1
-        key = (doublings, misses, valid_until)
-        verdict = self._healths.get(key)
-        if verdict is None:
-            if len(self._healths) >= HEALTH_MEMO_SIZE:
-                self._healths.clear()
-            # Positional (admitted, factor_num, factor_den, severity, valid_until, state):
-            # keywords cost this frozen dataclass twice as much.
-            verdict = Health(True, 1 << doublings, 1 << misses, misses, valid_until, "scored")
-            self._healths[key] = verdict
+        key = compute_verdict_key(entry.failure_bits, entry.last_selected_block, height, key_params)
+        verdict = self.get_verdict(key, key_params)
         entry.verdict = verdict
         entry.verdict_from = height
         entry.verdict_params = key_params
@@ -201,8 +212,9 @@ class TrinMultiplicative(HealthPolicy):
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
         params = reader.params.health_params.trin_multiplicative
         entry = self.get_entry(reader.get_raw(address), address)
-        misses = compute_misses(entry, params.history)
-        doublings = compute_doublings(entry, height, params)
+        doublings, misses, _ = compute_verdict_key(
+            entry.failure_bits, entry.last_selected_block, height, get_key_params(params)
+        )
         return {
             "state": "scored",
             "admitted": True,

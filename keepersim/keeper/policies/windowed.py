@@ -10,8 +10,10 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   counts as a provisional miss long before it expires. ``overdue = max(overdue_min_blocks,
   overdue_factor * slowest recent latency)`` of the participant (its last 8 successes), or of
   the fleet (last 32) while it has fewer than 4, so slow-but-healthy nodes are not flagged.
-  A start only queues its inference id at its deadline height (one key per height for all of
-  them); at the deadline an inference still STARTED is flagged and remembered in the entry. Each
+  Each inference is checked overdue_min_blocks after its start, with the threshold of the
+  latencies known then (a higher one schedules another look at its own height); the checks find
+  the starts through the chain's timeout index, or the StartsMemo, so a start writes nothing.
+  An inference still STARTED at its threshold is flagged and remembered in the entry. Each
   flag sits at a ring position (``flag_seq``): a late success turns it into the success it was,
   a decline removes it (pushback never counts) and the final expiry adds nothing (counted once).
 - Confidence gate instead of a bare threshold: exclude when n >= min_samples, m/n > p0 and the
@@ -49,9 +51,9 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
 
 State is written by outcomes, by starts while probing, and by the end block's wake-ups
 (overdue deadlines, cooldown ends) and gate, each entry once per block (PolicyContext's block
-cache), so a quiet block costs nothing per participant and a healthy participant's start costs
-no write. The fleet's latency samples and capacity-miss ring live in the entry of the empty
-address (never a participant's).
+cache), so a quiet block costs nothing per participant and a healthy participant's start
+reads and writes nothing of its own. The fleet's latency samples, capacity-miss ring and list
+of probing participants live in the entry of the empty address (never a participant's).
 """
 
 from __future__ import annotations
