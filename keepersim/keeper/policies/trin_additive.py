@@ -16,10 +16,11 @@ whatever the traffic.
 
 Cost: events are kept in height order, so the window is two bisections and its sum a difference
 of suffix sums. The decoded events of an entry are memoized per address together with the exact
-stored bytes they came from (a pure function of those bytes: a stale or foreign value is simply
-decoded again), so a write followed by the chain's verdict recompute decodes nothing. A write
-edits the parsed message in place (prune a prefix, merge or add the newest pair) instead of
-rebuilding it, and the memo keeps that message for the next write, so it is not parsed again.
+stored bytes they came from, or with the block cache's message they were taken from (the
+carried entry of the last block, PolicyContext): a stale or foreign memo is simply decoded
+again. A write edits the cached message in place (prune a prefix, merge or add the newest
+pair), hands its verdict to the chain (set_verdict) and chains the verdicts of the events that
+will leave the window (Health.then), so the chain reads nothing back.
 
 All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsError unless
 ``fallback_when_all_zero`` asks for the unfiltered list.
@@ -85,9 +86,9 @@ class Events:
         ordered: bool | None = None,
         entry: TrinAdditiveEntry | None = None,
     ) -> None:
+        # What the pairs were decoded from: the stored bytes (a query's read) or the block
+        # cache's message (a write), so each path knows whether the memo is its own.
         self.raw = raw
-        # The message ``raw`` was serialized from, if at hand: the next write takes it (once)
-        # instead of parsing ``raw`` again.
         self.entry = entry
         self.heights = heights
         self.deltas = deltas
@@ -108,6 +109,11 @@ class Events:
             return cls(None, [], [])
         events = TrinAdditiveEntry.FromString(raw).events
         return cls(raw, [e.height for e in events], [e.delta for e in events])
+
+    @classmethod
+    def from_entry(cls, entry: TrinAdditiveEntry) -> Events:
+        events = entry.events
+        return cls(None, [e.height for e in events], [e.delta for e in events], entry=entry)
 
     def get_window(self, height: int, window_blocks: int) -> tuple[int, int]:
         """Index range [lo, hi) of the events counted at ``height`` (ordered events only)."""
@@ -180,12 +186,10 @@ class TrinAdditive(HealthPolicy):
         params = ctx.params.health_params.trin_additive
         height = ctx.height
         delta = get_delta(outcome, params)
-        raw = ctx.get_raw(address)
-        events = self.get_events(raw, address)
-        entry = events.entry
-        events.entry = None  # taken: edited below, so never left behind in the memo
-        if entry is None:
-            entry = self.get_entry(raw, address)
+        entry = ctx.get_cached(address, self.get_entry)
+        events = self._decoded.get(address)
+        if events is None or events.entry is not entry:
+            events = Events.from_entry(entry)
         if events.ordered:
             # Keep the counted pairs (a contiguous run), then merge into or add the newest one.
             lo, hi = events.get_window(height, params.window_blocks)
@@ -208,8 +212,8 @@ class TrinAdditive(HealthPolicy):
                 suffix.append(delta)
                 stored.add(height=height, delta=delta)
             suffix.append(0)
-            raw = ctx.set_message(address, entry)
-            events = self._decoded[address] = Events(raw, heights, deltas, suffix, True, entry)
+            ctx.mark_dirty(address)
+            events = self._decoded[address] = Events(None, heights, deltas, suffix, True, entry)
             ctx.set_verdict(address, self.compute_health(events, height, params))
             return
         kept = events.get_counted(height, params.window_blocks)
@@ -219,7 +223,8 @@ class TrinAdditive(HealthPolicy):
             kept.append((height, delta))
         del entry.events[:]
         entry.events.extend(ScoreEvent(height=h, delta=d) for h, d in kept)
-        ctx.set_message(address, entry)
+        ctx.mark_dirty(address)
+        self._decoded.pop(address, None)
         ctx.drop_verdict(address)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:

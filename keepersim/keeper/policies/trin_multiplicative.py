@@ -148,49 +148,42 @@ class TrinMultiplicative(HealthPolicy):
             self._healths[(key, key_params)] = verdict
         return verdict
 
-    def set_entry(
-        self,
-        ctx: PolicyContext,
-        address: str,
-        failure_bits: int,
-        outcome_count: int,
-        last_selected_block: int,
-    ) -> None:
-        """Store the new entry and hand its verdict at this height to the chain."""
-        raw = ctx.set_message(
-            address,
-            TrinMultiplicativeEntry(
-                address=address,
-                failure_bits=failure_bits,
-                outcome_count=outcome_count,
-                last_selected_block=last_selected_block,
-            ),
-        )
-        self._decoded[address] = Decoded(raw, failure_bits, outcome_count, last_selected_block)
+    def process_write(self, ctx: PolicyContext, entry: TrinMultiplicativeEntry) -> None:
+        """The entry changed: it is written once at the end of the block (the block cache), and
+        its verdict at this height goes to the chain with the commit."""
+        ctx.mark_dirty(entry.address)
         key_params = get_key_params(ctx.params.health_params.trin_multiplicative)
-        key = compute_verdict_key(failure_bits, last_selected_block, ctx.height, key_params)
-        ctx.set_verdict(address, self.get_verdict(key, key_params))
+        key = compute_verdict_key(
+            entry.failure_bits, entry.last_selected_block, ctx.height, key_params
+        )
+        ctx.set_verdict(entry.address, self.get_verdict(key, key_params))
 
     def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         """The offer: the idle clock restarts."""
-        entry = self.get_decoded(ctx.get_raw(address), address)
-        if entry.raw is not None and entry.last_selected_block == ctx.height:
+        entry = ctx.get_cached_if_stored(address, self.get_entry)
+        if entry is None:
+            entry = ctx.get_cached(address, self.get_entry)
+        elif entry.last_selected_block == ctx.height:
             return  # already restarted in this block
-        self.set_entry(ctx, address, entry.failure_bits, entry.outcome_count, ctx.height)
+        entry.last_selected_block = ctx.height
+        self.process_write(ctx, entry)
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         if outcome is Outcome.NEUTRAL:
             return  # a rejected offer is neither a failure nor part of the history
-        entry = self.get_decoded(ctx.get_raw(address), address)
+        stored = ctx.get_cached_if_stored(address, self.get_entry)
+        entry = stored or ctx.get_cached(address, self.get_entry)
         failure_bits = entry.failure_bits
         outcome_count = entry.outcome_count
         new_bits = ((failure_bits << 1) | (outcome is Outcome.MISS)) & HISTORY_MASK
         new_count = min(outcome_count + 1, HISTORY_BITS)
-        if entry.raw is not None and new_bits == failure_bits and new_count == outcome_count:
+        if stored is not None and new_bits == failure_bits and new_count == outcome_count:
             return  # a full, clean history meets another success: the entry stays as it is
-        self.set_entry(ctx, address, new_bits, new_count, entry.last_selected_block)
+        entry.failure_bits = new_bits
+        entry.outcome_count = new_count
+        self.process_write(ctx, entry)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         key_params = get_key_params(reader.params.health_params.trin_multiplicative)
