@@ -186,7 +186,7 @@ class PolicyContext:
         self.recheck: set[str] = set()
         self._cache: dict[str, Message] = {}
         self._carried: dict[str, Message] = {}
-        # Hints a policy keeps for its next blocks (e.g. which inferences it knows resolved).
+        # Hints a policy keeps for its next blocks (e.g. windowed's list of the starts it saw).
         # Carried under the entries' rules; a policy must decide the same without them.
         self.memo: dict[str, object] = {}
         backend = getattr(keeper.store, "backend", None)
@@ -258,16 +258,11 @@ class PolicyContext:
     def get_raw(self, address: str) -> bytes | None:
         return self.keeper.store.get(self._state + address.encode())
 
-    def set_message(self, address: str, message: Message, verdict: bool = True) -> bytes:
-        """Store ``message`` as the entry of ``address``; return the stored bytes (so the caller
-        need not read them back). ``verdict=False``: as in mark_dirty."""
+    def set_message(self, address: str, message: Message) -> None:
         self._carried.pop(address, None)
-        raw = message.SerializeToString()
-        self.keeper.store.set(self._state + address.encode(), raw)
+        self.keeper.store.set(self._state + address.encode(), message.SerializeToString())
         self.keeper.touched.add(address)
-        if verdict:
-            self.keeper.verdict_touched.add(address)
-        return raw
+        self.keeper.verdict_touched.add(address)
 
     def set_verdict(self, address: str, health: Health) -> None:
         """``health`` is what get_health will say of ``address`` at this height once the block
