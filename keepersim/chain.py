@@ -126,7 +126,7 @@ class _ModelTable:
         """Record candidate ``i``'s verdict recomputed at ``height``; True if it selects
         differently. Keeps the heap holding every lapsing verdict's (valid_until, i)."""
         old = self.state.healths[i]
-        changed = health is not old and health != old
+        changed = health is not old and not health.is_same_verdict(old)
         if changed:
             self.state.process_health(i, health)
         else:

@@ -74,6 +74,13 @@ class BlockBuffer:
         self._origin[key] = value
         return value
 
+    def note_origin(self, key: bytes, value: bytes) -> None:
+        """The backend holds ``value`` at ``key``, known without reading it (a value the caller
+        wrote at the last commit): a write of ``key`` then needs no read at commit. A wrong note
+        would corrupt the app hash: only certain knowledge may be noted."""
+        if key not in self._origin and key not in self._pending:
+            self._origin[key] = value
+
     def get_origin(self) -> dict[bytes, bytes | None]:
         """Backend values this buffer read (valid while the backend has not been written)."""
         return self._origin

@@ -15,7 +15,7 @@ from typing import ClassVar, NamedTuple, TypeVar
 from google.protobuf.message import Message
 
 from keepersim.keeper.keeper import Keeper
-from keepersim.store.buffer import KVStore
+from keepersim.store.buffer import BlockBuffer, KVStore
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition, Outcome
@@ -37,7 +37,8 @@ class _Carry:
     """What a block's policy context hands the next block in memory."""
 
     height: int
-    entries: dict[str, Message]  # decoded, exactly as the block left them in the store
+    # Decoded, with the stored bytes: exactly as the block left them in the store.
+    entries: dict[str, tuple[Message, bytes]]
     memo: dict[str, object]  # the policy's own hints: facts of the store it need not read
 
 
@@ -73,10 +74,14 @@ class Health(NamedTuple):
     def get_verdict_key(self) -> tuple[bool, int, int, int, str]:
         return self[0], self[1], self[2], self[3], self[5]
 
+    def is_same_verdict(self, other: Health) -> bool:
+        """Selects identically: everything but valid_until and then is equal."""
+        return self[:4] == other[:4] and self[5] == other[5]
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Health):
             return NotImplemented
-        return self[:4] == other[:4] and self[5] == other[5]
+        return self.is_same_verdict(other)
 
     def __ne__(self, other: object) -> bool:
         equal = self.__eq__(other)
@@ -185,7 +190,7 @@ class PolicyContext:
         # Addresses the policy wants to look at again in this block's end block.
         self.recheck: set[str] = set()
         self._cache: dict[str, Message] = {}
-        self._carried: dict[str, Message] = {}
+        self._carried: dict[str, tuple[Message, bytes]] = {}
         # Hints a policy keeps for its next blocks (e.g. windowed's list of the starts it saw).
         # Carried under the entries' rules; a policy must decide the same without them.
         self.memo: dict[str, object] = {}
@@ -222,12 +227,17 @@ class PolicyContext:
         """Like get_cached, but None (and nothing cached) when ``address`` has no entry."""
         entry = self._cache.get(address)
         if entry is None:
-            entry = self._carried.pop(address, None)
-            if entry is None:
+            carried = self._carried.pop(address, None)
+            if carried is None:
                 raw = self.get_raw(address)
                 if raw is None:
                     return None
                 entry = decode(raw, address)
+            else:
+                entry, raw = carried
+                store = self.keeper.store
+                if isinstance(store, BlockBuffer):  # the commit's old value, without a read
+                    store.note_origin(self._state + address.encode(), raw)
             self._cache[address] = entry
         return entry  # type: ignore[return-value]
 
@@ -244,8 +254,10 @@ class PolicyContext:
         store = self.keeper.store
         carried = self._carried
         for address in sorted(self._dirty):
-            entry = carried[address] = self._cache[address]
-            store.set(self._state + address.encode(), entry.SerializeToString())
+            entry = self._cache[address]
+            raw = entry.SerializeToString()
+            store.set(self._state + address.encode(), raw)
+            carried[address] = (entry, raw)
         self._dirty.clear()
         self._queue.flush()
         self._items.flush()
