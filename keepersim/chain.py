@@ -87,16 +87,6 @@ class Selection:
     panic: bool
 
 
-def get_verdict(
-    policy: HealthPolicy, reader: PolicyReader, address: str, height: int, known: Health | None
-) -> Health:
-    """The verdict at ``height``: ``known`` or the verdicts that follow it (Health.then) if one
-    holds then, else get_health's."""
-    while known is not None and known.valid_until < height:
-        known = None if known.then is None else known.then()
-    return policy.get_health(reader, address, height) if known is None else known
-
-
 class _ModelTable:
     """One model's memo: its candidates' verdicts (in an :class:`IncrementalTable`), the last
     table, and a min-heap of (valid_until, position) that says whose verdict lapses next."""
@@ -423,9 +413,13 @@ class Chain:
             for i in sorted(touched.union(lapsed)):
                 address = candidates[i].address
                 # A touched participant's verdict came with the commit (or is asked for); a
-                # lapsed one's follows from it (Health.then) while nothing touched it.
-                known = pushed.get(address) if i in touched else healths[i]
-                health = get_verdict(policy, reader, address, height, known)
+                # lapsed one is followed by the verdicts it says come next (Health.then) while
+                # nothing touched the participant, else asked for.
+                health = pushed.get(address) if i in touched else healths[i]
+                while health is not None and health.valid_until < height:
+                    health = None if health.then is None else health.then()
+                if health is None:
+                    health = policy.get_health(reader, address, height)
                 changed = last.process_health(i, health, height) or changed
             if changed or last.table is None:
                 last.table = None  # if assembling raises, the next query raises too

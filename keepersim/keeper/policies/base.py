@@ -213,13 +213,18 @@ class PolicyContext:
     # an error of the policy.
     def get_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
         """The block's decoded entry of ``address`` (``decode(raw or None, address)`` once)."""
+        entry = self._cache.get(address)
+        if entry is not None:
+            return entry  # type: ignore[return-value]
         entry = self.get_cached_if_stored(address, decode)
         if entry is None:
             entry = self._cache[address] = decode(None, address)
         return entry
 
-    def is_cached(self, address: str) -> bool:
-        return address in self._cache
+    def get_uncached(self, addresses: Iterable[str]) -> set[str]:
+        """Those of ``addresses`` the policy has not looked at in this block."""
+        cache = self._cache
+        return {a for a in addresses if a not in cache}
 
     def get_cached_if_stored(
         self, address: str, decode: Callable[[bytes | None, str], M]

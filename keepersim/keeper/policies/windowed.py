@@ -465,7 +465,7 @@ class WindowedBreaker(HealthPolicy):
         if ctx.keeper.params_changed:
             judge = ctx.recheck.union(touched)
         else:
-            judge = ctx.recheck.union(a for a in touched if not ctx.is_cached(a))
+            judge = ctx.recheck.union(ctx.get_uncached(touched))
         judge.discard(FLEET)
         for address in sorted(judge):
             entry = ctx.get_cached_if_stored(address, self.get_entry)
