@@ -135,7 +135,7 @@ def run(
     def deliver(msgs: list[object]) -> None:
         if cold:
             base._CARRY.clear()
-            base._QUEUE_FLOORS.clear()
+            base._QUEUE_HEIGHTS.clear()
         result = chain.deliver_block(msgs, strict=True)  # type: ignore[arg-type]
         transitions = tuple(e for e in result.events if isinstance(e, HealthTransition))
         out.append((result.app_hash, transitions))

@@ -7,6 +7,7 @@ end-block / epoch hooks (never from a query); it reads heights, never clocks; in
 
 from __future__ import annotations
 
+import heapq
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,11 +26,25 @@ from keepersim.types.pb.types_pb2 import Inference
 NEVER = (1 << 63) - 1
 M = TypeVar("M", bound=Message)
 
-# Per backend and queue prefix: the height of the last pop_due. Every pop deletes all wake-ups
-# up to its height, so the next scan may start one height below it and seek past the deleted
-# keys, which LevelDB would otherwise walk as tombstones on every block until a compaction.
-# A hint only: a new backend object (a reopened chain) starts with a full scan.
-_QUEUE_FLOORS: weakref.WeakKeyDictionary[object, dict[bytes, int]] = weakref.WeakKeyDictionary()
+
+@dataclass(slots=True)
+class _QueueHeights:
+    """The heights that hold a key of one queue, exactly, as the flush of block ``height`` left
+    them: a min-heap and the same heights as a set."""
+
+    height: int
+    heap: list[int]
+    heights: set[int]
+
+
+# Per backend and queue prefix: the queue's heights as the last flushed block left them. A block
+# takes them when it starts and puts them back in its flush (the carry's rule, below): with
+# them, a pop reads only the keys that are due, never scanning (a LevelDB scan walks the
+# tombstones of every past wake-up until a compaction). Without (a reopened chain, after a
+# failed block), the first pop scans the queue once.
+_QUEUE_HEIGHTS: weakref.WeakKeyDictionary[object, dict[bytes, _QueueHeights]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass(slots=True)
@@ -101,65 +116,80 @@ class HeightQueue:
     takes everything due by now, stored or still in memory.
     """
 
-    __slots__ = ("_store", "_prefix", "_height", "_pending")
+    __slots__ = ("_store", "_prefix", "_height", "_pending", "_backend", "_known")
 
     def __init__(self, store: KVStore, prefix: bytes, height: int) -> None:
         self._store = store
         self._prefix = prefix
         self._height = height
         self._pending: dict[int, set[str]] = {}
+        self._backend = getattr(store, "backend", None)
+        self._known: _QueueHeights | None = None
+        if self._backend is not None:
+            known = _QUEUE_HEIGHTS.setdefault(self._backend, {}).pop(prefix, None)
+            if known is not None and known.height == height - 1:
+                self._known = known
 
     def schedule(self, height: int, item: str) -> None:
         """Due at ``height``; a height already past is due at the next pop."""
         self._pending.setdefault(max(height, self._height), set()).add(item)
 
+    def get_known(self) -> _QueueHeights:
+        """The stored heights, scanned from the store if no block handed them over."""
+        known = self._known
+        if known is None:
+            n = len(self._prefix)
+            heights = {
+                keys.decode_u64(key[n:])
+                for key, _ in self._store.iterate(self._prefix, prefix_end(self._prefix))
+            }
+            heap = sorted(heights)
+            known = self._known = _QueueHeights(self._height - 1, heap, heights)
+        return known
+
     def pop_due(self) -> list[str]:
         """Items due at a height <= now, distinct and sorted; removed from the queue."""
         store = self._store
-        backend = getattr(store, "backend", None)
-        floors = _QUEUE_FLOORS.setdefault(backend, {}) if backend is not None else {}
-        last = floors.get(self._prefix)
-        due: list[tuple[bytes, bytes]]
-        if last == self._height - 1:
-            # The last block popped too: only its height (wake-ups scheduled there after its
-            # pop) and ours can hold keys. Two reads instead of a LevelDB iterator.
-            due = []
-            for height in (last, self._height):
-                key = self._prefix + keys.queue_key(height)
-                raw = store.get(key)
-                if raw is not None:
-                    due.append((key, raw))
-        else:
-            # One height below the last pop: wake-ups scheduled there after its pop remain.
-            start = self._prefix
-            if last is not None:
-                start += keys.encode_u64(max(last - 1, 0))
-            due = list(store.iterate(start, self._prefix + keys.encode_u64(self._height + 1)))
+        known = self.get_known()
         items: set[str] = set()
-        for key, raw in due:
-            store.delete(key)
-            items.update(keys.decode_address_set(raw))
+        heap = known.heap
+        while heap and heap[0] <= self._height:
+            height = heapq.heappop(heap)
+            known.heights.discard(height)
+            key = self._prefix + keys.queue_key(height)
+            raw = store.get(key)
+            if raw is not None:
+                store.delete(key)
+                items.update(keys.decode_address_set(raw))
         for height in [h for h in self._pending if h <= self._height]:
             items.update(self._pending.pop(height))
-        if backend is not None:
-            floors[self._prefix] = self._height
         return sorted(items)
 
     def flush(self) -> None:
+        """Write the block's wake-ups (one key per height) and hand the stored heights on."""
         store = self._store
+        known = self._known
         for height in sorted(self._pending):
             key = self._prefix + keys.queue_key(height)
-            raw = store.get(key)
             items = self._pending[height]
-            if raw is not None:
-                items = items.union(keys.decode_address_set(raw))
+            if known is None or height in known.heights:
+                raw = store.get(key)
+                if raw is not None:
+                    items = items.union(keys.decode_address_set(raw))
             store.set(key, keys.encode_address_set(items))
+            if known is not None and height not in known.heights:
+                known.heights.add(height)
+                heapq.heappush(known.heap, height)
         self._pending.clear()
+        if known is not None and self._backend is not None:
+            known.height = self._height
+            _QUEUE_HEIGHTS.setdefault(self._backend, {})[self._prefix] = known
 
     def clear(self) -> None:
         for key, _ in list(self._store.iterate(self._prefix, prefix_end(self._prefix))):
             self._store.delete(key)
         self._pending.clear()
+        self._known = _QueueHeights(self._height - 1, [], set())
 
 
 class PolicyContext:
