@@ -30,6 +30,7 @@ def begin_block(keeper: Keeper, height: int) -> None:
 
 
 def process_policy_end_block(ctx: BlockContext) -> None:
+    ctx.policy_ctx.process_deferred()  # the block's starts and outcomes a policy deferred
     ctx.policy.process_end_block(ctx.policy_ctx, sorted(ctx.keeper.touched))
 
 

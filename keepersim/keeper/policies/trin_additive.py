@@ -183,6 +183,9 @@ class TrinAdditive(HealthPolicy):
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
+        ctx.defer(self.process_score_event, ctx, address, outcome)  # nothing reads it sooner
+
+    def process_score_event(self, ctx: PolicyContext, address: str, outcome: Outcome) -> None:
         params = ctx.params.health_params.trin_additive
         height = ctx.height
         delta = get_delta(outcome, params)

@@ -159,6 +159,9 @@ class TrinMultiplicative(HealthPolicy):
         ctx.set_verdict(entry.address, self.get_verdict(key, key_params))
 
     def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
+        ctx.defer(self.process_start_event, ctx, address, inference)  # nothing reads it sooner
+
+    def process_start_event(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         """The offer: the idle clock restarts."""
         entry = ctx.get_cached_if_stored(address, self.get_entry)
         if entry is None:
@@ -169,6 +172,11 @@ class TrinMultiplicative(HealthPolicy):
         self.process_write(ctx, entry)
 
     def process_outcome(
+        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+    ) -> None:
+        ctx.defer(self.process_outcome_event, ctx, address, outcome, inference)
+
+    def process_outcome_event(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         if outcome is Outcome.NEUTRAL:

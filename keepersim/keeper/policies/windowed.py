@@ -352,6 +352,9 @@ class WindowedBreaker(HealthPolicy):
     # --- writes -------------------------------------------------------------------------
 
     def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
+        ctx.defer(self.process_start_event, ctx, address, inference)  # nothing reads it sooner
+
+    def process_start_event(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         """Only a probe's start is recorded (it takes a slot). Every start's overdue check
         finds it through the chain's own timeout index (process_overdue_checks), so a healthy
         participant's start reads and writes nothing of its own."""
@@ -370,6 +373,11 @@ class WindowedBreaker(HealthPolicy):
         ctx.mark_dirty(address)  # a probe slot taken
 
     def process_outcome(
+        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+    ) -> None:
+        ctx.defer(self.process_outcome_event, ctx, address, outcome, inference)
+
+    def process_outcome_event(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         params = ctx.params.health_params.windowed
