@@ -562,3 +562,20 @@ def test_the_in_memory_starts_list_decides_as_the_timeout_index(make_net: NetFac
         hashes.append(out)
         assert net.state("c")["overdue_flags"] > 0  # the checks did flag something
     assert hashes[0] == hashes[1]
+
+
+def test_deferred_events_run_in_message_order_at_the_end_block(make_net: NetFactory) -> None:
+    """windowed handles its starts and outcomes in the policy end block, in the order they
+    came: a probe started and finished in one block takes its slot and frees it (the other way
+    round the slot would stay taken), and the block's transitions follow its message events."""
+    net = make_net(make_w_params(), FLEET)
+    exclude(net, "a", successes=3, misses=2)
+    reach_probe(net, "a")
+    results = []
+    while net.state("a")["state"] == "probe":
+        start = net.start("a")
+        results.append(net.block(start, net.finish(start)))
+        assert net.state("a")["probes_in_flight"] == 0
+    assert len(results) == 2  # 2 of 6 still fails the gate, 2 of 7 passes
+    kinds = [type(e).__name__ for e in results[-1].events]
+    assert kinds == ["InferenceStarted", "InferenceFinished", "HealthTransition"]
