@@ -31,6 +31,7 @@ from keepersim.keeper.selection import (
     compute_restamped_table,
     compute_selection_seed,
     get_candidates,
+    get_pipeline_rules,
     is_poc_phase,
 )
 from keepersim.module.abci import begin_block, end_block
@@ -439,12 +440,7 @@ class Chain:
         self, policy: HealthPolicy, params: Params, state: IncrementalTable, model: str
     ) -> SelectionTable:
         return state.compute_table(
-            height=self.height,
-            model=model,
-            cap_pct=policy.get_exclusion_cap_pct(params),
-            panic_pct=policy.get_panic_pct(params),
-            fallback_allowed=policy.is_fallback_allowed(params),
-            shadow=params.health_params.shadow,
+            height=self.height, model=model, rules=get_pipeline_rules(policy, params)
         )
 
     def get_random_executor(self, model: str = "", request_id: str = "") -> Selection:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from itertools import accumulate, compress
 
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies.base import Health
+from keepersim.keeper.policies.base import Health, HealthPolicy
 from keepersim.keeper.reputation import compute_adjusted_weight
 from keepersim.types.errors import NoExecutorsError, UnknownModelError
-from keepersim.types.pb.params_pb2 import EpochParams
+from keepersim.types.pb.params_pb2 import EpochParams, Params
 from keepersim.types.pb.types_pb2 import ACTIVE, Participant
 
 
@@ -99,6 +99,26 @@ def get_candidates(keeper: Keeper, model: str, height: int) -> list[Candidate]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class PipelineRules:
+    """What decides the pipeline besides the verdicts: the policy's exclusion cap, panic
+    threshold and fallback, and whether it runs in shadow."""
+
+    cap_pct: int
+    panic_pct: int
+    fallback_allowed: bool
+    shadow: bool
+
+
+def get_pipeline_rules(policy: HealthPolicy, params: Params) -> PipelineRules:
+    return PipelineRules(
+        cap_pct=policy.get_exclusion_cap_pct(params),
+        panic_pct=policy.get_panic_pct(params),
+        fallback_allowed=policy.is_fallback_allowed(params),
+        shadow=params.health_params.shadow,
+    )
+
+
 def is_cap_binding(out_weight: int, total: int, cap_pct: int) -> bool:
     """The gate keeps out more than ``cap_pct`` of the candidate weight."""
     return out_weight * 100 > cap_pct * total
@@ -132,16 +152,15 @@ def compute_selection_table(
     *,
     height: int,
     model: str,
-    cap_pct: int,
-    panic_pct: int,
-    fallback_allowed: bool,
-    shadow: bool,
+    rules: PipelineRules,
 ) -> SelectionTable:
     """Apply gate, cap, panic, fallback and weight factors to candidates with their verdicts.
 
     The reference: :class:`IncrementalTable` gives the same tables, computed faster when none of
     cap, panic and fallback applies, and calls this whenever one might.
     """
+    cap_pct, panic_pct, shadow = rules.cap_pct, rules.panic_pct, rules.shadow
+    fallback_allowed = rules.fallback_allowed
     total = sum(c.weight for c in candidates)
     admitted = [h.admitted for h in healths]
     out_idx = [i for i, ok in enumerate(admitted) if not ok]
@@ -266,35 +285,20 @@ class IncrementalTable:
         self.draw_zero += (w == 0) - (self.draw[i] == 0)
         self.draw[i] = w
 
-    def compute_table(
-        self,
-        *,
-        height: int,
-        model: str,
-        cap_pct: int,
-        panic_pct: int,
-        fallback_allowed: bool,
-        shadow: bool,
-    ) -> SelectionTable:
+    def compute_table(self, *, height: int, model: str, rules: PipelineRules) -> SelectionTable:
+        shadow = rules.shadow
         if shadow != self.shadow:
             self.process_shadow(shadow)
         n = len(self.candidates)
         total = self.total
         if (
-            (self.out_count and is_cap_binding(self.out_weight, total, cap_pct))
-            or is_panic(total - self.out_weight, total, panic_pct)
+            (self.out_count and is_cap_binding(self.out_weight, total, rules.cap_pct))
+            or is_panic(total - self.out_weight, total, rules.panic_pct)
             or self.out_count == n  # nobody admitted: fallback or refusal
             or self.draw_zero == n  # nobody drawable: the reference raises
         ):
             return compute_selection_table(
-                self.candidates,
-                self.healths,
-                height=height,
-                model=model,
-                cap_pct=cap_pct,
-                panic_pct=panic_pct,
-                fallback_allowed=fallback_allowed,
-                shadow=shadow,
+                self.candidates, self.healths, height=height, model=model, rules=rules
             )
         excluded = tuple(compress(self.addresses, self.out)) if self.out_count else ()
         shadow_excluded: tuple[str, ...] = ()

@@ -214,14 +214,14 @@ def test_poc_filter_follows_a_registration_update(poc_driver: Driver, tmp_path: 
 def test_shadow_mode_never_fails_selection_and_records_would_exclude() -> None:
     """A policy that refuses when all are out (SMG) must not refuse in shadow mode."""
     from keepersim.keeper.policies.base import Health
-    from keepersim.keeper.selection import Candidate, compute_selection_table
+    from keepersim.keeper.selection import Candidate, PipelineRules, compute_selection_table
 
     candidates = [Candidate("a", 100), Candidate("b", 300)]
     healths = [Health(False, severity=2), Health(False, severity=1)]
-    kwargs = dict(height=5, model="m", cap_pct=100, panic_pct=0, fallback_allowed=False)
+    gated, shadow = (PipelineRules(100, 0, False, s) for s in (False, True))
     with pytest.raises(NoExecutorsError, match="every candidate is kept out"):
-        compute_selection_table(candidates, healths, shadow=False, **kwargs)  # type: ignore[arg-type]
-    table = compute_selection_table(candidates, healths, shadow=True, **kwargs)  # type: ignore[arg-type]
+        compute_selection_table(candidates, healths, height=5, model="m", rules=gated)
+    table = compute_selection_table(candidates, healths, height=5, model="m", rules=shadow)
     assert table.shadow_excluded == ("a", "b")
     assert table.excluded == ()
     assert table.addresses == ("a", "b") and table.total == 400
@@ -231,20 +231,12 @@ def test_shadow_mode_never_fails_selection_and_records_would_exclude() -> None:
 def test_admitted_candidate_is_never_rounded_away() -> None:
     """weight * factor < 1 keeps the candidate at weight 1; a zero factor keeps it out."""
     from keepersim.keeper.policies.base import Health
-    from keepersim.keeper.selection import Candidate, compute_selection_table
+    from keepersim.keeper.selection import Candidate, PipelineRules, compute_selection_table
 
     candidates = [Candidate("a", 3), Candidate("b", 100), Candidate("c", 50)]
     healths = [Health(True, factor_num=1, factor_den=8), Health(True), Health(True, factor_num=0)]
-    table = compute_selection_table(
-        candidates,
-        healths,
-        height=1,
-        model="m",
-        cap_pct=100,
-        panic_pct=0,
-        fallback_allowed=True,
-        shadow=False,
-    )
+    rules = PipelineRules(cap_pct=100, panic_pct=0, fallback_allowed=True, shadow=False)
+    table = compute_selection_table(candidates, healths, height=1, model="m", rules=rules)
     assert table.addresses == ("a", "b")
     assert table.cumulative == (1, 101)
 
@@ -257,7 +249,7 @@ def test_incremental_table_equals_reference(monkeypatch: pytest.MonkeyPatch) -> 
 
     from keepersim.keeper import selection
     from keepersim.keeper.policies.base import Health
-    from keepersim.keeper.selection import Candidate, IncrementalTable
+    from keepersim.keeper.selection import Candidate, IncrementalTable, PipelineRules
 
     reference = selection.compute_selection_table
     calls = Counter[str]()
@@ -296,14 +288,13 @@ def test_incremental_table_equals_reference(monkeypatch: pytest.MonkeyPatch) -> 
                 i = rng.randrange(n)
                 healths[i] = get_health(rng, out_share)
                 state.process_health(i, healths[i])
-            settings: dict[str, Any] = dict(
-                height=step,
-                model="m",
+            rules = PipelineRules(
                 cap_pct=rng.choice((100, 50, 10, 0)),
                 panic_pct=rng.choice((0, 0, 30, 80)),
                 fallback_allowed=rng.random() < 0.7,
                 shadow=rng.random() < 0.3,
             )
+            settings: dict[str, Any] = dict(height=step, model="m", rules=rules)
             calls["tables"] += 1
             before = calls["reference"]
             got = get_outcome(lambda: state.compute_table(**settings))  # noqa: B023

@@ -15,6 +15,7 @@ from keepersim.keeper.selection import (
     SelectionTable,
     compute_selection_table,
     get_candidates,
+    get_pipeline_rules,
 )
 from keepersim.sim.driver import run_scenario
 from keepersim.sim.generate import generate_scenario
@@ -35,10 +36,7 @@ def compute_reference_table(chain: Chain, model: str) -> SelectionTable:
             healths,
             height=height,
             model=model,
-            cap_pct=policy.get_exclusion_cap_pct(params),
-            panic_pct=policy.get_panic_pct(params),
-            fallback_allowed=policy.is_fallback_allowed(params),
-            shadow=params.health_params.shadow,
+            rules=get_pipeline_rules(policy, params),
         )
 
 

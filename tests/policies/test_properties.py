@@ -25,7 +25,12 @@ from policy_helpers import MODEL, make_params, make_policy_genesis
 from keepersim.chain import Chain
 from keepersim.keeper.policies import base
 from keepersim.keeper.policies.base import PolicyReader
-from keepersim.keeper.selection import SelectionTable, compute_selection_table, get_candidates
+from keepersim.keeper.selection import (
+    SelectionTable,
+    compute_selection_table,
+    get_candidates,
+    get_pipeline_rules,
+)
 from keepersim.types.events import HealthTransition
 from keepersim.types.params import validate_params
 from keepersim.types.pb.params_pb2 import Params
@@ -115,10 +120,7 @@ def compute_fresh_table(chain: Chain) -> SelectionTable:
             healths,
             height=chain.height,
             model=MODEL,
-            cap_pct=policy.get_exclusion_cap_pct(params),
-            panic_pct=policy.get_panic_pct(params),
-            fallback_allowed=policy.is_fallback_allowed(params),
-            shadow=params.health_params.shadow,
+            rules=get_pipeline_rules(policy, params),
         )
 
 
