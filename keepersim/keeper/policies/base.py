@@ -11,7 +11,7 @@ import heapq
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple, TypeVar
+from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from google.protobuf.message import Message
 
@@ -27,41 +27,64 @@ NEVER = (1 << 63) - 1
 M = TypeVar("M", bound=Message)
 
 
+T = TypeVar("T")
+
+
+class Handover(Generic[T]):
+    """In-memory state a block hands to the block right above it, per backend and key.
+
+    The block takes it when it starts and hands it on in its flush (end of end block), so a
+    block that fails never leaves half-changed state behind: the retry finds nothing (its
+    height's handover is not from the height below) and starts from the store. A new backend
+    object (a reopened chain) starts from the store too.
+    """
+
+    __slots__ = ("_by_backend",)
+
+    def __init__(self) -> None:
+        self._by_backend: weakref.WeakKeyDictionary[object, dict[bytes, tuple[int, T]]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def take(self, backend: object, key: bytes, height: int) -> T | None:
+        """What the flush of block ``height - 1`` handed on, if that is the last flush."""
+        handed = self._by_backend.setdefault(backend, {}).pop(key, None)
+        return handed[1] if handed is not None and handed[0] == height - 1 else None
+
+    def give(self, backend: object, key: bytes, height: int, value: T) -> None:
+        """Block ``height``'s flush hands ``value`` on."""
+        self._by_backend.setdefault(backend, {})[key] = (height, value)
+
+    def clear(self) -> None:
+        self._by_backend.clear()
+
+
 @dataclass(slots=True)
 class _QueueHeights:
-    """The heights that hold a key of one queue, exactly, as the flush of block ``height`` left
-    them: a min-heap and the same heights as a set."""
+    """The heights that hold a key of one queue, exactly: a min-heap and the same as a set."""
 
-    height: int
     heap: list[int]
     heights: set[int]
 
 
-# Per backend and queue prefix: the queue's heights as the last flushed block left them. A block
-# takes them when it starts and puts them back in its flush (the carry's rule, below): with
-# them, a pop reads only the keys that are due, never scanning (a LevelDB scan walks the
-# tombstones of every past wake-up until a compaction). Without (a reopened chain, after a
-# failed block), the first pop scans the queue once.
-_QUEUE_HEIGHTS: weakref.WeakKeyDictionary[object, dict[bytes, _QueueHeights]] = (
-    weakref.WeakKeyDictionary()
-)
+# Per queue prefix: with the queue's heights at hand, a pop reads only the keys that are due,
+# never scanning (a LevelDB scan walks the tombstones of every past wake-up until a
+# compaction). Without them, the first pop scans the queue once.
+_QUEUE_HEIGHTS: Handover[_QueueHeights] = Handover()
 
 
 @dataclass(slots=True)
 class _Carry:
     """What a block's policy context hands the next block in memory."""
 
-    height: int
     # Decoded, with the stored bytes: exactly as the block left them in the store.
     entries: dict[str, tuple[Message, bytes]]
     memo: dict[str, object]  # the policy's own hints: facts of the store it need not read
 
 
-# Per backend and policy state prefix: the carry of the last flushed block. The next block
-# starts from it instead of reading and decoding again. Taken out when a block starts and put
-# back by its flush, so a block that fails never leaves half-changed entries behind; only a
-# flush at the height just below is trusted.
-_CARRY: weakref.WeakKeyDictionary[object, dict[bytes, _Carry]] = weakref.WeakKeyDictionary()
+# Per policy state prefix: the next block starts from the entries the last one wrote instead of
+# reading and decoding them again.
+_CARRY: Handover[_Carry] = Handover()
 
 
 class Health(NamedTuple):
@@ -126,9 +149,7 @@ class HeightQueue:
         self._backend = getattr(store, "backend", None)
         self._known: _QueueHeights | None = None
         if self._backend is not None:
-            known = _QUEUE_HEIGHTS.setdefault(self._backend, {}).pop(prefix, None)
-            if known is not None and known.height == height - 1:
-                self._known = known
+            self._known = _QUEUE_HEIGHTS.take(self._backend, prefix, height)
 
     def schedule(self, height: int, item: str) -> None:
         """Due at ``height``; a height already past is due at the next pop."""
@@ -140,11 +161,10 @@ class HeightQueue:
         if known is None:
             n = len(self._prefix)
             heights = {
-                keys.decode_u64(key[n:])
+                keys.decode_queue_key(key[n:])
                 for key, _ in self._store.iterate(self._prefix, prefix_end(self._prefix))
             }
-            heap = sorted(heights)
-            known = self._known = _QueueHeights(self._height - 1, heap, heights)
+            known = self._known = _QueueHeights(sorted(heights), heights)
         return known
 
     def pop_due(self) -> list[str]:
@@ -182,14 +202,13 @@ class HeightQueue:
                 heapq.heappush(known.heap, height)
         self._pending.clear()
         if known is not None and self._backend is not None:
-            known.height = self._height
-            _QUEUE_HEIGHTS.setdefault(self._backend, {})[self._prefix] = known
+            _QUEUE_HEIGHTS.give(self._backend, self._prefix, self._height, known)
 
     def clear(self) -> None:
         for key, _ in list(self._store.iterate(self._prefix, prefix_end(self._prefix))):
             self._store.delete(key)
         self._pending.clear()
-        self._known = _QueueHeights(self._height - 1, [], set())
+        self._known = _QueueHeights([], set())
 
 
 class PolicyContext:
@@ -227,8 +246,8 @@ class PolicyContext:
         self.memo: dict[str, object] = {}
         backend = getattr(keeper.store, "backend", None)
         if backend is not None:
-            carry = _CARRY.setdefault(backend, {}).pop(self._state, None)
-            if carry is not None and carry.height == height - 1:
+            carry = _CARRY.take(backend, self._state, height)
+            if carry is not None:
                 self._carried, self.memo = carry.entries, carry.memo
         self._dirty: set[str] = set()
         self._queue = HeightQueue(keeper.store, keys.POLICY_QUEUE + policy.prefix, height)
@@ -302,7 +321,7 @@ class PolicyContext:
         if backend is not None:
             # Carried on: this block's writes and the untouched carried entries, all exactly as
             # stored. An entry read but not written may have been changed in memory: dropped.
-            _CARRY.setdefault(backend, {})[self._state] = _Carry(self.height, carried, self.memo)
+            _CARRY.give(backend, self._state, self.height, _Carry(carried, self.memo))
 
     def get_raw(self, address: str) -> bytes | None:
         return self.keeper.store.get(self._state + address.encode())
