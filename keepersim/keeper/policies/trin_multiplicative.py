@@ -71,44 +71,11 @@ def compute_next_key(key: VerdictKey, key_params: KeyParams) -> VerdictKey:
     return doublings, misses, NEVER if doublings >= top else valid_until + step
 
 
-class Decoded:
-    """One participant's stored entry, decoded, with the last verdict computed from it.
-
-    ``verdict`` was computed at height ``verdict_from`` under ``verdict_params``; with the same
-    bytes and params it holds at every height from ``verdict_from`` through its
-    ``valid_until`` (doublings only grow).
-    """
-
-    __slots__ = (
-        "raw",
-        "failure_bits",
-        "outcome_count",
-        "last_selected_block",
-        "verdict",
-        "verdict_from",
-        "verdict_params",
-    )
-
-    def __init__(
-        self, raw: bytes | None, failure_bits: int, outcome_count: int, last_selected_block: int
-    ) -> None:
-        self.raw = raw
-        self.failure_bits = failure_bits
-        self.outcome_count = outcome_count
-        self.last_selected_block = last_selected_block
-        self.verdict: Health | None = None
-        self.verdict_from = 0
-        self.verdict_params: KeyParams = (0, 0, 0)
-
-
 class TrinMultiplicative(HealthPolicy):
     name: ClassVar[str] = "trin-multiplicative"
     prefix: ClassVar[bytes] = b"\x04"
 
     def __init__(self) -> None:
-        # address -> its entry decoded from the stored bytes ``Decoded.raw``: a pure memo (a
-        # stored value that differs, e.g. after a discarded block, is simply decoded again).
-        self._decoded: dict[str, Decoded] = {}
         # (key, key params) -> the verdict; Health is immutable and its ``then`` depends on
         # nothing else, so verdicts are shared between participants.
         self._healths: dict[tuple[VerdictKey, KeyParams], Health] = {}
@@ -118,20 +85,6 @@ class TrinMultiplicative(HealthPolicy):
         if raw is None:
             return TrinMultiplicativeEntry(address=address)
         return TrinMultiplicativeEntry.FromString(raw)
-
-    def get_decoded(self, raw: bytes | None, address: str) -> Decoded:
-        decoded = self._decoded.get(address)
-        if decoded is not None and decoded.raw == raw:
-            return decoded
-        if raw is None:
-            decoded = Decoded(None, 0, 0, 0)
-        else:
-            entry = TrinMultiplicativeEntry.FromString(raw)
-            decoded = Decoded(
-                raw, entry.failure_bits, entry.outcome_count, entry.last_selected_block
-            )
-        self._decoded[address] = decoded
-        return decoded
 
     def get_verdict(self, key: VerdictKey, key_params: KeyParams) -> Health:
         """The verdict of ``key``; its ``then`` is the next doubling's verdict."""
@@ -194,21 +147,12 @@ class TrinMultiplicative(HealthPolicy):
         self.process_write(ctx, entry)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
+        """Asked only when no verdict came with a commit (a new table, a reset): writes hand
+        theirs over and lapses follow Health.then."""
         key_params = get_key_params(reader.params.health_params.trin_multiplicative)
-        entry = self.get_decoded(reader.get_raw(address), address)
-        verdict = entry.verdict
-        if (
-            verdict is not None
-            and entry.verdict_from <= height <= verdict.valid_until
-            and entry.verdict_params == key_params
-        ):
-            return verdict
+        entry = self.get_entry(reader.get_raw(address), address)
         key = compute_verdict_key(entry.failure_bits, entry.last_selected_block, height, key_params)
-        verdict = self.get_verdict(key, key_params)
-        entry.verdict = verdict
-        entry.verdict_from = height
-        entry.verdict_params = key_params
-        return verdict
+        return self.get_verdict(key, key_params)
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
         params = reader.params.health_params.trin_multiplicative
