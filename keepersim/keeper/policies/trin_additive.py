@@ -15,12 +15,11 @@ outside the window are pruned on every write, so an entry holds at most ``window
 whatever the traffic.
 
 Cost: events are kept in height order, so the window is two bisections and its sum a difference
-of suffix sums. The decoded events of an entry are memoized per address together with the exact
-stored bytes they came from, or with the block cache's message they were taken from (the
-carried entry of the last block, PolicyContext): a stale or foreign memo is simply decoded
-again. A write edits the cached message in place (prune a prefix, merge or add the newest
-pair), hands its verdict to the chain (set_verdict) and chains the verdicts of the events that
-will leave the window (Health.then), so the chain reads nothing back.
+of suffix sums. The events of an entry are memoized per address with the block cache's message
+they were taken from (the carried entry of the last block, PolicyContext): a memo of another
+message is simply rebuilt. A write edits the cached message in place (prune a prefix, merge or
+add the newest pair), hands its verdict to the chain (set_verdict) and chains the verdicts of
+the events that will leave the window (Health.then), so the chain reads nothing back.
 
 All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsError unless
 ``fallback_when_all_zero`` asks for the unfiltered list.
@@ -58,14 +57,6 @@ def is_in_window(event_height: int, height: int, window_blocks: int) -> bool:
     return height - window_blocks < event_height <= height
 
 
-def compute_score(entry: TrinAdditiveEntry, height: int, params: TrinAdditiveParams) -> int:
-    """The score from a stored entry (reference form; the policy uses :class:`Events`)."""
-    total = params.initial_score + sum(
-        e.delta for e in entry.events if is_in_window(e.height, height, params.window_blocks)
-    )
-    return max(0, min(params.max_score, total))
-
-
 class Events:
     """An entry's (height, delta) pairs, decoded once: heights ascending, one pair per height.
 
@@ -75,20 +66,18 @@ class Events:
     the plain, per-event reference path.
     """
 
-    __slots__ = ("raw", "heights", "deltas", "suffix", "ordered", "entry")
+    __slots__ = ("heights", "deltas", "suffix", "ordered", "entry")
 
     def __init__(
         self,
-        raw: bytes | None,
         heights: list[int],
         deltas: list[int],
         suffix: list[int] | None = None,
         ordered: bool | None = None,
         entry: TrinAdditiveEntry | None = None,
     ) -> None:
-        # What the pairs were decoded from: the stored bytes (a query's read) or the block
-        # cache's message (a write), so each path knows whether the memo is its own.
-        self.raw = raw
+        # The block cache's message the pairs were taken from, if any: a write reuses them
+        # only while that message is the participant's cached entry.
         self.entry = entry
         self.heights = heights
         self.deltas = deltas
@@ -106,14 +95,14 @@ class Events:
     @classmethod
     def decode(cls, raw: bytes | None) -> Events:
         if raw is None:
-            return cls(None, [], [])
+            return cls([], [])
         events = TrinAdditiveEntry.FromString(raw).events
-        return cls(raw, [e.height for e in events], [e.delta for e in events])
+        return cls([e.height for e in events], [e.delta for e in events])
 
     @classmethod
     def from_entry(cls, entry: TrinAdditiveEntry) -> Events:
         events = entry.events
-        return cls(None, [e.height for e in events], [e.delta for e in events], entry=entry)
+        return cls([e.height for e in events], [e.delta for e in events], entry=entry)
 
     def get_window(self, height: int, window_blocks: int) -> tuple[int, int]:
         """Index range [lo, hi) of the events counted at ``height`` (ordered events only)."""
@@ -163,7 +152,7 @@ class TrinAdditive(HealthPolicy):
     prefix: ClassVar[bytes] = b"\x03"
 
     def __init__(self) -> None:
-        # address -> the decoded events of the stored bytes ``Events.raw`` (a pure memo).
+        # address -> the events of its cached entry as the last write left them.
         self._decoded: dict[str, Events] = {}
 
     @staticmethod
@@ -171,14 +160,6 @@ class TrinAdditive(HealthPolicy):
         if raw is None:
             return TrinAdditiveEntry(address=address)
         return TrinAdditiveEntry.FromString(raw)
-
-    def get_events(self, raw: bytes | None, address: str) -> Events:
-        events = self._decoded.get(address)
-        if events is not None and events.raw == raw:
-            return events
-        events = Events.decode(raw)
-        self._decoded[address] = events
-        return events
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
@@ -216,7 +197,7 @@ class TrinAdditive(HealthPolicy):
                 stored.add(height=height, delta=delta)
             suffix.append(0)
             ctx.mark_dirty(address)
-            events = self._decoded[address] = Events(None, heights, deltas, suffix, True, entry)
+            events = self._decoded[address] = Events(heights, deltas, suffix, True, entry)
             ctx.set_verdict(address, self.compute_health(events, height, params))
             return
         kept = events.get_counted(height, params.window_blocks)
@@ -231,7 +212,9 @@ class TrinAdditive(HealthPolicy):
         ctx.drop_verdict(address)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
-        events = self.get_events(reader.get_raw(address), address)
+        """Asked only when no verdict came with a commit (a new table, a reset): writes hand
+        theirs over and lapses follow Health.then."""
+        events = Events.decode(reader.get_raw(address))
         return self.compute_health(events, height, reader.params.health_params.trin_additive)
 
     def compute_health(self, events: Events, height: int, params: TrinAdditiveParams) -> Health:
@@ -242,9 +225,7 @@ class TrinAdditive(HealthPolicy):
         then = None
         if valid_until < NEVER:
             then = partial(self.compute_health, events, valid_until + 1, params)
-        # Positional (admitted, factor_num, factor_den, severity, valid_until, state, then):
-        # keywords cost this frozen dataclass twice as much, and the chain asks on every score
-        # change.
+        # Positional (admitted, factor_num, factor_den, severity, valid_until, state, then).
         if score == 0:
             return Health(False, 1, 1, top, valid_until, "zero", then)
         return Health(True, score, params.initial_score, top - score, valid_until, "scored", then)
@@ -254,8 +235,8 @@ class TrinAdditive(HealthPolicy):
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
         params = reader.params.health_params.trin_additive
-        events = self.get_events(reader.get_raw(address), address)
-        health = self.get_health(reader, address, height)
+        events = Events.decode(reader.get_raw(address))
+        health = self.compute_health(events, height, params)
         counted = events.get_counted(height, params.window_blocks)
         score, _ = events.get_score_and_valid_until(height, params)
         return {
