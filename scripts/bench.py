@@ -203,10 +203,9 @@ def bench_module(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any
     if "none" in result:
         base = result["none"]["seconds_per_inference"]
         base_cpu = result["none"]["cpu_seconds_per_inference"]
-        for r in result.values():
+        for p, r in result.items():
             r["ratio_to_none"] = r["seconds_per_inference"] / base
             r["cpu_ratio_to_none"] = r["cpu_seconds_per_inference"] / base_cpu
-        for p, r in result.items():
             r["median_round_cpu_ratio_to_none"] = compute_median_ratio(timed[p], timed["none"])
     return {
         "goal_units": 20,

@@ -46,7 +46,6 @@ class Keeper:
         self.store = store
         self.chain_id = chain_id or self._load_chain_id()
         self.events: list[Event] = []
-        # Addresses whose participant record or health state changed in this block.
         # Addresses written in this block (participant records or policy state), and those of
         # them whose policy state changed in a way that may alter the health verdict.
         self.touched: set[str] = set()

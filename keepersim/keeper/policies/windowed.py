@@ -661,7 +661,8 @@ class WindowedBreaker(HealthPolicy):
         entry = self.get_entry(reader.get_raw(address), address)
         health = self.get_health(reader, address, height)
         misses, samples = compute_window(entry, params.window)
-        fleet = list(self.get_entry(reader.get_raw(FLEET), FLEET).recent_latencies)
+        fleet_entry = self.get_entry(reader.get_raw(FLEET), FLEET)
+        fleet = list(fleet_entry.recent_latencies)
         return {
             "state": STATE_NAMES[entry.state],
             "verdict": health.state,
@@ -687,9 +688,7 @@ class WindowedBreaker(HealthPolicy):
             "overdue_flags": entry.overdue_flags,
             "served_concurrency": entry.served_concurrency,
             "capacity_misses": entry.capacity_misses,
-            "fleet_saturated": is_fleet_saturated(
-                self.get_entry(reader.get_raw(FLEET), FLEET), params
-            ),
+            "fleet_saturated": is_fleet_saturated(fleet_entry, params),
             "overdue_undone": entry.overdue_undone,
             "recent_latencies": list(get_own_latencies(entry)),
         }
