@@ -552,11 +552,10 @@ class WindowedBreaker(HealthPolicy):
         ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
 
     def get_overdue_blocks(self, ctx: PolicyContext, entry: WindowedEntry) -> int | None:
-        own = get_own_latencies(entry)
-        fleet: Sequence[int] = ()
-        if len(own) < MIN_OWN_LATENCY_SAMPLES:
-            fleet = ctx.get_cached(FLEET, self.get_entry).recent_latencies
-        return compute_overdue_blocks(own, fleet, ctx.params.health_params.windowed)
+        fleet = ctx.get_cached(FLEET, self.get_entry).recent_latencies
+        return compute_overdue_blocks(
+            get_own_latencies(entry), fleet, ctx.params.health_params.windowed
+        )
 
     def process_exclude(
         self, ctx: PolicyContext, entry: WindowedEntry, reason: str, failed_probe: bool = False
