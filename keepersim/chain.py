@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,27 +113,45 @@ class _ModelTable:
                 out.append(i)
         return out
 
-    def process_health(self, i: int, health: Health, height: int) -> bool:
-        """Record candidate ``i``'s verdict recomputed at ``height``; True if it selects
-        differently. Keeps the heap holding every lapsing verdict's (valid_until, i)."""
-        old = self.state.healths[i]
-        changed = health is not old and not health.is_same_verdict(old)
-        if changed:
-            self.state.process_health(i, health)
-        else:
-            self.state.healths[i] = health
-        valid_until = health.valid_until
-        # Unchanged and not yet due, the verdict's entry is still in the heap; a due one was popped.
-        if valid_until < NEVER and (valid_until != old.valid_until or valid_until < height):
-            heapq.heappush(self.expiry, (valid_until, i))
-            if len(self.expiry) > 4 * len(self.candidates) + 64:  # mostly stale entries
-                self.expiry = [
-                    (h.valid_until, j)
-                    for j, h in enumerate(self.state.healths)
-                    if h.valid_until < NEVER
-                ]
-                heapq.heapify(self.expiry)
-        return changed
+    def process_due(
+        self,
+        due: list[int],
+        touched: set[int],
+        pushed: dict[str, Health],
+        ask: Callable[[str], Health],
+        height: int,
+    ) -> bool:
+        """Recompute the verdicts of positions ``due`` (ascending) at ``height``; True if the
+        table selects differently. A touched participant's verdict came with the commit (else
+        it is asked for); a lapsed one is followed by the verdicts it says come next
+        (Health.then) while nothing touched the participant. Keeps the heap holding every
+        lapsing verdict's (valid_until, i)."""
+        healths, candidates, expiry = self.state.healths, self.candidates, self.expiry
+        changes: list[tuple[int, Health]] = []
+        for i in due:
+            old = healths[i]
+            health = pushed.get(candidates[i].address) if i in touched else old
+            while health is not None and health.valid_until < height:
+                health = None if health.then is None else health.then()
+            if health is None:
+                health = ask(candidates[i].address)
+            if health is not old:
+                if health.is_same_verdict(old):
+                    healths[i] = health
+                else:
+                    changes.append((i, health))
+            valid_until = health.valid_until
+            # Unchanged and not yet due, its heap entry is still there; a due one was popped.
+            if valid_until < NEVER and (valid_until != old.valid_until or valid_until < height):
+                heapq.heappush(expiry, (valid_until, i))
+        if changes:
+            self.state.process_healths(changes)
+        if len(expiry) > 4 * len(candidates) + 64:  # mostly stale entries
+            self.expiry = [
+                (h.valid_until, j) for j, h in enumerate(healths) if h.valid_until < NEVER
+            ]
+            heapq.heapify(self.expiry)
+        return bool(changes)
 
 
 class _SelectionIndex:
@@ -409,19 +427,14 @@ class Chain:
             touched = {position[a] for a in dirty if a in position}
             lapsed = last.get_expired(height)
             dirty.clear()
-            changed = False
-            pushed, healths = index.pushed, last.state.healths
-            for i in sorted(touched.union(lapsed)):
-                address = candidates[i].address
-                # A touched participant's verdict came with the commit (or is asked for); a
-                # lapsed one is followed by the verdicts it says come next (Health.then) while
-                # nothing touched the participant, else asked for.
-                health = pushed.get(address) if i in touched else healths[i]
-                while health is not None and health.valid_until < height:
-                    health = None if health.then is None else health.then()
-                if health is None:
-                    health = policy.get_health(reader, address, height)
-                changed = last.process_health(i, health, height) or changed
+            due = sorted(touched.union(lapsed))
+            changed = last.process_due(
+                due,
+                touched,
+                index.pushed,
+                lambda address: policy.get_health(reader, address, height),
+                height,
+            )
             if changed or last.table is None:
                 last.table = None  # if assembling raises, the next query raises too
                 last.table = self._assemble_table(policy, params, last.state, model)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress
 
@@ -274,16 +274,28 @@ class IncrementalTable:
 
     def process_health(self, i: int, health: Health) -> None:
         """Candidate ``i`` has a new verdict."""
-        old = self.healths[i]
-        self.healths[i] = health
-        if old.admitted != health.admitted:
-            weight = self.candidates[i].weight
-            self.out[i] = not health.admitted
-            self.out_weight += -weight if health.admitted else weight
-            self.out_count += -1 if health.admitted else 1
-        w = get_gate_draw_weight(self.candidates[i].weight, health, self.shadow)
-        self.draw_zero += (w == 0) - (self.draw[i] == 0)
-        self.draw[i] = w
+        self.process_healths([(i, health)])
+
+    def process_healths(self, changes: Iterable[tuple[int, Health]]) -> None:
+        """Candidates have new verdicts: (position, verdict) pairs."""
+        healths, candidates, out, draw, shadow = (
+            self.healths,
+            self.candidates,
+            self.out,
+            self.draw,
+            self.shadow,
+        )
+        for i, health in changes:
+            old = healths[i]
+            healths[i] = health
+            weight = candidates[i].weight
+            if old.admitted != health.admitted:
+                out[i] = not health.admitted
+                self.out_weight += -weight if health.admitted else weight
+                self.out_count += -1 if health.admitted else 1
+            w = get_gate_draw_weight(weight, health, shadow)
+            self.draw_zero += (w == 0) - (draw[i] == 0)
+            draw[i] = w
 
     def compute_table(self, *, height: int, model: str, rules: PipelineRules) -> SelectionTable:
         shadow = rules.shadow

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from policy_helpers import MODEL, Net, NetFactory, make_params
 
+from keepersim.keeper.policies.base import NEVER
+from keepersim.keeper.policies.trin_additive import Events, ScoreParams
 from keepersim.types import keys
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
 from keepersim.types.params import validate_params
 from keepersim.types.pb.health_pb2 import TrinAdditiveEntry
-from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.params_pb2 import Params, TrinAdditiveParams
 
 
 def get_weights(net: Net) -> dict[str, int]:
@@ -105,6 +109,55 @@ def test_additive_stored_events_are_bounded_by_the_window(make_net: NetFactory) 
     entry = TrinAdditiveEntry.FromString(raw)
     assert 1 <= len(entry.events) <= 5
     assert all(e.delta == 15 for e in entry.events)  # one merged event per height
+
+
+def get_reference_score(events: Events, height: int, params: ScoreParams) -> int:
+    """The score by definition: every pair counted at ``height``, summed, clamped."""
+    total = params.initial + sum(d for _, d in events.get_counted(height, params.window))
+    return max(0, min(params.top, total))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    gaps=st.lists(st.integers(1, 30), max_size=40),
+    deltas=st.lists(st.sampled_from([5, -10, -2, 10, 0, 15, -20]), min_size=40, max_size=40),
+    initial=st.integers(1, 100),
+    extra=st.integers(0, 100),
+    window=st.integers(1, 120),
+    ahead=st.integers(0, 60),
+)
+def test_additive_verdict_holds_exactly_until_valid_until(
+    gaps: list[int],
+    deltas: list[int],
+    initial: int,
+    extra: int,
+    window: int,
+    ahead: int,
+) -> None:
+    """The fast path (bisection, running maxima) against the definition: the score is right,
+    holds at every height up to valid_until, and moves right after it (no pair still to come)."""
+    params = ScoreParams.from_params(
+        TrinAdditiveParams(initial_score=initial, max_score=initial + extra, window_blocks=window)
+    )
+    heights = [sum(gaps[: i + 1]) for i in range(len(gaps))]
+    events = Events(heights, deltas[: len(heights)])
+    assert events.ordered
+    height = (heights[-1] if heights else 0) + ahead
+    score, valid_until = events.get_score_and_valid_until(height, params)
+    assert score == get_reference_score(events, height, params)
+    last = height + window + 1 if valid_until == NEVER else valid_until
+    for h in range(height, last + 1):
+        assert get_reference_score(events, h, params) == score, h
+    if valid_until != NEVER:
+        assert get_reference_score(events, valid_until + 1, params) != score
+    # Asked at a height before the newest pairs, the verdict ends when the next pair counts.
+    if len(heights) > 1:
+        past = heights[len(heights) // 2]
+        score, valid_until = events.get_score_and_valid_until(past, params)
+        assert score == get_reference_score(events, past, params)
+        assert valid_until < NEVER
+        for h in range(past, valid_until + 1):
+            assert get_reference_score(events, h, params) == score, h
 
 
 @pytest.mark.parametrize(

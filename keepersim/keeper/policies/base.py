@@ -129,6 +129,9 @@ class Health(NamedTuple):
         return hash(self.get_verdict_key())
 
 
+# What a verdict says comes after it (Health.then).
+Then = Callable[[], Health] | None
+
 ADMITTED = Health(True)
 
 

@@ -14,8 +14,8 @@ Storage is bounded: events of one height are merged into one (height, delta) pai
 outside the window are pruned on every write, so an entry holds at most ``window_blocks`` pairs,
 whatever the traffic.
 
-Cost: events are kept in height order, so the window is two bisections and its sum a difference
-of suffix sums. The events of an entry are memoized per address with the block cache's message
+Cost: events are kept in height order, so the window is two bisections and its sum one C-level
+sum over a few pairs. The events of an entry are memoized per address with the block cache's message
 they were taken from (the carried entry of the last block, PolicyContext): a memo of another
 message is simply rebuilt. A write edits the cached message in place (prune a prefix, merge or
 add the newest pair), hands its verdict to the chain (set_verdict) and chains the verdicts of
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from functools import partial
-from typing import ClassVar
+from itertools import accumulate
+from typing import ClassVar, NamedTuple
 
 from keepersim.keeper.policies.base import (
     NEVER,
@@ -37,6 +38,7 @@ from keepersim.keeper.policies.base import (
     HealthPolicy,
     PolicyContext,
     PolicyReader,
+    Then,
 )
 from keepersim.types.events import Outcome
 from keepersim.types.pb.health_pb2 import ScoreEvent, TrinAdditiveEntry
@@ -52,27 +54,70 @@ def get_delta(outcome: Outcome, params: TrinAdditiveParams) -> int:
     return params.pushback_delta
 
 
+class ScoreParams(NamedTuple):
+    """The params a score depends on, as plain integers: read from the protobuf message once per
+    params object (a message attribute read costs more than the score's arithmetic)."""
+
+    initial: int
+    top: int
+    window: int
+    deltas: dict[Outcome, int]
+
+    @classmethod
+    def from_params(cls, params: TrinAdditiveParams) -> ScoreParams:
+        deltas = {outcome: get_delta(outcome, params) for outcome in Outcome}
+        return cls(params.initial_score, params.max_score, params.window_blocks, deltas)
+
+
 def is_in_window(event_height: int, height: int, window_blocks: int) -> bool:
     """An event counts at heights event_height .. event_height + window_blocks - 1."""
     return height - window_blocks < event_height <= height
 
 
+def compute_score_and_next_move(
+    deltas: list[int], lo: int, hi: int, total: int, top: int
+) -> tuple[int, int]:
+    """The clamped score of ``total`` (initial + deltas[lo:hi]) and the index of the first of
+    those events whose leaving moves it (hi: none does). Events leave oldest first; once the
+    events lo..i have left, total minus their running sum remains."""
+    if 0 < total < top:
+        # Inside the clamp any move shows: the first event with a nonzero delta.
+        while lo < hi and not deltas[lo]:
+            lo += 1
+        return total, lo
+    if total >= top:
+        # Held at the top until the remainder drops below it: the first running sum above
+        # total - top, found by bisection on the running maximum of the running sums.
+        peaks = list(accumulate(accumulate(deltas[lo:hi]), max))
+        return top, lo + bisect_right(peaks, total - top)
+    # Held at 0 until the remainder rises above it: the first running sum below total.
+    peaks = list(accumulate(accumulate(-d for d in deltas[lo:hi]), max))
+    return 0, lo + bisect_right(peaks, -total)
+
+
+def get_score_health(score: int, valid_until: int, then: Then, params: ScoreParams) -> Health:
+    """Score 0 keeps the participant out; any other scales its weight by score / initial."""
+    # Positional (admitted, factor_num, factor_den, severity, valid_until, state, then).
+    if score == 0:
+        return Health(False, 1, 1, params.top, valid_until, "zero", then)
+    return Health(True, score, params.initial, params.top - score, valid_until, "scored", then)
+
+
 class Events:
     """An entry's (height, delta) pairs, decoded once: heights ascending, one pair per height.
 
-    ``suffix[i]`` is the sum of ``deltas[i:]``, so any window's delta sum is one subtraction.
+    Never changed once built (a verdict's ``then`` may still read it): a write makes new lists.
     Stored state written by this module is always in this form; anything else (an imported
     entry out of order or with repeated heights) is marked ``ordered = False`` and handled by
     the plain, per-event reference path.
     """
 
-    __slots__ = ("heights", "deltas", "suffix", "ordered", "entry")
+    __slots__ = ("heights", "deltas", "ordered", "entry")
 
     def __init__(
         self,
         heights: list[int],
         deltas: list[int],
-        suffix: list[int] | None = None,
         ordered: bool | None = None,
         entry: TrinAdditiveEntry | None = None,
     ) -> None:
@@ -81,13 +126,6 @@ class Events:
         self.entry = entry
         self.heights = heights
         self.deltas = deltas
-        if suffix is None:
-            suffix = [0] * (len(deltas) + 1)
-            running = 0
-            for i in range(len(deltas) - 1, -1, -1):
-                running += deltas[i]
-                suffix[i] = running
-        self.suffix = suffix
         if ordered is None:
             ordered = all(a < b for a, b in zip(heights, heights[1:], strict=False))
         self.ordered = ordered
@@ -95,7 +133,7 @@ class Events:
     @classmethod
     def decode(cls, raw: bytes | None) -> Events:
         if raw is None:
-            return cls([], [])
+            return cls([], [], True)
         events = TrinAdditiveEntry.FromString(raw).events
         return cls([e.height for e in events], [e.delta for e in events])
 
@@ -119,9 +157,9 @@ class Events:
             if is_in_window(h, height, window_blocks)
         ]
 
-    def get_score_and_valid_until(self, height: int, params: TrinAdditiveParams) -> tuple[int, int]:
+    def get_score_and_valid_until(self, height: int, params: ScoreParams) -> tuple[int, int]:
         """The clamped score at ``height`` and the last height it holds without a new write."""
-        initial, top, window = params.initial_score, params.max_score, params.window_blocks
+        initial, top, window = params.initial, params.top, params.window
         if not self.ordered:
             counted = self.get_counted(height, window)
             total = initial + sum(d for _, d in counted)
@@ -132,18 +170,14 @@ class Events:
             if later:  # a pair from a later height starts counting at its height
                 valid_until = min(valid_until, min(later) - 1)
             return score, valid_until
+        heights, deltas = self.heights, self.deltas
         lo, hi = self.get_window(height, window)
-        suffix = self.suffix
-        rest = suffix[hi]
-        total = initial + suffix[lo] - rest
-        score = 0 if total <= 0 else top if total >= top else total
-        valid_until = NEVER if hi == len(self.heights) else self.heights[hi] - 1
-        # Events leave oldest first; the verdict holds until one leaving moves the clamped score.
-        for i in range(lo, hi):
-            left = initial + suffix[i + 1] - rest
-            if (0 if left <= 0 else top if left >= top else left) != score:
-                valid_until = min(valid_until, self.heights[i] + window - 1)
-                break
+        total = initial + sum(deltas[lo:hi] if lo or hi < len(deltas) else deltas)
+        score, i = compute_score_and_next_move(deltas, lo, hi, total, top)
+        # A pair from a later height starts counting at its height.
+        valid_until = NEVER if hi == len(heights) else heights[hi] - 1
+        if i < hi:
+            valid_until = min(valid_until, heights[i] + window - 1)
         return score, valid_until
 
 
@@ -154,6 +188,16 @@ class TrinAdditive(HealthPolicy):
     def __init__(self) -> None:
         # address -> the events of its cached entry as the last write left them.
         self._decoded: dict[str, Events] = {}
+        self._score_params: tuple[TrinAdditiveParams, ScoreParams] | None = None
+
+    def get_score_params(self, params: Params) -> ScoreParams:
+        """The score params of ``params`` (read once per params object: the chain replaces its
+        params on a change, never edits them)."""
+        message = params.health_params.trin_additive
+        memo = self._score_params
+        if memo is None or memo[0] is not message:
+            memo = self._score_params = (message, ScoreParams.from_params(message))
+        return memo[1]
 
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> TrinAdditiveEntry:
@@ -167,16 +211,16 @@ class TrinAdditive(HealthPolicy):
         ctx.defer(self.process_score_event, ctx, address, outcome)  # nothing reads it sooner
 
     def process_score_event(self, ctx: PolicyContext, address: str, outcome: Outcome) -> None:
-        params = ctx.params.health_params.trin_additive
+        params = self.get_score_params(ctx.params)
         height = ctx.height
-        delta = get_delta(outcome, params)
+        delta = params.deltas[outcome]
         entry = ctx.get_cached(address, self.get_entry)
         events = self._decoded.get(address)
         if events is None or events.entry is not entry:
             events = Events.from_entry(entry)
         if events.ordered:
             # Keep the counted pairs (a contiguous run), then merge into or add the newest one.
-            lo, hi = events.get_window(height, params.window_blocks)
+            lo, hi = events.get_window(height, params.window)
             stored = entry.events
             if hi < len(stored):
                 del stored[hi:]
@@ -184,23 +228,20 @@ class TrinAdditive(HealthPolicy):
                 del stored[:lo]
             heights = events.heights[lo:hi]
             deltas = events.deltas[lo:hi]
-            # Every kept suffix sum loses the dropped tail and gains the new delta.
-            shift = delta - events.suffix[hi]
-            suffix = [s + shift for s in events.suffix[lo:hi]]
             if heights and heights[-1] == height:
                 deltas[-1] += delta
                 stored[-1].delta = deltas[-1]
             else:
                 heights.append(height)
                 deltas.append(delta)
-                suffix.append(delta)
                 stored.add(height=height, delta=delta)
-            suffix.append(0)
             ctx.mark_dirty(address)
-            events = self._decoded[address] = Events(heights, deltas, suffix, True, entry)
-            ctx.set_verdict(address, self.compute_health(events, height, params))
+            events = self._decoded[address] = Events(heights, deltas, True, entry)
+            # Every pair is counted now and none is to come: the verdict is a tail's.
+            total = params.initial + sum(deltas)
+            ctx.set_verdict(address, self.get_tail_health(events, 0, total, params))
             return
-        kept = events.get_counted(height, params.window_blocks)
+        kept = events.get_counted(height, params.window)
         if kept and kept[-1][0] == height:
             kept[-1] = (height, kept[-1][1] + delta)
         else:
@@ -215,29 +256,45 @@ class TrinAdditive(HealthPolicy):
         """Asked only when no verdict came with a commit (a new table, a reset): writes hand
         theirs over and lapses follow Health.then."""
         events = Events.decode(reader.get_raw(address))
-        return self.compute_health(events, height, reader.params.health_params.trin_additive)
+        return self.compute_health(events, height, self.get_score_params(reader.params))
 
-    def compute_health(self, events: Events, height: int, params: TrinAdditiveParams) -> Health:
+    def compute_health(self, events: Events, height: int, params: ScoreParams) -> Health:
         """The verdict of ``events`` at ``height``; its ``then`` computes the next one (an event
-        leaving the window), so the chain follows the score without reading the entry again."""
+        leaving the window or a later one starting to count), so the chain follows the score
+        without reading the entry again."""
+        if events.ordered:
+            lo, hi = events.get_window(height, params.window)
+            if hi == len(events.heights):
+                total = params.initial + sum(events.deltas[lo:])
+                return self.get_tail_health(events, lo, total, params)
         score, valid_until = events.get_score_and_valid_until(height, params)
-        top = params.max_score
         then = None
         if valid_until < NEVER:
             then = partial(self.compute_health, events, valid_until + 1, params)
-        # Positional (admitted, factor_num, factor_den, severity, valid_until, state, then).
-        if score == 0:
-            return Health(False, 1, 1, top, valid_until, "zero", then)
-        return Health(True, score, params.initial_score, top - score, valid_until, "scored", then)
+        return get_score_health(score, valid_until, then, params)
+
+    def get_tail_health(self, events: Events, lo: int, total: int, params: ScoreParams) -> Health:
+        """The verdict once the events before ``lo`` have left and every later one counts
+        (``total``: initial plus their deltas). Its ``then`` is the next leaving's, from the
+        index and total alone: no bisection, no sum over the window."""
+        deltas = events.deltas
+        n = len(deltas)
+        score, i = compute_score_and_next_move(deltas, lo, n, total, params.top)
+        if i == n:
+            return get_score_health(score, NEVER, None, params)
+        valid_until = events.heights[i] + params.window - 1
+        rest = total - (deltas[i] if i == lo else sum(deltas[lo : i + 1]))
+        then = partial(self.get_tail_health, events, i + 1, rest, params)
+        return get_score_health(score, valid_until, then, params)
 
     def is_fallback_allowed(self, params: Params) -> bool:
         return params.health_params.trin_additive.fallback_when_all_zero
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
-        params = reader.params.health_params.trin_additive
+        params = self.get_score_params(reader.params)
         events = Events.decode(reader.get_raw(address))
         health = self.compute_health(events, height, params)
-        counted = events.get_counted(height, params.window_blocks)
+        counted = events.get_counted(height, params.window)
         score, _ = events.get_score_and_valid_until(height, params)
         return {
             "state": health.state,
