@@ -25,6 +25,7 @@ from keepersim.keeper.readonly import ReadOnlyStore
 from keepersim.keeper.selection import (
     Candidate,
     IncrementalTable,
+    PipelineRules,
     SelectionTable,
     compute_draw,
     compute_draws,
@@ -162,7 +163,7 @@ class _SelectionIndex:
     only when a verdict actually changed: a block with outcomes costs O(changes), not O(fleet).
     """
 
-    __slots__ = ("candidates", "tables", "models", "dirty", "pushed", "epoch_start")
+    __slots__ = ("candidates", "tables", "models", "dirty", "pushed", "epoch_start", "rules")
 
     def __init__(self) -> None:
         self.epoch_start: int | None = None  # first height of the effective epoch (-1: none)
@@ -173,6 +174,14 @@ class _SelectionIndex:
         # Verdicts the policy handed over with a commit (PolicyContext.set_verdict), each at the
         # height of the last commit that touched its participant.
         self.pushed: dict[str, Health] = {}
+        # (policy, params, their pipeline rules): params are replaced on a change, never edited.
+        self.rules: tuple[HealthPolicy, Params, PipelineRules] | None = None
+
+    def get_rules(self, policy: HealthPolicy, params: Params) -> PipelineRules:
+        rules = self.rules
+        if rules is None or rules[0] is not policy or rules[1] is not params:
+            rules = self.rules = (policy, params, get_pipeline_rules(policy, params))
+        return rules[2]
 
     def process_commit(self, touched: set[str], reset: bool, verdicts: dict[str, Health]) -> None:
         self.tables = {}
@@ -453,7 +462,7 @@ class Chain:
         self, policy: HealthPolicy, params: Params, state: IncrementalTable, model: str
     ) -> SelectionTable:
         return state.compute_table(
-            height=self.height, model=model, rules=get_pipeline_rules(policy, params)
+            height=self.height, model=model, rules=self._index.get_rules(policy, params)
         )
 
     def get_random_executor(self, model: str = "", request_id: str = "") -> Selection:

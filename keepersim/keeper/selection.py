@@ -11,7 +11,7 @@ import hashlib
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, compress
+from itertools import accumulate, compress, islice
 
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies.base import Health, HealthPolicy
@@ -248,6 +248,8 @@ class IncrementalTable:
         "shadow",
         "draw",
         "draw_zero",
+        "cumulative",
+        "first_changed",
     )
 
     def __init__(self, candidates: Sequence[Candidate], healths: Sequence[Health]) -> None:
@@ -261,6 +263,9 @@ class IncrementalTable:
         self.shadow = False
         self.draw: list[int] = []  # per candidate: its draw weight on the gate-only path
         self.draw_zero = 0
+        # The running sums of ``draw`` as the last table had them, valid below first_changed.
+        self.cumulative: tuple[int, ...] = ()
+        self.first_changed = 0
         self.process_shadow(False)
 
     def process_shadow(self, shadow: bool) -> None:
@@ -271,6 +276,7 @@ class IncrementalTable:
             for c, h in zip(self.candidates, self.healths, strict=True)
         ]
         self.draw_zero = self.draw.count(0)
+        self.first_changed = 0
 
     def process_health(self, i: int, health: Health) -> None:
         """Candidate ``i`` has a new verdict."""
@@ -294,8 +300,27 @@ class IncrementalTable:
                 self.out_weight += -weight if health.admitted else weight
                 self.out_count += -1 if health.admitted else 1
             w = get_gate_draw_weight(weight, health, shadow)
-            self.draw_zero += (w == 0) - (draw[i] == 0)
-            draw[i] = w
+            if w != draw[i]:
+                self.draw_zero += (w == 0) - (draw[i] == 0)
+                draw[i] = w
+                if i < self.first_changed:
+                    self.first_changed = i
+
+    def get_cumulative(self) -> tuple[int, ...]:
+        """The running sums of every draw weight: those below the first change are the last
+        table's, the rest are summed on from there."""
+        start, kept = self.first_changed, self.cumulative
+        draw = self.draw
+        if start == 0:
+            cumulative = tuple(accumulate(draw))
+        elif start >= len(draw):
+            cumulative = kept
+        else:
+            rest = accumulate(islice(draw, start, None), initial=kept[start - 1])
+            cumulative = kept[:start] + tuple(islice(rest, 1, None))
+        self.cumulative = cumulative
+        self.first_changed = len(draw)
+        return cumulative
 
     def compute_table(self, *, height: int, model: str, rules: PipelineRules) -> SelectionTable:
         shadow = rules.shadow
@@ -319,9 +344,10 @@ class IncrementalTable:
         if self.draw_zero:
             addresses = tuple(compress(self.addresses, self.draw))
             cumulative = tuple(accumulate(filter(None, self.draw)))
+            self.first_changed = 0  # these sums skip candidates: none is reusable
         else:
             addresses = self.addresses
-            cumulative = tuple(accumulate(self.draw))
+            cumulative = self.get_cumulative()
         return SelectionTable(
             height=height,
             model=model,

@@ -152,7 +152,7 @@ def test_additive_verdict_holds_exactly_until_valid_until(
         assert get_reference_score(events, valid_until + 1, params) != score
     # Asked at a height before the newest pairs, the verdict ends when the next pair counts.
     if len(heights) > 1:
-        past = heights[len(heights) // 2]
+        past = heights[(len(heights) - 1) // 2]
         score, valid_until = events.get_score_and_valid_until(past, params)
         assert score == get_reference_score(events, past, params)
         assert valid_until < NEVER

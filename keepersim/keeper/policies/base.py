@@ -304,9 +304,10 @@ class PolicyContext:
         """The cached entry changed: flush() writes it. ``verdict=False``: the change cannot
         alter the participant's health verdict, so the chain need not ask for it again."""
         self._dirty.add(address)
-        self.keeper.touched.add(address)
+        keeper = self.keeper
+        keeper.touched.add(address)
         if verdict:
-            self.keeper.verdict_touched.add(address)
+            keeper.verdict_touched.add(address)
 
     def flush(self) -> None:
         """Write the block's changed cached entries and its new wake-ups (end of end block)."""

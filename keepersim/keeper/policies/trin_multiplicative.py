@@ -35,7 +35,7 @@ from keepersim.keeper.policies.base import (
 )
 from keepersim.types.events import Outcome
 from keepersim.types.pb.health_pb2 import TrinMultiplicativeEntry
-from keepersim.types.pb.params_pb2 import TrinMultiplicativeParams
+from keepersim.types.pb.params_pb2 import Params, TrinMultiplicativeParams
 from keepersim.types.pb.types_pb2 import Inference
 
 HISTORY_BITS = 32
@@ -57,10 +57,12 @@ def compute_verdict_key(
     """(doublings, misses, valid_until) of an entry at ``height``: all its verdict is made of."""
     history, step, top = key_params
     misses = (failure_bits & ((1 << history) - 1)).bit_count()
-    doublings = min(top, max(0, height - last_selected_block) // step)
+    idle = height - last_selected_block
+    doublings = idle // step if idle > 0 else 0
+    if doublings >= top:
+        return top, misses, NEVER
     # Last height with the same number of recency doublings.
-    valid_until = NEVER if doublings >= top else last_selected_block + (doublings + 1) * step - 1
-    return doublings, misses, valid_until
+    return doublings, misses, last_selected_block + (doublings + 1) * step - 1
 
 
 def compute_next_key(key: VerdictKey, key_params: KeyParams) -> VerdictKey:
@@ -79,6 +81,16 @@ class TrinMultiplicative(HealthPolicy):
         # (key, key params) -> the verdict; Health is immutable and its ``then`` depends on
         # nothing else, so verdicts are shared between participants.
         self._healths: dict[tuple[VerdictKey, KeyParams], Health] = {}
+        self._key_params: tuple[TrinMultiplicativeParams, KeyParams] | None = None
+
+    def get_key_params(self, params: Params) -> KeyParams:
+        """The key params of ``params`` (read once per params object: the chain replaces its
+        params on a change, never edits them)."""
+        message = params.health_params.trin_multiplicative
+        memo = self._key_params
+        if memo is None or memo[0] is not message:
+            memo = self._key_params = (message, get_key_params(message))
+        return memo[1]
 
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> TrinMultiplicativeEntry:
@@ -104,12 +116,14 @@ class TrinMultiplicative(HealthPolicy):
     def process_write(self, ctx: PolicyContext, entry: TrinMultiplicativeEntry) -> None:
         """The entry changed: it is written once at the end of the block (the block cache), and
         its verdict at this height goes to the chain with the commit."""
-        ctx.mark_dirty(entry.address)
-        key_params = get_key_params(ctx.params.health_params.trin_multiplicative)
+        address = entry.address
+        ctx.mark_dirty(address)
+        key_params = self.get_key_params(ctx.params)
         key = compute_verdict_key(
             entry.failure_bits, entry.last_selected_block, ctx.height, key_params
         )
-        ctx.set_verdict(entry.address, self.get_verdict(key, key_params))
+        verdict = self._healths.get((key, key_params))
+        ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
 
     def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         ctx.defer(self.process_start_event, ctx, address, inference)  # nothing reads it sooner
@@ -149,7 +163,7 @@ class TrinMultiplicative(HealthPolicy):
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         """Asked only when no verdict came with a commit (a new table, a reset): writes hand
         theirs over and lapses follow Health.then."""
-        key_params = get_key_params(reader.params.health_params.trin_multiplicative)
+        key_params = self.get_key_params(reader.params)
         entry = self.get_entry(reader.get_raw(address), address)
         key = compute_verdict_key(entry.failure_bits, entry.last_selected_block, height, key_params)
         return self.get_verdict(key, key_params)
