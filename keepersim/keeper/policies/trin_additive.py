@@ -188,15 +188,15 @@ class TrinAdditive(HealthPolicy):
     def __init__(self) -> None:
         # address -> the events of its cached entry as the last write left them.
         self._decoded: dict[str, Events] = {}
-        self._score_params: tuple[TrinAdditiveParams, ScoreParams] | None = None
+        self._score_params: tuple[Params, ScoreParams] | None = None
 
     def get_score_params(self, params: Params) -> ScoreParams:
         """The score params of ``params`` (read once per params object: the chain replaces its
         params on a change, never edits them)."""
-        message = params.health_params.trin_additive
         memo = self._score_params
-        if memo is None or memo[0] is not message:
-            memo = self._score_params = (message, ScoreParams.from_params(message))
+        if memo is None or memo[0] is not params:
+            score_params = ScoreParams.from_params(params.health_params.trin_additive)
+            memo = self._score_params = (params, score_params)
         return memo[1]
 
     @staticmethod

@@ -81,15 +81,17 @@ class TrinMultiplicative(HealthPolicy):
         # (key, key params) -> the verdict; Health is immutable and its ``then`` depends on
         # nothing else, so verdicts are shared between participants.
         self._healths: dict[tuple[VerdictKey, KeyParams], Health] = {}
-        self._key_params: tuple[TrinMultiplicativeParams, KeyParams] | None = None
+        self._key_params: tuple[Params, KeyParams] | None = None
 
     def get_key_params(self, params: Params) -> KeyParams:
         """The key params of ``params`` (read once per params object: the chain replaces its
         params on a change, never edits them)."""
-        message = params.health_params.trin_multiplicative
         memo = self._key_params
-        if memo is None or memo[0] is not message:
-            memo = self._key_params = (message, get_key_params(message))
+        if memo is None or memo[0] is not params:
+            memo = self._key_params = (
+                params,
+                get_key_params(params.health_params.trin_multiplicative),
+            )
         return memo[1]
 
     @staticmethod
