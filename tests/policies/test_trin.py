@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_helpers import MODEL, Net, NetFactory, make_params
 
+from keepersim.keeper.policies import base
 from keepersim.keeper.policies.base import NEVER
 from keepersim.keeper.policies.trin_additive import Events, ScoreParams
 from keepersim.types import keys
@@ -202,6 +203,26 @@ def test_multiplicative_halves_per_miss_and_ignores_pushback(make_net: NetFactor
     assert get_weights(net)["a"] == 128
     assert net.state("a")["misses"] == 3
     assert net.state("a")["admitted"] is True
+
+
+def test_multiplicative_an_entry_only_looked_at_is_carried_as_stored(make_net: NetFactory) -> None:
+    """A success on a full, clean history writes nothing: the entry is only looked at, and stays
+    in the block-to-block carry, whose stored bytes stand in for the read at its next write. So
+    they must be the store's: with the carry forgotten before each such success (as after a
+    reopen), every block's app hash is the one of an uninterrupted run."""
+    runs = []
+    for cold in (False, True):
+        net = make_net(make_multiplicative_params(), {"a": 1024, "b": 1024})
+        hashes = []
+        for _ in range(40):  # past the 32 outcomes a full history holds
+            start = net.start("a")
+            hashes.append(net.block(start).app_hash)
+            if cold:
+                base._CARRY.clear()
+            hashes.append(net.block(net.finish(start)).app_hash)
+        assert net.state("a")["outcomes"] == 16
+        runs.append(hashes)
+    assert runs[0] == runs[1]
 
 
 def test_multiplicative_only_the_last_history_outcomes_count(make_net: NetFactory) -> None:

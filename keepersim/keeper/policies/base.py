@@ -300,6 +300,23 @@ class PolicyContext:
             self._cache[address] = entry
         return entry  # type: ignore[return-value]
 
+    def peek_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M | None:
+        """The entry of ``address`` as this block has it, to read only (None: no entry). Unlike
+        get_cached, a carried entry stays carried: looked at and left alone, it need not be
+        decoded again next block. To change it, take it with get_cached."""
+        entry = self._cache.get(address)
+        if entry is not None:
+            return entry  # type: ignore[return-value]
+        carried = self._carried.get(address)
+        if carried is not None:
+            return carried[0]  # type: ignore[return-value]
+        raw = self.get_raw(address)
+        if raw is None:
+            return None
+        entry = decode(raw, address)
+        self._carried[address] = (entry, raw)  # exactly as stored
+        return entry
+
     def mark_dirty(self, address: str, verdict: bool = True) -> None:
         """The cached entry changed: flush() writes it. ``verdict=False``: the change cannot
         alter the participant's health verdict, so the chain need not ask for it again."""

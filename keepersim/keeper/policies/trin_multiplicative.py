@@ -132,11 +132,10 @@ class TrinMultiplicative(HealthPolicy):
 
     def process_start_event(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         """The offer: the idle clock restarts."""
-        entry = ctx.get_cached_if_stored(address, self.get_entry)
-        if entry is None:
-            entry = ctx.get_cached(address, self.get_entry)
-        elif entry.last_selected_block == ctx.height:
+        seen = ctx.peek_cached(address, self.get_entry)
+        if seen is not None and seen.last_selected_block == ctx.height:
             return  # already restarted in this block
+        entry = ctx.get_cached(address, self.get_entry)
         entry.last_selected_block = ctx.height
         self.process_write(ctx, entry)
 
@@ -150,14 +149,14 @@ class TrinMultiplicative(HealthPolicy):
     ) -> None:
         if outcome is Outcome.NEUTRAL:
             return  # a rejected offer is neither a failure nor part of the history
-        stored = ctx.get_cached_if_stored(address, self.get_entry)
-        entry = stored or ctx.get_cached(address, self.get_entry)
-        failure_bits = entry.failure_bits
-        outcome_count = entry.outcome_count
+        seen = ctx.peek_cached(address, self.get_entry)
+        failure_bits = 0 if seen is None else seen.failure_bits
+        outcome_count = 0 if seen is None else seen.outcome_count
         new_bits = ((failure_bits << 1) | (outcome is Outcome.MISS)) & HISTORY_MASK
         new_count = min(outcome_count + 1, HISTORY_BITS)
-        if stored is not None and new_bits == failure_bits and new_count == outcome_count:
+        if seen is not None and new_bits == failure_bits and new_count == outcome_count:
             return  # a full, clean history meets another success: the entry stays as it is
+        entry = ctx.get_cached(address, self.get_entry)
         entry.failure_bits = new_bits
         entry.outcome_count = new_count
         self.process_write(ctx, entry)
