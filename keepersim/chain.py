@@ -284,6 +284,12 @@ class Chain:
     def app_hash(self) -> bytes:
         return self._store.get_app_hash()
 
+    def verify_app_hash(self) -> bool:
+        """Recompute the app hash from the whole committed state and compare (a full scan: for
+        checks, not for every block)."""
+        with self._block_lock, self._rw.read():
+            return self._store.verify_app_hash()
+
     @property
     def chain_id(self) -> str:
         return self._chain_id

@@ -21,7 +21,7 @@ from keepersim.types.params import validate_params
 from keepersim.types.pb.genesis_pb2 import GenesisState, PolicyStateEntry
 from keepersim.types.pb.types_pb2 import ACTIVE
 
-_POLICY_RANGES = (keys.POLICY_STATE, keys.POLICY_QUEUE, keys.POLICY_ITEMS)
+_POLICY_RANGES = (keys.POLICY_STATE, keys.POLICY_QUEUE, keys.POLICY_ITEMS, keys.POLICY_LOG)
 
 
 def validate_genesis(genesis: GenesisState) -> None:

@@ -74,10 +74,10 @@ class BlockBuffer:
         self._origin[key] = value
         return value
 
-    def note_origin(self, key: bytes, value: bytes) -> None:
-        """The backend holds ``value`` at ``key``, known without reading it (a value the caller
-        wrote at the last commit): a write of ``key`` then needs no read at commit. A wrong note
-        would corrupt the app hash: only certain knowledge may be noted."""
+    def note_origin(self, key: bytes, value: bytes | None) -> None:
+        """The backend holds ``value`` at ``key`` (None: nothing), known without reading it (a
+        value the caller wrote at the last commit): a write of ``key`` then needs no read at
+        commit. A wrong note would corrupt the app hash: only certain knowledge may be noted."""
         if key not in self._origin and key not in self._pending:
             self._origin[key] = value
 

@@ -241,10 +241,13 @@ def test_deterministic_on_leveldb_and_memory(
         for i in range(2):
             with open_chain(name, weights, Path(tmp) / f"db{i}") as chain:
                 runs.append(run(chain, steps, check=False))
+                # What commits took from memory (old values of rewritten keys) was right.
+                assert chain.verify_app_hash()
     with open_chain(name, weights, None) as chain:
         runs.append(run(chain, steps, check=False))
     with open_chain(name, weights, None) as chain:
         runs.append(run(chain, steps, check=False, cold=True))
+        assert chain.verify_app_hash()
     assert runs[0] == runs[1] == runs[2] == runs[3]
 
 

@@ -7,13 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_helpers import MODEL, Net, NetFactory, make_params
 
-from keepersim.keeper.policies import base
+from keepersim.chain import Chain
+from keepersim.keeper.policies import base, trin_multiplicative
 from keepersim.keeper.policies.base import NEVER
 from keepersim.keeper.policies.trin_additive import Events, ScoreParams
+from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
 from keepersim.types import keys
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
 from keepersim.types.params import validate_params
-from keepersim.types.pb.health_pb2 import TrinAdditiveEntry
+from keepersim.types.pb.health_pb2 import TrinAdditiveEntry, TrinMultiplicativeEntry, TrinOffers
 from keepersim.types.pb.params_pb2 import Params, TrinAdditiveParams
 
 
@@ -222,6 +224,98 @@ def test_multiplicative_an_entry_only_looked_at_is_carried_as_stored(make_net: N
             hashes.append(net.block(net.finish(start)).app_hash)
         assert net.state("a")["outcomes"] == 16
         runs.append(hashes)
+    assert runs[0] == runs[1]
+
+
+def get_offer_log(net: Net) -> dict[int, list[str]]:
+    prefix = keys.POLICY_LOG + TrinMultiplicative.prefix
+    with net.chain.read() as k:
+        return {
+            keys.decode_u64(key[len(prefix) :]): list(TrinOffers.FromString(raw).addresses)
+            for key, raw in k.store.iterate(prefix, prefix + b"\xff")
+        }
+
+
+def get_stored_entry(net: Net, address: str) -> bytes | None:
+    with net.chain.read() as k:
+        return k.store.get(keys.POLICY_STATE + TrinMultiplicative.prefix + address.encode())
+
+
+def test_multiplicative_offers_are_logged_once_per_block_and_folded_when_pruned(
+    make_net: NetFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An offer writes one record per block, not the participant's entry; when the record leaves
+    the log, the offer is folded into the entries of those not offered since. The last offer,
+    and so the weight, is the same all along."""
+    monkeypatch.setattr(trin_multiplicative, "OFFER_LOG_BLOCKS", 6)
+    net = make_net(make_multiplicative_params(recency_blocks=4), {"a": 1024, "b": 1024, "c": 1})
+    starts = [net.start("a"), net.start("b"), net.start("a")]
+    offered = net.block(*starts).height
+    assert get_offer_log(net) == {offered: ["a", "b"]}
+    assert get_stored_entry(net, "a") is None  # nothing but the log was written
+    net.block(*[net.finish(s) for s in starts])  # the outcomes write the entries
+    net.block()
+    start = net.start("b")
+    again = net.block(start).height
+    net.block(net.finish(start))
+    assert get_offer_log(net) == {offered: ["a", "b"], again: ["b"]}
+    weights = []
+    while net.height < offered + 6:  # up to the block that prunes the first record
+        weights.append(get_weights(net)["a"])
+        assert net.state("a")["last_selected_block"] == offered
+        net.block()
+    assert get_offer_log(net) == {again: ["b"]}
+
+    def get_folded(address: str) -> int:
+        raw = get_stored_entry(net, address)
+        return TrinMultiplicativeEntry.FromString(raw or b"").last_selected_block
+
+    assert get_folded("a") == offered  # "a" was not offered since
+    assert get_folded("b") == 0  # "b"'s later record still speaks for it
+    assert net.state("a")["last_selected_block"] == offered
+    assert net.state("b")["last_selected_block"] == again
+    # One doubling per 4 idle blocks, folded or not (heights offered + 4 and + 5).
+    assert weights == [2048, 2048]
+    net.run(20)
+    assert get_offer_log(net) == {}
+    assert get_folded("b") == again
+    assert get_weights(net)["a"] == get_weights(net)["b"] == 1024 << 4
+    assert net.chain.verify_app_hash()
+
+
+def test_multiplicative_log_index_rebuilt_from_the_store_decides_the_same(
+    make_net: NetFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log's index is kept in memory between blocks: forgotten before every other block (as
+    after a reopen), it is read back from the records, and every block's app hash, weight and
+    state is the one of an uninterrupted run, through folds and exports."""
+    monkeypatch.setattr(trin_multiplicative, "OFFER_LOG_BLOCKS", 5)
+    runs = []
+    for cold in (False, True):
+        net = make_net(make_multiplicative_params(recency_blocks=3), {"a": 64, "b": 64, "c": 64})
+        out = []
+        for h in range(60):
+            if cold and h % 2:
+                base._CARRY.clear()
+            msgs: list[object] = []
+            if h % 7 in (0, 3):
+                msgs.append(net.start("abc"[h % 3]))
+            if h % 11 == 5:
+                msgs.append(net.finish(net.start("a")))
+            result = net.block(*msgs)
+            out.append((result.app_hash, get_weights(net), net.state("a"), net.state("b")))
+        assert net.chain.verify_app_hash()
+        # Exported and imported, the log goes along and the copy decides the same.
+        genesis = net.chain.export_genesis()
+        assert any(e.key.startswith(keys.POLICY_LOG) for e in genesis.policy_state)
+        with Chain.open(memory=True, genesis=genesis) as imported:
+            copy = Net(imported)
+            for h in range(12):
+                starts = [net.start("c")] if h % 4 == 0 else []
+                mirrored = [copy.start("c", s.inference_id) for s in starts]
+                assert net.block(*starts).app_hash == copy.block(*mirrored).app_hash
+                assert get_weights(net) == get_weights(copy)
+        runs.append(out)
     assert runs[0] == runs[1]
 
 

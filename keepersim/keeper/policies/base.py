@@ -214,6 +214,14 @@ class HeightQueue:
         self._known = _QueueHeights([], set())
 
 
+def get_stored_log(store: KVStore, prefix: bytes) -> list[tuple[int, bytes]]:
+    """(height, record) of a policy log under ``prefix``, ascending by height."""
+    n = len(prefix)
+    return [
+        (keys.decode_u64(key[n:]), raw) for key, raw in store.iterate(prefix, prefix_end(prefix))
+    ]
+
+
 class PolicyContext:
     """What a policy may touch while a block is processed: its own store, its queue, params."""
 
@@ -232,6 +240,7 @@ class PolicyContext:
         "_items",
         "verdicts",
         "_deferred",
+        "_log",
     )
 
     def __init__(self, keeper: Keeper, policy: HealthPolicy, height: int) -> None:
@@ -240,6 +249,7 @@ class PolicyContext:
         self.height = height
         self._name = policy.name
         self._state = keys.POLICY_STATE + policy.prefix
+        self._log = keys.POLICY_LOG + policy.prefix
         # Addresses the policy wants to look at again in this block's end block.
         self.recheck: set[str] = set()
         self._cache: dict[str, Message] = {}
@@ -371,6 +381,32 @@ class PolicyContext:
         self.keeper.touched.add(address)
         self.keeper.verdict_touched.add(address)
 
+    # The policy's log: one record per height it chooses (protobuf), kept until it deletes it.
+    # ``was`` is what the store holds at that height now (None: nothing): the policy knows it
+    # from its index, and the commit then needs no read for the app hash. Only certain
+    # knowledge may be passed: a wrong value corrupts the app hash.
+    def set_log(self, height: int, message: Message, *, was: bytes | None) -> bytes:
+        """Write the record of ``height``; return the bytes written."""
+        key = self._log + keys.encode_u64(height)
+        raw = message.SerializeToString()
+        self.note_origin(key, was)
+        self.keeper.store.set(key, raw)
+        return raw
+
+    def delete_log(self, height: int, *, was: bytes) -> None:
+        key = self._log + keys.encode_u64(height)
+        self.note_origin(key, was)
+        self.keeper.store.delete(key)
+
+    def note_origin(self, key: bytes, was: bytes | None) -> None:
+        store = self.keeper.store
+        if isinstance(store, BlockBuffer):
+            store.note_origin(key, was)
+
+    def get_log_records(self) -> list[tuple[int, bytes]]:
+        """Every log record as this block has it, ascending by height."""
+        return get_stored_log(self.keeper.store, self._log)
+
     def iterate_raw(self) -> Iterable[tuple[str, bytes]]:
         n = len(self._state)
         for key, raw in list(self.keeper.store.iterate(self._state, prefix_end(self._state))):
@@ -388,6 +424,8 @@ class PolicyContext:
         self._dirty.clear()
         self._queue.clear()
         self._items.clear()
+        for height, raw in self.get_log_records():
+            self.delete_log(height, was=raw)
         return addresses
 
     def defer(self, process: Callable[..., None], *args: object) -> None:
@@ -427,15 +465,23 @@ class PolicyContext:
 class PolicyReader:
     """Read access for health verdicts at query time (a read-only keeper underneath)."""
 
-    __slots__ = ("keeper", "params", "_state")
+    __slots__ = ("keeper", "params", "_state", "_log", "memo")
 
     def __init__(self, keeper: Keeper, policy: HealthPolicy) -> None:
         self.keeper = keeper
         self.params: Params = keeper.get_params()
         self._state = keys.POLICY_STATE + policy.prefix
+        self._log = keys.POLICY_LOG + policy.prefix
+        # What a policy derives once per reader (one reader serves a whole table's verdicts),
+        # e.g. an index over its log instead of a scan per participant.
+        self.memo: dict[str, object] = {}
 
     def get_raw(self, address: str) -> bytes | None:
         return self.keeper.store.get(self._state + address.encode())
+
+    def get_log_records(self) -> list[tuple[int, bytes]]:
+        """Every log record of the policy, ascending by height."""
+        return get_stored_log(self.keeper.store, self._log)
 
 
 class HealthPolicy:

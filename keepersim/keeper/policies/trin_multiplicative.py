@@ -19,10 +19,19 @@ content-id keyspace and no radius to measure against.
 The history is stored as 32 bits (newest bit 0) whatever ``history`` is, and masked when read,
 so a params change applies to the recorded past at once. ``valid_until`` is the last height
 before the next recency doubling, so the chain's memo steps the factor exactly on time.
+
+Offers are logged once per block, not written into each participant's entry: one record per
+height lists who was offered then (the policy log), and an entry's ``last_selected_block``
+learns of an offer only when the record is pruned, OFFER_LOG_BLOCKS later, and only if no
+later offer followed (the fold). A participant's last offer is the later of the two. So an
+inference costs its participant at most one entry write (the outcome's, when the history moves)
+instead of two, and a block one record. The log's index (who was offered last when) is kept in
+memory between blocks and rebuilt from the records after a restart.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import partial
 from typing import ClassVar
 
@@ -34,13 +43,16 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.health_pb2 import TrinMultiplicativeEntry
+from keepersim.types.pb.health_pb2 import TrinMultiplicativeEntry, TrinOffers
 from keepersim.types.pb.params_pb2 import Params, TrinMultiplicativeParams
 from keepersim.types.pb.types_pb2 import Inference
 
 HISTORY_BITS = 32
 HISTORY_MASK = (1 << HISTORY_BITS) - 1
 HEALTH_MEMO_SIZE = 4096
+# Blocks an offer record is kept before it is folded into the entries it names. Any length gives
+# the same verdicts; a longer one folds fewer offers (a later offer makes the fold needless).
+OFFER_LOG_BLOCKS = 256
 
 VerdictKey = tuple[int, int, int]  # (doublings, misses, valid_until)
 KeyParams = tuple[int, int, int]  # (history, recency_blocks, max_recency_doublings)
@@ -71,6 +83,51 @@ def compute_next_key(key: VerdictKey, key_params: KeyParams) -> VerdictKey:
     _, step, top = key_params
     doublings += 1
     return doublings, misses, NEVER if doublings >= top else valid_until + step
+
+
+@dataclass(slots=True)
+class OfferLog:
+    """The offer records (height -> addresses, ascending: this block's and the stored ones),
+    the stored bytes of each stored one, and each named participant's latest offer."""
+
+    records: dict[int, list[str]] = field(default_factory=dict)
+    stored: dict[int, bytes] = field(default_factory=dict)
+    latest: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_records(cls, records: list[tuple[int, bytes]]) -> OfferLog:
+        log = cls()
+        for height, raw in records:  # ascending
+            addresses = list(TrinOffers.FromString(raw).addresses)
+            log.records[height] = addresses
+            log.stored[height] = raw
+            for address in addresses:
+                log.latest[address] = height
+        return log
+
+    def get_last_offer(self, entry: TrinMultiplicativeEntry) -> int:
+        """The participant's last offer: logged, or folded into its entry (0: never)."""
+        return max(entry.last_selected_block, self.latest.get(entry.address, 0))
+
+    def process_offer(self, address: str, height: int) -> bool:
+        """Log an offer at ``height`` (the newest height); False if already logged."""
+        if self.latest.get(address) == height:
+            return False
+        self.latest[address] = height
+        record = self.records.get(height)
+        if record is None:
+            record = self.records[height] = []
+            if next(reversed(self.records.keys()), height) != height:
+                self.records = dict(sorted(self.records.items()))  # only after odd imports
+        record.append(address)
+        return True
+
+    def pop_oldest(self, oldest: int) -> tuple[int, list[str]] | None:
+        """Remove and return the oldest record if its height is ``oldest`` or below."""
+        height = next(iter(self.records), None)
+        if height is None or height > oldest:
+            return None
+        return height, self.records.pop(height)
 
 
 class TrinMultiplicative(HealthPolicy):
@@ -115,29 +172,37 @@ class TrinMultiplicative(HealthPolicy):
             self._healths[(key, key_params)] = verdict
         return verdict
 
-    def process_write(self, ctx: PolicyContext, entry: TrinMultiplicativeEntry) -> None:
-        """The entry changed: it is written once at the end of the block (the block cache), and
-        its verdict at this height goes to the chain with the commit."""
-        address = entry.address
-        ctx.mark_dirty(address)
-        key_params = self.get_key_params(ctx.params)
-        key = compute_verdict_key(
-            entry.failure_bits, entry.last_selected_block, ctx.height, key_params
-        )
-        verdict = self._healths.get((key, key_params))
-        ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
+    @staticmethod
+    def get_offer_log(ctx: PolicyContext) -> OfferLog:
+        """The log's index, handed on between blocks (PolicyContext.memo), else read."""
+        log = ctx.memo.get("offers")
+        if not isinstance(log, OfferLog):
+            log = ctx.memo["offers"] = OfferLog.from_records(ctx.get_log_records())
+        return log
+
+    @staticmethod
+    def get_reader_offer_log(reader: PolicyReader) -> OfferLog:
+        log = reader.memo.get("offers")
+        if not isinstance(log, OfferLog):
+            log = reader.memo["offers"] = OfferLog.from_records(reader.get_log_records())
+        return log
 
     def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         ctx.defer(self.process_start_event, ctx, address, inference)  # nothing reads it sooner
 
     def process_start_event(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
-        """The offer: the idle clock restarts."""
-        seen = ctx.peek_cached(address, self.get_entry)
-        if seen is not None and seen.last_selected_block == ctx.height:
+        """The offer: the idle clock restarts. Logged (in end block), not written to the entry;
+        the verdict at this height goes to the chain with the commit."""
+        height = ctx.height
+        if not self.get_offer_log(ctx).process_offer(address, height):
             return  # already restarted in this block
-        entry = ctx.get_cached(address, self.get_entry)
-        entry.last_selected_block = ctx.height
-        self.process_write(ctx, entry)
+        entry = ctx.peek_cached(address, self.get_entry)
+        key_params = self.get_key_params(ctx.params)
+        key = compute_verdict_key(
+            0 if entry is None else entry.failure_bits, height, height, key_params
+        )
+        verdict = self._healths.get((key, key_params))
+        ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
@@ -161,19 +226,53 @@ class TrinMultiplicative(HealthPolicy):
         entry.outcome_count = new_count
         self.process_write(ctx, entry)
 
+    def process_write(self, ctx: PolicyContext, entry: TrinMultiplicativeEntry) -> None:
+        """The entry changed: it is written once at the end of the block (the block cache), and
+        its verdict at this height goes to the chain with the commit."""
+        address = entry.address
+        ctx.mark_dirty(address)
+        key_params = self.get_key_params(ctx.params)
+        last_offer = self.get_offer_log(ctx).get_last_offer(entry)
+        key = compute_verdict_key(entry.failure_bits, last_offer, ctx.height, key_params)
+        verdict = self._healths.get((key, key_params))
+        ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
+
+    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+        """Log this block's offers; fold the records leaving the log into their entries."""
+        log = self.get_offer_log(ctx)
+        height = ctx.height
+        offered = log.records.get(height)
+        if offered:
+            offered.sort()
+            record = TrinOffers(addresses=offered)
+            log.stored[height] = ctx.set_log(height, record, was=log.stored.get(height))
+        while (popped := log.pop_oldest(height - OFFER_LOG_BLOCKS)) is not None:
+            logged, addresses = popped
+            for address in addresses:
+                if log.latest.get(address) != logged:
+                    continue  # offered again since: the later record speaks for it
+                del log.latest[address]
+                entry = ctx.get_cached(address, self.get_entry)
+                if entry.last_selected_block < logged:
+                    entry.last_selected_block = logged
+                    ctx.mark_dirty(address, verdict=False)  # the same last offer: same verdict
+            ctx.delete_log(logged, was=log.stored.pop(logged))
+
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         """Asked only when no verdict came with a commit (a new table, a reset): writes hand
         theirs over and lapses follow Health.then."""
         key_params = self.get_key_params(reader.params)
         entry = self.get_entry(reader.get_raw(address), address)
-        key = compute_verdict_key(entry.failure_bits, entry.last_selected_block, height, key_params)
+        last_offer = self.get_reader_offer_log(reader).get_last_offer(entry)
+        key = compute_verdict_key(entry.failure_bits, last_offer, height, key_params)
         return self.get_verdict(key, key_params)
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
         params = reader.params.health_params.trin_multiplicative
         entry = self.get_entry(reader.get_raw(address), address)
+        last_offer = self.get_reader_offer_log(reader).get_last_offer(entry)
         doublings, misses, _ = compute_verdict_key(
-            entry.failure_bits, entry.last_selected_block, height, get_key_params(params)
+            entry.failure_bits, last_offer, height, get_key_params(params)
         )
         return {
             "state": "scored",
@@ -183,5 +282,5 @@ class TrinMultiplicative(HealthPolicy):
             "recency_doublings": doublings,
             "factor_num": 1 << doublings,
             "factor_den": 1 << misses,
-            "last_selected_block": entry.last_selected_block,
+            "last_selected_block": last_offer,
         }

@@ -226,6 +226,7 @@ class TrinMultiplicativeEntry(_message.Message):
     failure_bits: _builtins.int
     outcome_count: _builtins.int
     last_selected_block: _builtins.int
+    """The last offer folded into the entry; a later one may still be only in the offer log."""
     def __init__(
         self,
         *,
@@ -241,6 +242,30 @@ class TrinMultiplicativeEntry(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TrinMultiplicativeEntry: _TypeAlias = TrinMultiplicativeEntry  # noqa: Y015
+
+@_typing.final
+class TrinOffers(_message.Message):
+    """trin multiplicative proposal: the participants offered an inference at one height (the
+    policy's log record of that height), distinct and sorted.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDRESSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def addresses(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        addresses: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["addresses", b"addresses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrinOffers: _TypeAlias = TrinOffers  # noqa: Y015
 
 @_typing.final
 class OpenInference(_message.Message):
