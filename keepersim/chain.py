@@ -115,23 +115,17 @@ class _ModelTable:
         return out
 
     def process_due(
-        self,
-        due: list[int],
-        touched: set[int],
-        pushed: dict[str, Health],
-        ask: Callable[[str], Health],
-        height: int,
+        self, due: dict[int, Health | None], ask: Callable[[str], Health], height: int
     ) -> bool:
-        """Recompute the verdicts of positions ``due`` (ascending) at ``height``; True if the
-        table selects differently. A touched participant's verdict came with the commit (else
-        it is asked for); a lapsed one is followed by the verdicts it says come next
-        (Health.then) while nothing touched the participant. Keeps the heap holding every
+        """Recompute the due verdicts at ``height`` (position -> the verdict to start from: a
+        touched participant's handed over with the commit, None to ask for it, a lapsed one's
+        last); True if the table selects differently. A verdict that lapsed is followed by the
+        verdicts it says come next (Health.then), else asked for. Keeps the heap holding every
         lapsing verdict's (valid_until, i)."""
         healths, candidates, expiry = self.state.healths, self.candidates, self.expiry
         changes: list[tuple[int, Health]] = []
-        for i in due:
+        for i, health in sorted(due.items()):
             old = healths[i]
-            health = pushed.get(candidates[i].address) if i in touched else old
             while health is not None and health.valid_until < height:
                 health = None if health.then is None else health.then()
             if health is None:
@@ -439,16 +433,15 @@ class Chain:
         last = index.models.get(model)
         if last is not None and last.candidates is candidates:
             position = last.position
-            touched = {position[a] for a in dirty if a in position}
-            lapsed = last.get_expired(height)
+            pushed = index.pushed
+            due = {position[a]: pushed.get(a) for a in dirty if a in position}
             dirty.clear()
-            due = sorted(touched.union(lapsed))
+            healths = last.state.healths
+            for i in last.get_expired(height):
+                if i not in due:
+                    due[i] = healths[i]
             changed = last.process_due(
-                due,
-                touched,
-                index.pushed,
-                lambda address: policy.get_health(reader, address, height),
-                height,
+                due, lambda address: policy.get_health(reader, address, height), height
             )
             if changed or last.table is None:
                 last.table = None  # if assembling raises, the next query raises too

@@ -129,21 +129,20 @@ def is_panic(admitted_weight: int, total: int, panic_pct: int) -> bool:
     return bool(panic_pct) and admitted_weight * 100 < panic_pct * total
 
 
-def get_draw_weight(weight: int, health: Health, shadow: bool) -> int:
-    """An admitted candidate's weight in the draw (0: not drawn). In shadow no factor applies.
+def get_draw_weight(weight: int, health: Health, shadow: bool, gated: bool = False) -> int:
+    """A candidate's weight in the draw (0: not drawn). In shadow no factor applies. ``gated``:
+    the gate alone decides, and a closed gate draws only in shadow; otherwise the caller has
+    admitted the candidate (cap, panic, fallback).
 
     weight x factor rounding below 1 keeps 1 (an admitted candidate is never rounded away); a
     zero factor keeps it out, like a closed gate.
     """
+    if gated and not (shadow or health.admitted):
+        return 0
     w = weight if shadow else weight * health.factor_num // health.factor_den
     if w > 0:
         return w
     return 0 if health.factor_num <= 0 else 1
-
-
-def get_gate_draw_weight(weight: int, health: Health, shadow: bool) -> int:
-    """The draw weight when the gate alone decides: a closed gate draws only in shadow."""
-    return get_draw_weight(weight, health, shadow) if shadow or health.admitted else 0
 
 
 def compute_selection_table(
@@ -272,7 +271,7 @@ class IncrementalTable:
         """Draw weights when the gate alone decides: a closed gate draws only in shadow."""
         self.shadow = shadow
         self.draw = [
-            get_gate_draw_weight(c.weight, h, shadow)
+            get_draw_weight(c.weight, h, shadow, True)
             for c, h in zip(self.candidates, self.healths, strict=True)
         ]
         self.draw_zero = self.draw.count(0)
@@ -299,7 +298,7 @@ class IncrementalTable:
                 out[i] = not health.admitted
                 self.out_weight += -weight if health.admitted else weight
                 self.out_count += -1 if health.admitted else 1
-            w = get_gate_draw_weight(weight, health, shadow)
+            w = get_draw_weight(weight, health, shadow, True)
             if w != draw[i]:
                 self.draw_zero += (w == 0) - (draw[i] == 0)
                 draw[i] = w

@@ -188,21 +188,23 @@ class TrinMultiplicative(HealthPolicy):
         return log
 
     def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
-        ctx.defer(self.process_start_event, ctx, address, inference)  # nothing reads it sooner
+        """The offer: the idle clock restarts. Noted in the log's index now (a write's verdict
+        in this block sees it); the record and the offered participants' verdicts are written
+        in end block, after the block's outcomes."""
+        self.get_offer_log(ctx).process_offer(address, ctx.height)
 
-    def process_start_event(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
-        """The offer: the idle clock restarts. Logged (in end block), not written to the entry;
-        the verdict at this height goes to the chain with the commit."""
+    def process_offer_verdicts(self, ctx: PolicyContext, offered: list[str]) -> None:
+        """The verdicts of the participants offered in this block, at this height, to the chain
+        with the commit: their idle clock is at 0."""
         height = ctx.height
-        if not self.get_offer_log(ctx).process_offer(address, height):
-            return  # already restarted in this block
-        entry = ctx.peek_cached(address, self.get_entry)
         key_params = self.get_key_params(ctx.params)
-        key = compute_verdict_key(
-            0 if entry is None else entry.failure_bits, height, height, key_params
-        )
-        verdict = self._healths.get((key, key_params))
-        ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
+        healths = self._healths
+        for address in offered:
+            entry = ctx.peek_cached(address, self.get_entry)
+            failure_bits = 0 if entry is None else entry.failure_bits
+            key = compute_verdict_key(failure_bits, height, height, key_params)
+            verdict = healths.get((key, key_params))
+            ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
@@ -238,12 +240,14 @@ class TrinMultiplicative(HealthPolicy):
         ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
 
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
-        """Log this block's offers; fold the records leaving the log into their entries."""
+        """Log this block's offers and hand over their verdicts; fold the records leaving the
+        log into their entries."""
         log = self.get_offer_log(ctx)
         height = ctx.height
         offered = log.records.get(height)
         if offered:
             offered.sort()
+            self.process_offer_verdicts(ctx, offered)
             record = TrinOffers(addresses=offered)
             log.stored[height] = ctx.set_log(height, record, was=log.stored.get(height))
         while (popped := log.pop_oldest(height - OFFER_LOG_BLOCKS)) is not None:
