@@ -10,13 +10,14 @@ from policy_helpers import MODEL, Net, NetFactory, make_params
 from keepersim.chain import Chain
 from keepersim.keeper.policies import base, trin_multiplicative
 from keepersim.keeper.policies.base import NEVER
-from keepersim.keeper.policies.trin_additive import Events, ScoreParams
+from keepersim.keeper.policies.trin_additive import Events, ScoreParams, TrinAdditive
 from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
 from keepersim.types import keys
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
-from keepersim.types.params import validate_params
-from keepersim.types.pb.health_pb2 import TrinAdditiveEntry, TrinMultiplicativeEntry, TrinOffers
+from keepersim.types.params import GOV_AUTHORITY, validate_params
+from keepersim.types.pb.health_pb2 import TrinMultiplicativeEntry, TrinOffers, TrinScoreRecord
 from keepersim.types.pb.params_pb2 import Params, TrinAdditiveParams
+from keepersim.types.pb.tx_pb2 import MsgUpdateParams
 
 
 def get_weights(net: Net) -> dict[str, int]:
@@ -102,16 +103,67 @@ def test_additive_weight_is_proportional_to_score(make_net: NetFactory) -> None:
     assert get_weights(net) == {"a": 3000, "b": 1000}
 
 
-def test_additive_stored_events_are_bounded_by_the_window(make_net: NetFactory) -> None:
-    net = make_net(make_additive_params(window_blocks=5), {"a": 1000})
+def get_score_log(net: Net) -> dict[int, dict[str, int]]:
+    prefix = keys.POLICY_LOG + TrinAdditive.prefix
+    with net.chain.read() as k:
+        return {
+            keys.decode_u64(key[len(prefix) :]): {
+                d.address: d.delta for d in TrinScoreRecord.FromString(raw).deltas
+            }
+            for key, raw in k.store.iterate(prefix, prefix + b"\xff")
+        }
+
+
+def test_additive_log_holds_one_merged_record_per_height_within_the_window(
+    make_net: NetFactory,
+) -> None:
+    """One record per height with outcomes, one merged delta per participant, deleted once the
+    window no longer counts it; no per-participant entry is written."""
+    net = make_net(make_additive_params(window_blocks=5), {"a": 1000, "b": 1000})
     for _ in range(12):
         net.succeed_many("a", 3, latency=1)
+    finished = net.height
+    log = get_score_log(net)
+    assert log == {h: {"a": 15} for h in log}  # three successes merged at each height
+    assert max(log) == finished
+    assert all(finished - 5 < h <= finished for h in log)
+    net.miss("b")  # -10 at the expiry, 4 blocks on
+    expired = net.height
+    assert get_score_log(net) == {finished: {"a": 15}, expired: {"b": -10}}
+    net.block()  # the window moves past a's last record
+    assert get_score_log(net) == {expired: {"b": -10}}
+    assert net.state("a")["score"] == 200
     with net.chain.read() as k:
-        raw = k.store.get(keys.POLICY_STATE + b"\x03" + b"a")
-    assert raw is not None
-    entry = TrinAdditiveEntry.FromString(raw)
-    assert 1 <= len(entry.events) <= 5
-    assert all(e.delta == 15 for e in entry.events)  # one merged event per height
+        prefix = keys.POLICY_STATE + TrinAdditive.prefix
+        assert list(k.store.iterate(prefix, prefix + b"\xff")) == []
+    assert net.chain.verify_app_hash()
+
+
+def test_additive_log_index_rebuilt_from_the_store_decides_the_same(make_net: NetFactory) -> None:
+    """The log's index (each participant's events) is kept in memory between blocks: forgotten
+    before every other block (as after a reopen), it is read back from the records, and every
+    block's app hash, weight and score is the one of an uninterrupted run, through a window
+    that shrinks and grows again."""
+    runs = []
+    for cold in (False, True):
+        net = make_net(make_additive_params(window_blocks=8), {"a": 1000, "b": 1000, "c": 1000})
+        out = []
+        for h in range(50):
+            if cold and h % 2:
+                base._CARRY.clear()
+            msgs: list[object] = []
+            if h % 3 == 0:
+                msgs.append(net.finish(net.start("abc"[h % 2])))
+            if h % 5 == 0:
+                msgs.append(net.start("c"))  # expires: a miss
+            if h in (20, 35):
+                params = make_additive_params(window_blocks=3 if h == 20 else 12)
+                msgs.append(MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
+            result = net.block(*msgs)
+            out.append((result.app_hash, get_weights(net), [net.state(x)["score"] for x in "abc"]))
+        assert net.chain.verify_app_hash()
+        runs.append(out)
+    assert runs[0] == runs[1]
 
 
 def get_reference_score(events: Events, height: int, params: ScoreParams) -> int:
@@ -144,7 +196,6 @@ def test_additive_verdict_holds_exactly_until_valid_until(
     )
     heights = [sum(gaps[: i + 1]) for i in range(len(gaps))]
     events = Events(heights, deltas[: len(heights)])
-    assert events.ordered
     height = (heights[-1] if heights else 0) + ahead
     score, valid_until = events.get_score_and_valid_until(height, params)
     assert score == get_reference_score(events, height, params)

@@ -6,20 +6,19 @@ score = clamp(initial_score + sum of the deltas of the outcomes of the last wind
 little weight, never the gate). Score 0 keeps the participant out; otherwise its selection weight
 is multiplied by score / initial_score, so a healthy record can double a participant's share.
 
+State: a log, one record per height with outcomes (TrinScoreRecord: each participant's outcomes
+of that height merged into one delta), kept while the window counts it and deleted after. No
+per-participant entry is written: a block writes one record and deletes one, whatever its
+traffic. The log's index, each participant's (height, delta) pairs (``Events``), is kept in
+memory between blocks (PolicyContext.memo) and rebuilt from the records after a restart; a
+reader builds it once for a whole table (PolicyReader.memo).
+
 Ageing needs no end-block work: an event stops counting at ``height + window_blocks``, and the
 verdict's ``valid_until`` is the last height before the first ageing-out that moves the clamped
 score (usually the oldest counted event's; an event whose leaving the clamp absorbs, or whose
 merged delta is 0, is skipped), so the chain's memo recomputes it exactly then and not before.
-Storage is bounded: events of one height are merged into one (height, delta) pair and events
-outside the window are pruned on every write, so an entry holds at most ``window_blocks`` pairs,
-whatever the traffic.
-
-Cost: events are kept in height order, so the window is two bisections and its sum one C-level
-sum over a few pairs. The events of an entry are memoized per address with the block cache's message
-they were taken from (the carried entry of the last block, PolicyContext): a memo of another
-message is simply rebuilt. A write edits the cached message in place (prune a prefix, merge or
-add the newest pair), hands its verdict to the chain (set_verdict) and chains the verdicts of
-the events that will leave the window (Health.then), so the chain reads nothing back.
+An outcome hands its verdict to the chain (set_verdict) and chains the verdicts of the events
+that will leave the window (Health.then), so the chain reads nothing back.
 
 All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsError unless
 ``fallback_when_all_zero`` asks for the unfiltered list.
@@ -28,6 +27,7 @@ All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsErro
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import accumulate
 from typing import ClassVar, NamedTuple
@@ -41,7 +41,7 @@ from keepersim.keeper.policies.base import (
     Then,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.health_pb2 import ScoreEvent, TrinAdditiveEntry
+from keepersim.types.pb.health_pb2 import ScoreDelta, TrinScoreRecord
 from keepersim.types.pb.params_pb2 import Params, TrinAdditiveParams
 from keepersim.types.pb.types_pb2 import Inference
 
@@ -104,53 +104,26 @@ def get_score_health(score: int, valid_until: int, then: Then, params: ScorePara
 
 
 class Events:
-    """An entry's (height, delta) pairs, decoded once: heights ascending, one pair per height.
+    """A participant's (height, delta) pairs: heights ascending, one pair per height.
 
-    Never changed once built (a verdict's ``then`` may still read it): a write makes new lists.
-    Stored state written by this module is always in this form; anything else (an imported
-    entry out of order or with repeated heights) is marked ``ordered = False`` and handled by
-    the plain, per-event reference path.
+    Never changed once built (a verdict's ``then`` may still read it): a change makes new lists.
     """
 
-    __slots__ = ("heights", "deltas", "ordered", "entry")
+    __slots__ = ("heights", "deltas")
 
-    def __init__(
-        self,
-        heights: list[int],
-        deltas: list[int],
-        ordered: bool | None = None,
-        entry: TrinAdditiveEntry | None = None,
-    ) -> None:
-        # The block cache's message the pairs were taken from, if any: a write reuses them
-        # only while that message is the participant's cached entry.
-        self.entry = entry
+    def __init__(self, heights: list[int], deltas: list[int]) -> None:
         self.heights = heights
         self.deltas = deltas
-        if ordered is None:
-            ordered = all(a < b for a, b in zip(heights, heights[1:], strict=False))
-        self.ordered = ordered
-
-    @classmethod
-    def decode(cls, raw: bytes | None) -> Events:
-        if raw is None:
-            return cls([], [], True)
-        events = TrinAdditiveEntry.FromString(raw).events
-        return cls([e.height for e in events], [e.delta for e in events])
-
-    @classmethod
-    def from_entry(cls, entry: TrinAdditiveEntry) -> Events:
-        events = entry.events
-        return cls([e.height for e in events], [e.delta for e in events], entry=entry)
 
     def get_window(self, height: int, window_blocks: int) -> tuple[int, int]:
-        """Index range [lo, hi) of the events counted at ``height`` (ordered events only)."""
+        """Index range [lo, hi) of the events counted at ``height``."""
         heights = self.heights
         lo = bisect_right(heights, height - window_blocks)
         hi = len(heights) if not heights or heights[-1] <= height else bisect_right(heights, height)
         return lo, hi
 
     def get_counted(self, height: int, window_blocks: int) -> list[tuple[int, int]]:
-        """The (height, delta) pairs counted at ``height``, in stored order."""
+        """The (height, delta) pairs counted at ``height``, by the definition."""
         return [
             (h, d)
             for h, d in zip(self.heights, self.deltas, strict=True)
@@ -158,27 +131,90 @@ class Events:
         ]
 
     def get_score_and_valid_until(self, height: int, params: ScoreParams) -> tuple[int, int]:
-        """The clamped score at ``height`` and the last height it holds without a new write."""
-        initial, top, window = params.initial, params.top, params.window
-        if not self.ordered:
-            counted = self.get_counted(height, window)
-            total = initial + sum(d for _, d in counted)
-            score = max(0, min(top, total))
-            # Reference rule: the oldest counted event's last counted height.
-            valid_until = min(h for h, _ in counted) + window - 1 if counted else NEVER
-            later = [h for h in self.heights if h > height]
-            if later:  # a pair from a later height starts counting at its height
-                valid_until = min(valid_until, min(later) - 1)
-            return score, valid_until
+        """The clamped score at ``height`` and the last height it holds without a new event."""
         heights, deltas = self.heights, self.deltas
-        lo, hi = self.get_window(height, window)
-        total = initial + sum(deltas[lo:hi] if lo or hi < len(deltas) else deltas)
-        score, i = compute_score_and_next_move(deltas, lo, hi, total, top)
+        lo, hi = self.get_window(height, params.window)
+        total = params.initial + sum(deltas[lo:hi] if lo or hi < len(deltas) else deltas)
+        score, i = compute_score_and_next_move(deltas, lo, hi, total, params.top)
         # A pair from a later height starts counting at its height.
         valid_until = NEVER if hi == len(heights) else heights[hi] - 1
         if i < hi:
-            valid_until = min(valid_until, heights[i] + window - 1)
+            valid_until = min(valid_until, heights[i] + params.window - 1)
         return score, valid_until
+
+    def get_with(self, height: int, delta: int) -> Events:
+        """These events with ``delta`` added at ``height`` (merged into that height's pair)."""
+        heights, deltas = self.heights[:], self.deltas[:]
+        i = bisect_right(heights, height)
+        if i and heights[i - 1] == height:
+            deltas[i - 1] += delta
+        else:
+            heights.insert(i, height)
+            deltas.insert(i, delta)
+        return Events(heights, deltas)
+
+    def get_after(self, height: int) -> Events:
+        """These events without those at ``height`` and below."""
+        lo = bisect_right(self.heights, height)
+        return Events(self.heights[lo:], self.deltas[lo:])
+
+
+NO_EVENTS = Events([], [])
+
+
+@dataclass(slots=True)
+class ScoreLog:
+    """The log's records (height -> address -> merged delta, ascending: the stored ones and
+    this block's), the stored bytes of each stored one, and each named participant's events:
+    exactly the pairs of the records."""
+
+    records: dict[int, dict[str, int]] = field(default_factory=dict)
+    stored: dict[int, bytes] = field(default_factory=dict)
+    events: dict[str, Events] = field(default_factory=dict)
+
+    @classmethod
+    def from_records(cls, records: list[tuple[int, bytes]]) -> ScoreLog:
+        log = cls()
+        pairs: dict[str, tuple[list[int], list[int]]] = {}
+        for height, raw in records:  # ascending
+            merged: dict[str, int] = {}
+            for entry in TrinScoreRecord.FromString(raw).deltas:
+                merged[entry.address] = merged.get(entry.address, 0) + entry.delta
+            log.records[height] = merged
+            log.stored[height] = raw
+            for address, delta in merged.items():
+                heights, deltas = pairs.setdefault(address, ([], []))
+                heights.append(height)
+                deltas.append(delta)
+        log.events = {a: Events(heights, deltas) for a, (heights, deltas) in pairs.items()}
+        return log
+
+    def process_outcome(self, address: str, height: int, delta: int) -> Events:
+        """Log ``delta`` at ``height`` (the newest height); return the participant's events."""
+        record = self.records.get(height)
+        if record is None:
+            record = self.records[height] = {}
+            if next(reversed(self.records.keys()), height) != height:
+                self.records = dict(sorted(self.records.items()))  # only after odd imports
+        record[address] = record.get(address, 0) + delta
+        events = self.events[address] = self.events.get(address, NO_EVENTS).get_with(height, delta)
+        return events
+
+    def pop_oldest(self, oldest: int) -> tuple[int, dict[str, int]] | None:
+        """Remove and return the oldest record if its height is ``oldest`` or below; its pairs
+        leave the participants' events."""
+        height = next(iter(self.records), None)
+        if height is None or height > oldest:
+            return None
+        record = self.records.pop(height)
+        events = self.events
+        for address in record:
+            left = events[address].get_after(height)
+            if left.heights:
+                events[address] = left
+            else:
+                del events[address]
+        return height, record
 
 
 class TrinAdditive(HealthPolicy):
@@ -186,8 +222,6 @@ class TrinAdditive(HealthPolicy):
     prefix: ClassVar[bytes] = b"\x03"
 
     def __init__(self) -> None:
-        # address -> the events of its cached entry as the last write left them.
-        self._decoded: dict[str, Events] = {}
         self._score_params: tuple[Params, ScoreParams] | None = None
 
     def get_score_params(self, params: Params) -> ScoreParams:
@@ -200,10 +234,19 @@ class TrinAdditive(HealthPolicy):
         return memo[1]
 
     @staticmethod
-    def get_entry(raw: bytes | None, address: str) -> TrinAdditiveEntry:
-        if raw is None:
-            return TrinAdditiveEntry(address=address)
-        return TrinAdditiveEntry.FromString(raw)
+    def get_score_log(ctx: PolicyContext) -> ScoreLog:
+        """The log's index, handed on between blocks (PolicyContext.memo), else read."""
+        log = ctx.memo.get("scores")
+        if not isinstance(log, ScoreLog):
+            log = ctx.memo["scores"] = ScoreLog.from_records(ctx.get_log_records())
+        return log
+
+    @staticmethod
+    def get_reader_events(reader: PolicyReader, address: str) -> Events:
+        log = reader.memo.get("scores")
+        if not isinstance(log, ScoreLog):
+            log = reader.memo["scores"] = ScoreLog.from_records(reader.get_log_records())
+        return log.events.get(address, NO_EVENTS)
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
@@ -211,66 +254,47 @@ class TrinAdditive(HealthPolicy):
         ctx.defer(self.process_score_event, ctx, address, outcome)  # nothing reads it sooner
 
     def process_score_event(self, ctx: PolicyContext, address: str, outcome: Outcome) -> None:
+        """Log the outcome (the record is written in end block) and hand the verdict over."""
         params = self.get_score_params(ctx.params)
         height = ctx.height
-        delta = params.deltas[outcome]
-        entry = ctx.get_cached(address, self.get_entry)
-        events = self._decoded.get(address)
-        if events is None or events.entry is not entry:
-            events = Events.from_entry(entry)
-        if events.ordered:
-            # Keep the counted pairs (a contiguous run), then merge into or add the newest one.
-            lo, hi = events.get_window(height, params.window)
-            stored = entry.events
-            if hi < len(stored):
-                del stored[hi:]
-            if lo:
-                del stored[:lo]
-            heights = events.heights[lo:hi]
-            deltas = events.deltas[lo:hi]
-            if heights and heights[-1] == height:
-                deltas[-1] += delta
-                stored[-1].delta = deltas[-1]
-            else:
-                heights.append(height)
-                deltas.append(delta)
-                stored.add(height=height, delta=delta)
-            ctx.mark_dirty(address)
-            events = self._decoded[address] = Events(heights, deltas, True, entry)
-            # Every pair is counted now and none is to come: the verdict is a tail's.
-            total = params.initial + sum(deltas)
-            ctx.set_verdict(address, self.get_tail_health(events, 0, total, params))
-            return
-        kept = events.get_counted(height, params.window)
-        if kept and kept[-1][0] == height:
-            kept[-1] = (height, kept[-1][1] + delta)
+        events = self.get_score_log(ctx).process_outcome(address, height, params.deltas[outcome])
+        heights = events.heights
+        if heights[-1] == height:  # no pair from a later height (only an import makes one)
+            lo = bisect_right(heights, height - params.window)
+            total = params.initial + sum(events.deltas[lo:] if lo else events.deltas)
+            ctx.set_verdict(address, self.get_tail_health(events, lo, total, params))
         else:
-            kept.append((height, delta))
-        del entry.events[:]
-        entry.events.extend(ScoreEvent(height=h, delta=d) for h, d in kept)
-        ctx.mark_dirty(address)
-        self._decoded.pop(address, None)
-        ctx.drop_verdict(address)
+            ctx.set_verdict(address, self.compute_health(events, height, params))
+
+    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+        """Write this block's record; delete those the window no longer counts."""
+        log = self.get_score_log(ctx)
+        height = ctx.height
+        record = log.records.get(height)
+        if record:
+            deltas = [ScoreDelta(address=a, delta=d) for a, d in sorted(record.items())]
+            raw = ctx.set_log(height, TrinScoreRecord(deltas=deltas), was=log.stored.get(height))
+            log.stored[height] = raw
+        oldest = height - self.get_score_params(ctx.params).window
+        while (popped := log.pop_oldest(oldest)) is not None:
+            ctx.delete_log(popped[0], was=log.stored.pop(popped[0]))
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
-        """Asked only when no verdict came with a commit (a new table, a reset): writes hand
+        """Asked only when no verdict came with a commit (a new table, a reset): outcomes hand
         theirs over and lapses follow Health.then."""
-        events = Events.decode(reader.get_raw(address))
+        events = self.get_reader_events(reader, address)
         return self.compute_health(events, height, self.get_score_params(reader.params))
 
     def compute_health(self, events: Events, height: int, params: ScoreParams) -> Health:
         """The verdict of ``events`` at ``height``; its ``then`` computes the next one (an event
         leaving the window or a later one starting to count), so the chain follows the score
-        without reading the entry again."""
-        if events.ordered:
-            lo, hi = events.get_window(height, params.window)
-            if hi == len(events.heights):
-                total = params.initial + sum(events.deltas[lo:])
-                return self.get_tail_health(events, lo, total, params)
+        without reading the log again."""
+        lo, hi = events.get_window(height, params.window)
+        if hi == len(events.heights):
+            total = params.initial + sum(events.deltas[lo:])
+            return self.get_tail_health(events, lo, total, params)
         score, valid_until = events.get_score_and_valid_until(height, params)
-        then = None
-        if valid_until < NEVER:
-            then = partial(self.compute_health, events, valid_until + 1, params)
+        then = partial(self.compute_health, events, valid_until + 1, params)
         return get_score_health(score, valid_until, then, params)
 
     def get_tail_health(self, events: Events, lo: int, total: int, params: ScoreParams) -> Health:
@@ -292,7 +316,7 @@ class TrinAdditive(HealthPolicy):
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
         params = self.get_score_params(reader.params)
-        events = Events.decode(reader.get_raw(address))
+        events = self.get_reader_events(reader, address)
         health = self.compute_health(events, height, params)
         counted = events.get_counted(height, params.window)
         score, _ = events.get_score_and_valid_until(height, params)

@@ -25,33 +25,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n inference/inference/health.proto\x12\x13inference.inference\"\xe0\x01\n\x13\x43ircuitBreakerEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x37\n\x05state\x18\x02 \x01(\x0e\x32(.inference.inference.CircuitBreakerState\x12\x19\n\x11\x65xcluded_at_block\x18\x03 \x01(\x03\x12\x17\n\x0f\x63ooldown_blocks\x18\x04 \x01(\x03\x12\x16\n\x0eprobe_attempts\x18\x05 \x01(\r\x12\x1b\n\x13last_restored_block\x18\x06 \x01(\x03\x12\x16\n\x0eprobe_restored\x18\x07 \x01(\x08\"\xe0\x02\n\x10\x43onsecutiveEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x34\n\x05state\x18\x02 \x01(\x0e\x32%.inference.inference.ConsecutiveState\x12\x1c\n\x14\x63onsecutive_failures\x18\x03 \x01(\r\x12\x1d\n\x15\x63onsecutive_successes\x18\x04 \x01(\r\x12\x17\n\x0fopened_at_block\x18\x05 \x01(\x03\x12\x17\n\x0ftotal_successes\x18\x06 \x01(\x04\x12\x16\n\x0etotal_failures\x18\x07 \x01(\x04\x12\x15\n\rtotal_neutral\x18\x08 \x01(\x04\x12\x1a\n\x12half_open_at_block\x18\t \x01(\x03\x12\x18\n\x10would_open_count\x18\n \x01(\r\x12\x1d\n\x15last_would_open_block\x18\x0b \x01(\x03\x12\x12\n\nopen_count\x18\x0c \x01(\r\"+\n\nScoreEvent\x12\x0e\n\x06height\x18\x01 \x01(\x03\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\x11\"U\n\x11TrinAdditiveEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12/\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x1f.inference.inference.ScoreEvent\"t\n\x17TrinMultiplicativeEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x14\n\x0c\x66\x61ilure_bits\x18\x02 \x01(\r\x12\x15\n\routcome_count\x18\x03 \x01(\r\x12\x1b\n\x13last_selected_block\x18\x04 \x01(\x03\"\x1f\n\nTrinOffers\x12\x11\n\taddresses\x18\x01 \x03(\t\"y\n\rOpenInference\x12\x14\n\x0cstart_height\x18\x01 \x01(\x03\x12\r\n\x05probe\x18\x03 \x01(\x08\x12\x0f\n\x07\x66lagged\x18\x04 \x01(\x08\x12\x10\n\x08\x66lag_seq\x18\x05 \x01(\x04\x12\x14\n\x0cinference_id\x18\x07 \x01(\tJ\x04\x08\x02\x10\x03J\x04\x08\x06\x10\x07\"\x9a\x04\n\rWindowedEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x31\n\x05state\x18\x02 \x01(\x0e\x32\".inference.inference.WindowedState\x12\x14\n\x0c\x66\x61ilure_bits\x18\x03 \x01(\x04\x12\x13\n\x0boutcome_seq\x18\x04 \x01(\x04\x12\x19\n\x11\x65xcluded_at_block\x18\x05 \x01(\x03\x12\x17\n\x0f\x63ooldown_blocks\x18\x06 \x01(\x03\x12\x12\n\nexclusions\x18\x07 \x01(\r\x12\x0f\n\x07strikes\x18\x08 \x01(\r\x12\x1b\n\x13readmitted_at_block\x18\t \x01(\x03\x12\x16\n\x0eprobe_at_block\x18\n \x01(\x03\x12\x18\n\x10recent_latencies\x18\x0b \x03(\r\x12\x30\n\x04open\x18\x0c \x03(\x0b\x32\".inference.inference.OpenInference\x12\x15\n\roverdue_flags\x18\r \x01(\x04\x12\x16\n\x0eoverdue_undone\x18\x0e \x01(\x04\x12\x1a\n\x12served_concurrency\x18\x0f \x01(\r\x12\x17\n\x0f\x63\x61pacity_misses\x18\x10 \x01(\x04\x12\x15\n\rcapacity_bits\x18\x11 \x01(\x04\x12\x14\n\x0c\x63\x61pacity_seq\x18\x12 \x01(\x04\x12\x18\n\x10success_finishes\x18\x14 \x03(\x03\x12\x0f\n\x07probing\x18\x15 \x03(\tJ\x04\x08\x13\x10\x14*;\n\x13\x43ircuitBreakerState\x12\x0b\n\x07HEALTHY\x10\x00\x12\x0c\n\x08\x45XCLUDED\x10\x01\x12\t\n\x05PROBE\x10\x02*7\n\x10\x43onsecutiveState\x12\n\n\x06\x43LOSED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\r\n\tHALF_OPEN\x10\x02*;\n\rWindowedState\x12\r\n\tW_HEALTHY\x10\x00\x12\x0e\n\nW_EXCLUDED\x10\x01\x12\x0b\n\x07W_PROBE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n inference/inference/health.proto\x12\x13inference.inference\"\xe0\x01\n\x13\x43ircuitBreakerEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x37\n\x05state\x18\x02 \x01(\x0e\x32(.inference.inference.CircuitBreakerState\x12\x19\n\x11\x65xcluded_at_block\x18\x03 \x01(\x03\x12\x17\n\x0f\x63ooldown_blocks\x18\x04 \x01(\x03\x12\x16\n\x0eprobe_attempts\x18\x05 \x01(\r\x12\x1b\n\x13last_restored_block\x18\x06 \x01(\x03\x12\x16\n\x0eprobe_restored\x18\x07 \x01(\x08\"\xe0\x02\n\x10\x43onsecutiveEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x34\n\x05state\x18\x02 \x01(\x0e\x32%.inference.inference.ConsecutiveState\x12\x1c\n\x14\x63onsecutive_failures\x18\x03 \x01(\r\x12\x1d\n\x15\x63onsecutive_successes\x18\x04 \x01(\r\x12\x17\n\x0fopened_at_block\x18\x05 \x01(\x03\x12\x17\n\x0ftotal_successes\x18\x06 \x01(\x04\x12\x16\n\x0etotal_failures\x18\x07 \x01(\x04\x12\x15\n\rtotal_neutral\x18\x08 \x01(\x04\x12\x1a\n\x12half_open_at_block\x18\t \x01(\x03\x12\x18\n\x10would_open_count\x18\n \x01(\r\x12\x1d\n\x15last_would_open_block\x18\x0b \x01(\x03\x12\x12\n\nopen_count\x18\x0c \x01(\r\"B\n\x0fTrinScoreRecord\x12/\n\x06\x64\x65ltas\x18\x01 \x03(\x0b\x32\x1f.inference.inference.ScoreDelta\",\n\nScoreDelta\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\x11\"t\n\x17TrinMultiplicativeEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x14\n\x0c\x66\x61ilure_bits\x18\x02 \x01(\r\x12\x15\n\routcome_count\x18\x03 \x01(\r\x12\x1b\n\x13last_selected_block\x18\x04 \x01(\x03\"\x1f\n\nTrinOffers\x12\x11\n\taddresses\x18\x01 \x03(\t\"y\n\rOpenInference\x12\x14\n\x0cstart_height\x18\x01 \x01(\x03\x12\r\n\x05probe\x18\x03 \x01(\x08\x12\x0f\n\x07\x66lagged\x18\x04 \x01(\x08\x12\x10\n\x08\x66lag_seq\x18\x05 \x01(\x04\x12\x14\n\x0cinference_id\x18\x07 \x01(\tJ\x04\x08\x02\x10\x03J\x04\x08\x06\x10\x07\"\x9a\x04\n\rWindowedEntry\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x31\n\x05state\x18\x02 \x01(\x0e\x32\".inference.inference.WindowedState\x12\x14\n\x0c\x66\x61ilure_bits\x18\x03 \x01(\x04\x12\x13\n\x0boutcome_seq\x18\x04 \x01(\x04\x12\x19\n\x11\x65xcluded_at_block\x18\x05 \x01(\x03\x12\x17\n\x0f\x63ooldown_blocks\x18\x06 \x01(\x03\x12\x12\n\nexclusions\x18\x07 \x01(\r\x12\x0f\n\x07strikes\x18\x08 \x01(\r\x12\x1b\n\x13readmitted_at_block\x18\t \x01(\x03\x12\x16\n\x0eprobe_at_block\x18\n \x01(\x03\x12\x18\n\x10recent_latencies\x18\x0b \x03(\r\x12\x30\n\x04open\x18\x0c \x03(\x0b\x32\".inference.inference.OpenInference\x12\x15\n\roverdue_flags\x18\r \x01(\x04\x12\x16\n\x0eoverdue_undone\x18\x0e \x01(\x04\x12\x1a\n\x12served_concurrency\x18\x0f \x01(\r\x12\x17\n\x0f\x63\x61pacity_misses\x18\x10 \x01(\x04\x12\x15\n\rcapacity_bits\x18\x11 \x01(\x04\x12\x14\n\x0c\x63\x61pacity_seq\x18\x12 \x01(\x04\x12\x18\n\x10success_finishes\x18\x14 \x03(\x03\x12\x0f\n\x07probing\x18\x15 \x03(\tJ\x04\x08\x13\x10\x14*;\n\x13\x43ircuitBreakerState\x12\x0b\n\x07HEALTHY\x10\x00\x12\x0c\n\x08\x45XCLUDED\x10\x01\x12\t\n\x05PROBE\x10\x02*7\n\x10\x43onsecutiveState\x12\n\n\x06\x43LOSED\x10\x00\x12\x08\n\x04OPEN\x10\x01\x12\r\n\tHALF_OPEN\x10\x02*;\n\rWindowedState\x12\r\n\tW_HEALTHY\x10\x00\x12\x0e\n\nW_EXCLUDED\x10\x01\x12\x0b\n\x07W_PROBE\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'inference.inference.health_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CIRCUITBREAKERSTATE']._serialized_start=1586
-  _globals['_CIRCUITBREAKERSTATE']._serialized_end=1645
-  _globals['_CONSECUTIVESTATE']._serialized_start=1647
-  _globals['_CONSECUTIVESTATE']._serialized_end=1702
-  _globals['_WINDOWEDSTATE']._serialized_start=1704
-  _globals['_WINDOWEDSTATE']._serialized_end=1763
+  _globals['_CIRCUITBREAKERSTATE']._serialized_start=1568
+  _globals['_CIRCUITBREAKERSTATE']._serialized_end=1627
+  _globals['_CONSECUTIVESTATE']._serialized_start=1629
+  _globals['_CONSECUTIVESTATE']._serialized_end=1684
+  _globals['_WINDOWEDSTATE']._serialized_start=1686
+  _globals['_WINDOWEDSTATE']._serialized_end=1745
   _globals['_CIRCUITBREAKERENTRY']._serialized_start=58
   _globals['_CIRCUITBREAKERENTRY']._serialized_end=282
   _globals['_CONSECUTIVEENTRY']._serialized_start=285
   _globals['_CONSECUTIVEENTRY']._serialized_end=637
-  _globals['_SCOREEVENT']._serialized_start=639
-  _globals['_SCOREEVENT']._serialized_end=682
-  _globals['_TRINADDITIVEENTRY']._serialized_start=684
-  _globals['_TRINADDITIVEENTRY']._serialized_end=769
-  _globals['_TRINMULTIPLICATIVEENTRY']._serialized_start=771
-  _globals['_TRINMULTIPLICATIVEENTRY']._serialized_end=887
-  _globals['_TRINOFFERS']._serialized_start=889
-  _globals['_TRINOFFERS']._serialized_end=920
-  _globals['_OPENINFERENCE']._serialized_start=922
-  _globals['_OPENINFERENCE']._serialized_end=1043
-  _globals['_WINDOWEDENTRY']._serialized_start=1046
-  _globals['_WINDOWEDENTRY']._serialized_end=1584
+  _globals['_TRINSCORERECORD']._serialized_start=639
+  _globals['_TRINSCORERECORD']._serialized_end=705
+  _globals['_SCOREDELTA']._serialized_start=707
+  _globals['_SCOREDELTA']._serialized_end=751
+  _globals['_TRINMULTIPLICATIVEENTRY']._serialized_start=753
+  _globals['_TRINMULTIPLICATIVEENTRY']._serialized_end=869
+  _globals['_TRINOFFERS']._serialized_start=871
+  _globals['_TRINOFFERS']._serialized_end=902
+  _globals['_OPENINFERENCE']._serialized_start=904
+  _globals['_OPENINFERENCE']._serialized_end=1025
+  _globals['_WINDOWEDENTRY']._serialized_start=1028
+  _globals['_WINDOWEDENTRY']._serialized_end=1566
 # @@protoc_insertion_point(module_scope)

@@ -166,51 +166,51 @@ class ConsecutiveEntry(_message.Message):
 Global___ConsecutiveEntry: _TypeAlias = ConsecutiveEntry  # noqa: Y015
 
 @_typing.final
-class ScoreEvent(_message.Message):
-    """trin additive score: outcomes inside a rolling block window."""
+class TrinScoreRecord(_message.Message):
+    """trin additive score: outcomes inside a rolling block window, logged per height. The record of
+    one height (the policy's log): each participant's outcomes of that height merged into one
+    delta, sorted by address; kept while the window counts it.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    HEIGHT_FIELD_NUMBER: _builtins.int
+    DELTAS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deltas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScoreDelta]: ...
+    def __init__(
+        self,
+        *,
+        deltas: _abc.Iterable[Global___ScoreDelta] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrinScoreRecord: _TypeAlias = TrinScoreRecord  # noqa: Y015
+
+@_typing.final
+class ScoreDelta(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDRESS_FIELD_NUMBER: _builtins.int
     DELTA_FIELD_NUMBER: _builtins.int
-    height: _builtins.int
+    address: _builtins.str
     delta: _builtins.int
     def __init__(
         self,
         *,
-        height: _builtins.int = ...,
+        address: _builtins.str = ...,
         delta: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta", "height", b"height"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "delta", b"delta"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ScoreEvent: _TypeAlias = ScoreEvent  # noqa: Y015
-
-@_typing.final
-class TrinAdditiveEntry(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    ADDRESS_FIELD_NUMBER: _builtins.int
-    EVENTS_FIELD_NUMBER: _builtins.int
-    address: _builtins.str
-    @_builtins.property
-    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScoreEvent]: ...
-    def __init__(
-        self,
-        *,
-        address: _builtins.str = ...,
-        events: _abc.Iterable[Global___ScoreEvent] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "events", b"events"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___TrinAdditiveEntry: _TypeAlias = TrinAdditiveEntry  # noqa: Y015
+Global___ScoreDelta: _TypeAlias = ScoreDelta  # noqa: Y015
 
 @_typing.final
 class TrinMultiplicativeEntry(_message.Message):
