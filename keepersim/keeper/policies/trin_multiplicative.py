@@ -63,12 +63,17 @@ def get_key_params(params: TrinMultiplicativeParams) -> KeyParams:
     return params.history, params.recency_blocks, params.max_recency_doublings
 
 
+def compute_misses(failure_bits: int, history: int) -> int:
+    """Failures among the last ``history`` outcomes."""
+    return (failure_bits & ((1 << history) - 1)).bit_count()
+
+
 def compute_verdict_key(
     failure_bits: int, last_selected_block: int, height: int, key_params: KeyParams
 ) -> VerdictKey:
     """(doublings, misses, valid_until) of an entry at ``height``: all its verdict is made of."""
     history, step, top = key_params
-    misses = (failure_bits & ((1 << history) - 1)).bit_count()
+    misses = compute_misses(failure_bits, history)
     idle = height - last_selected_block
     doublings = idle // step if idle > 0 else 0
     if doublings >= top:
@@ -226,16 +231,15 @@ class TrinMultiplicative(HealthPolicy):
         entry = ctx.get_cached(address, self.get_entry)
         entry.failure_bits = new_bits
         entry.outcome_count = new_count
-        self.process_write(ctx, entry)
-
-    def process_write(self, ctx: PolicyContext, entry: TrinMultiplicativeEntry) -> None:
-        """The entry changed: it is written once at the end of the block (the block cache), and
-        its verdict at this height goes to the chain with the commit."""
-        address = entry.address
-        ctx.mark_dirty(address)
         key_params = self.get_key_params(ctx.params)
+        history = key_params[0]
+        if compute_misses(new_bits, history) == compute_misses(failure_bits, history):
+            # The verdict is made of the misses and the last offer alone: the chain's stands.
+            ctx.mark_dirty(address, verdict=False)
+            return
+        ctx.mark_dirty(address)
         last_offer = self.get_offer_log(ctx).get_last_offer(entry)
-        key = compute_verdict_key(entry.failure_bits, last_offer, ctx.height, key_params)
+        key = compute_verdict_key(new_bits, last_offer, ctx.height, key_params)
         verdict = self._healths.get((key, key_params))
         ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
 
