@@ -49,7 +49,9 @@ from keepersim.types.pb.types_pb2 import Inference
 
 HISTORY_BITS = 32
 HISTORY_MASK = (1 << HISTORY_BITS) - 1
-HEALTH_MEMO_SIZE = 4096
+# Verdicts are shared between the participants of a key, mostly those offered in one block: a
+# small memo keeps them without holding thousands of stale verdicts in memory.
+HEALTH_MEMO_SIZE = 256
 # Blocks an offer record is kept before it is folded into the entries it names. Any length gives
 # the same verdicts; a longer one folds fewer offers (a later offer makes the fold needless).
 OFFER_LOG_BLOCKS = 256
