@@ -124,21 +124,23 @@ class _ModelTable:
         lapsing verdict's (valid_until, i)."""
         healths, candidates, expiry = self.state.healths, self.candidates, self.expiry
         changes: list[tuple[int, Health]] = []
+        push = heapq.heappush
         for i, health in sorted(due.items()):
             old = healths[i]
             while health is not None and health.valid_until < height:
                 health = None if health.then is None else health.then()
             if health is None:
                 health = ask(candidates[i].address)
-            if health is not old:
-                if health.is_same_verdict(old):
-                    healths[i] = health
-                else:
-                    changes.append((i, health))
+            if health is old:
+                continue  # not due after all: its heap entry is still there
+            if health.is_same_verdict(old):
+                healths[i] = health
+            else:
+                changes.append((i, health))
             valid_until = health.valid_until
             # Unchanged and not yet due, its heap entry is still there; a due one was popped.
             if valid_until < NEVER and (valid_until != old.valid_until or valid_until < height):
-                heapq.heappush(expiry, (valid_until, i))
+                push(expiry, (valid_until, i))
         if changes:
             self.state.process_healths(changes)
         if len(expiry) > 4 * len(candidates) + 64:  # mostly stale entries

@@ -290,20 +290,24 @@ class IncrementalTable:
             self.draw,
             self.shadow,
         )
+        draw_zero, first_changed = self.draw_zero, self.first_changed
         for i, health in changes:
             old = healths[i]
             healths[i] = health
             weight = candidates[i].weight
-            if old.admitted != health.admitted:
-                out[i] = not health.admitted
-                self.out_weight += -weight if health.admitted else weight
-                self.out_count += -1 if health.admitted else 1
+            admitted = health.admitted
+            if old.admitted != admitted:
+                out[i] = not admitted
+                self.out_weight += -weight if admitted else weight
+                self.out_count += -1 if admitted else 1
             w = get_draw_weight(weight, health, shadow, True)
-            if w != draw[i]:
-                self.draw_zero += (w == 0) - (draw[i] == 0)
+            was = draw[i]
+            if w != was:
+                draw_zero += (w == 0) - (was == 0)
                 draw[i] = w
-                if i < self.first_changed:
-                    self.first_changed = i
+                if i < first_changed:
+                    first_changed = i
+        self.draw_zero, self.first_changed = draw_zero, first_changed
 
     def get_cumulative(self) -> tuple[int, ...]:
         """The running sums of every draw weight: those below the first change are the last
