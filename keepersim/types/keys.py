@@ -30,8 +30,8 @@ POLICY_STATE = b"\x40"
 # addresses (POLICY_QUEUE) or other items, e.g. inference ids (POLICY_ITEMS), due then.
 POLICY_QUEUE = b"\x41"
 POLICY_ITEMS = b"\x42"
-# (policy prefix, uint64 height) -> a policy's record of that height, e.g. who was offered an
-# inference then (trin-multiplicative).
+# (policy prefix, uint64 height) -> a policy's record of that height, e.g. the outcomes of that
+# height (trin-additive) or who was offered an inference then (trin-multiplicative).
 POLICY_LOG = b"\x43"
 
 U64_MAX = (1 << 64) - 1

@@ -15,7 +15,12 @@ from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
 from keepersim.types import keys
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
 from keepersim.types.params import GOV_AUTHORITY, validate_params
-from keepersim.types.pb.health_pb2 import TrinMultiplicativeEntry, TrinOffers, TrinScoreRecord
+from keepersim.types.pb.health_pb2 import (
+    ScoreDelta,
+    TrinMultiplicativeEntry,
+    TrinOffers,
+    TrinScoreRecord,
+)
 from keepersim.types.pb.params_pb2 import Params, TrinAdditiveParams
 from keepersim.types.pb.tx_pb2 import MsgUpdateParams
 
@@ -163,6 +168,51 @@ def test_additive_log_index_rebuilt_from_the_store_decides_the_same(make_net: Ne
             out.append((result.app_hash, get_weights(net), [net.state(x)["score"] for x in "abc"]))
         assert net.chain.verify_app_hash()
         runs.append(out)
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("policy", ["trin-additive", "trin-multiplicative"])
+def test_an_imported_log_record_above_the_height_is_kept_in_order(
+    make_net: NetFactory, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    """A genesis may carry log records of any height. One above the chain's counts from its
+    height, the log stays in height order (pruned oldest first), and an index rebuilt from
+    the records decides the same as the one carried in memory."""
+    monkeypatch.setattr(trin_multiplicative, "OFFER_LOG_BLOCKS", 6)
+    additive = policy == "trin-additive"
+    params = make_additive_params(window_blocks=6) if additive else make_multiplicative_params()
+    source = make_net(params, {"a": 1000, "b": 1000})
+    for _ in range(3):
+        source.succeed("a")
+    genesis = source.chain.export_genesis()
+    above = genesis.height + 3
+    if additive:
+        record = TrinScoreRecord(deltas=[ScoreDelta(address="b", delta=-10)])
+        prefix = keys.POLICY_LOG + TrinAdditive.prefix
+    else:
+        record = TrinOffers(addresses=["b"])
+        prefix = keys.POLICY_LOG + TrinMultiplicative.prefix
+    genesis.policy_state.add(key=prefix + keys.encode_u64(above), value=record.SerializeToString())
+    runs = []
+    for cold in (False, True):
+        with Chain.open(memory=True, genesis=genesis) as chain:
+            net = Net(chain)
+            out = []
+            scores = {}
+            for h in range(16):
+                if cold and h % 2:
+                    base._CARRY.clear()
+                start = net.start("ab"[h % 2], f"imp-{h}")
+                msgs = [start, net.finish(start)] if h % 3 else []
+                out.append((net.block(*msgs).app_hash, get_weights(net)))
+                scores[net.height] = net.state("b").get("score")
+            if additive:  # "b" has no outcome of its own at that height: the import's -10
+                assert scores[above] == scores[above - 1] - 10
+            logged = get_score_log(net) if additive else get_offer_log(net)
+            assert list(logged) == sorted(logged)
+            assert min(logged) > net.height - 6  # pruned oldest first, the import included
+            assert chain.verify_app_hash()
+            runs.append(out)
     assert runs[0] == runs[1]
 
 

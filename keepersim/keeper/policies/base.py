@@ -311,9 +311,7 @@ class PolicyContext:
                 entry = decode(raw, address)
             else:
                 entry, raw = carried
-                store = self.keeper.store
-                if isinstance(store, BlockBuffer):  # the commit's old value, without a read
-                    store.note_origin(self._state + address.encode(), raw)
+                self._note_origin(self._state + address.encode(), raw)
             self._cache[address] = entry
         return entry  # type: ignore[return-value]
 
@@ -396,16 +394,17 @@ class PolicyContext:
         """Write the record of ``height``; return the bytes written."""
         key = self._log + keys.encode_u64(height)
         raw = message.SerializeToString()
-        self.note_origin(key, was)
+        self._note_origin(key, was)
         self.keeper.store.set(key, raw)
         return raw
 
     def delete_log(self, height: int, *, was: bytes) -> None:
         key = self._log + keys.encode_u64(height)
-        self.note_origin(key, was)
+        self._note_origin(key, was)
         self.keeper.store.delete(key)
 
-    def note_origin(self, key: bytes, was: bytes | None) -> None:
+    def _note_origin(self, key: bytes, was: bytes | None) -> None:
+        """The commit's old value of ``key``, known without a read (BlockBuffer.note_origin)."""
         store = self.keeper.store
         if isinstance(store, BlockBuffer):
             store.note_origin(key, was)

@@ -193,9 +193,10 @@ class ScoreLog:
         """Log ``delta`` at ``height`` (the newest height); return the participant's events."""
         record = self.records.get(height)
         if record is None:
+            newest = next(reversed(self.records), height)
             record = self.records[height] = {}
-            if next(reversed(self.records.keys()), height) != height:
-                self.records = dict(sorted(self.records.items()))  # only after odd imports
+            if newest > height:  # a record above the current height: only an import makes one
+                self.records = dict(sorted(self.records.items()))
         record[address] = record.get(address, 0) + delta
         events = self.events[address] = self.events.get(address, NO_EVENTS).get_with(height, delta)
         return events
@@ -243,6 +244,8 @@ class TrinAdditive(HealthPolicy):
 
     @staticmethod
     def get_reader_events(reader: PolicyReader, address: str) -> Events:
+        """A participant's events at the reader's height (the log's index, read once for all
+        the reader's verdicts)."""
         log = reader.memo.get("scores")
         if not isinstance(log, ScoreLog):
             log = reader.memo["scores"] = ScoreLog.from_records(reader.get_log_records())

@@ -123,9 +123,10 @@ class OfferLog:
         self.latest[address] = height
         record = self.records.get(height)
         if record is None:
+            newest = next(reversed(self.records), height)
             record = self.records[height] = []
-            if next(reversed(self.records.keys()), height) != height:
-                self.records = dict(sorted(self.records.items()))  # only after odd imports
+            if newest > height:  # a record above the current height: only an import makes one
+                self.records = dict(sorted(self.records.items()))
         record.append(address)
         return True
 
@@ -189,6 +190,7 @@ class TrinMultiplicative(HealthPolicy):
 
     @staticmethod
     def get_reader_offer_log(reader: PolicyReader) -> OfferLog:
+        """The log's index at the reader's height, read once for all the reader's verdicts."""
         log = reader.memo.get("offers")
         if not isinstance(log, OfferLog):
             log = reader.memo["offers"] = OfferLog.from_records(reader.get_log_records())
