@@ -239,8 +239,9 @@ def test_additive_verdict_holds_exactly_until_valid_until(
     window: int,
     ahead: int,
 ) -> None:
-    """The fast path (bisection, running maxima) against the definition: the score is right,
-    holds at every height up to valid_until, and moves right after it (no pair still to come)."""
+    """The fast paths (bisection, running maxima, the tail's running total) against the
+    definition: the score is right, holds at every height up to valid_until, and moves right
+    after it (no pair still to come); the verdicts that follow one another agree too."""
     params = ScoreParams.from_params(
         TrinAdditiveParams(initial_score=initial, max_score=initial + extra, window_blocks=window)
     )
@@ -254,6 +255,20 @@ def test_additive_verdict_holds_exactly_until_valid_until(
         assert get_reference_score(events, h, params) == score, h
     if valid_until != NEVER:
         assert get_reference_score(events, valid_until + 1, params) != score
+    # The verdicts the chain follows (Health.then, the tail's index and running total): each
+    # holds the definition's score at every height it covers, up to the last ageing-out.
+    policy = TrinAdditive()
+    health = policy.compute_health(events, height, params)
+    start = height
+    while True:
+        for h in range(start, min(health.valid_until, height + 200 + window) + 1):
+            expected = get_reference_score(events, h, params)
+            assert health.admitted == (expected > 0), h
+            assert health.factor_num == (expected or 1), h
+        if health.then is None:
+            break
+        start = health.valid_until + 1
+        health = health.then()
     # Asked at a height before the newest pairs, the verdict ends when the next pair counts.
     if len(heights) > 1:
         past = heights[(len(heights) - 1) // 2]
