@@ -318,6 +318,9 @@ class StartsMemo:
     since: int
     expiration: int
     open: dict[int, set[str]] = field(default_factory=dict)
+    # The params object the expiration was last checked against: the chain replaces its params
+    # on a change, never edits them, so the same object needs no second look.
+    checked: object = None
 
     def is_complete_for(self, started_at: int) -> bool:
         return started_at >= self.since
@@ -325,9 +328,13 @@ class StartsMemo:
 
 def get_starts_memo(ctx: PolicyContext) -> StartsMemo:
     memo = ctx.memo.get("starts")
-    expiration = ctx.params.expiration_blocks
+    params = ctx.params
+    if isinstance(memo, StartsMemo) and memo.checked is params:
+        return memo
+    expiration = params.expiration_blocks
     if not isinstance(memo, StartsMemo) or memo.expiration != expiration:
         memo = ctx.memo["starts"] = StartsMemo(since=ctx.height, expiration=expiration)
+    memo.checked = params
     return memo
 
 
@@ -362,7 +369,8 @@ class WindowedBreaker(HealthPolicy):
             return  # finished before it started: already resolved (and no timeout)
         memo = get_starts_memo(ctx)
         memo.open.setdefault(ctx.height + memo.expiration, set()).add(inference.inference_id)
-        if address not in ctx.get_cached(FLEET, self.get_entry).probing:
+        probing = ctx.get_cached(FLEET, self.get_entry).probing
+        if not probing or address not in probing:  # (a protobuf list: its `in` costs more)
             return
         expiration = ctx.params.expiration_blocks
         entry = ctx.get_cached(address, self.get_entry)
