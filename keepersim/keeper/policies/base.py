@@ -490,6 +490,25 @@ class PolicyReader:
         return get_stored_log(self.keeper.store, self._log)
 
 
+IndexT = TypeVar("IndexT")
+
+
+def get_log_index(
+    holder: PolicyContext | PolicyReader,
+    key: str,
+    kind: type[IndexT],
+    build: Callable[[list[tuple[int, bytes]]], IndexT],
+) -> IndexT:
+    """A policy's index of its log, kept in the holder's memo under ``key`` (a context's is
+    handed on between blocks, a reader's serves a whole table), built from the records when
+    the memo has none."""
+    index = holder.memo.get(key)
+    if not isinstance(index, kind):
+        index = build(holder.get_log_records())
+        holder.memo[key] = index
+    return index
+
+
 class HealthPolicy:
     """Base: no gate, no state. Subclasses override what they need."""
 

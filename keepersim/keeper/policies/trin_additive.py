@@ -39,6 +39,7 @@ from keepersim.keeper.policies.base import (
     PolicyContext,
     PolicyReader,
     Then,
+    get_log_index,
 )
 from keepersim.types.events import Outcome
 from keepersim.types.pb.health_pb2 import ScoreDelta, TrinScoreRecord
@@ -235,21 +236,11 @@ class TrinAdditive(HealthPolicy):
         return memo[1]
 
     @staticmethod
-    def get_score_log(ctx: PolicyContext) -> ScoreLog:
-        """The log's index, handed on between blocks (PolicyContext.memo), else read."""
-        log = ctx.memo.get("scores")
-        if not isinstance(log, ScoreLog):
-            log = ctx.memo["scores"] = ScoreLog.from_records(ctx.get_log_records())
-        return log
+    def get_score_log(holder: PolicyContext | PolicyReader) -> ScoreLog:
+        return get_log_index(holder, "scores", ScoreLog, ScoreLog.from_records)
 
-    @staticmethod
-    def get_reader_events(reader: PolicyReader, address: str) -> Events:
-        """A participant's events at the reader's height (the log's index, read once for all
-        the reader's verdicts)."""
-        log = reader.memo.get("scores")
-        if not isinstance(log, ScoreLog):
-            log = reader.memo["scores"] = ScoreLog.from_records(reader.get_log_records())
-        return log.events.get(address, NO_EVENTS)
+    def get_reader_events(self, reader: PolicyReader, address: str) -> Events:
+        return self.get_score_log(reader).events.get(address, NO_EVENTS)
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference

@@ -41,6 +41,7 @@ from keepersim.keeper.policies.base import (
     HealthPolicy,
     PolicyContext,
     PolicyReader,
+    get_log_index,
 )
 from keepersim.types.events import Outcome
 from keepersim.types.pb.health_pb2 import TrinMultiplicativeEntry, TrinOffers
@@ -181,20 +182,8 @@ class TrinMultiplicative(HealthPolicy):
         return verdict
 
     @staticmethod
-    def get_offer_log(ctx: PolicyContext) -> OfferLog:
-        """The log's index, handed on between blocks (PolicyContext.memo), else read."""
-        log = ctx.memo.get("offers")
-        if not isinstance(log, OfferLog):
-            log = ctx.memo["offers"] = OfferLog.from_records(ctx.get_log_records())
-        return log
-
-    @staticmethod
-    def get_reader_offer_log(reader: PolicyReader) -> OfferLog:
-        """The log's index at the reader's height, read once for all the reader's verdicts."""
-        log = reader.memo.get("offers")
-        if not isinstance(log, OfferLog):
-            log = reader.memo["offers"] = OfferLog.from_records(reader.get_log_records())
-        return log
+    def get_offer_log(holder: PolicyContext | PolicyReader) -> OfferLog:
+        return get_log_index(holder, "offers", OfferLog, OfferLog.from_records)
 
     def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
         """The offer: the idle clock restarts. Noted in the log's index now (a write's verdict
@@ -275,14 +264,14 @@ class TrinMultiplicative(HealthPolicy):
         theirs over and lapses follow Health.then."""
         key_params = self.get_key_params(reader.params)
         entry = self.get_entry(reader.get_raw(address), address)
-        last_offer = self.get_reader_offer_log(reader).get_last_offer(entry)
+        last_offer = self.get_offer_log(reader).get_last_offer(entry)
         key = compute_verdict_key(entry.failure_bits, last_offer, height, key_params)
         return self.get_verdict(key, key_params)
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
         params = reader.params.health_params.trin_multiplicative
         entry = self.get_entry(reader.get_raw(address), address)
-        last_offer = self.get_reader_offer_log(reader).get_last_offer(entry)
+        last_offer = self.get_offer_log(reader).get_last_offer(entry)
         doublings, misses, _ = compute_verdict_key(
             entry.failure_bits, last_offer, height, get_key_params(params)
         )
