@@ -398,7 +398,7 @@ class PolicyContext:
         self.keeper.store.set(key, raw)
         return raw
 
-    def delete_log(self, height: int, *, was: bytes) -> None:
+    def delete_log(self, height: int, *, was: bytes | None) -> None:
         key = self._log + keys.encode_u64(height)
         self._note_origin(key, was)
         self.keeper.store.delete(key)
@@ -488,6 +488,50 @@ class PolicyReader:
     def get_log_records(self) -> list[tuple[int, bytes]]:
         """Every log record of the policy, ascending by height."""
         return get_stored_log(self.keeper.store, self._log)
+
+
+R = TypeVar("R")
+
+
+class PolicyLog(Generic[R]):
+    """A policy's log in memory: its records by height, ascending (the stored ones and this
+    block's), and the stored bytes of each stored one, so a write or a delete tells the commit
+    the old value instead of having it read (PolicyContext.set_log, delete_log). A policy's
+    index of its log extends it with what it derives from the records."""
+
+    __slots__ = ("records", "stored")
+
+    def __init__(self) -> None:
+        self.records: dict[int, R] = {}
+        self.stored: dict[int, bytes] = {}
+
+    def add_stored(self, height: int, record: R, raw: bytes) -> None:
+        """A record as read from the store (in ascending height order)."""
+        self.records[height] = record
+        self.stored[height] = raw
+
+    def get_record(self, height: int, new: Callable[[], R]) -> R:
+        """The record of ``height``; a ``new()`` one, in height order, if it has none."""
+        record = self.records.get(height)
+        if record is None:
+            newest = next(reversed(self.records), height)
+            record = self.records[height] = new()
+            if newest > height:  # a record above this height: only an import makes one
+                self.records = dict(sorted(self.records.items()))
+        return record
+
+    def process_write(self, ctx: PolicyContext, height: int, message: Message) -> None:
+        """Store the record of ``height`` as ``message``."""
+        self.stored[height] = ctx.set_log(height, message, was=self.stored.get(height))
+
+    def pop_oldest(self, ctx: PolicyContext, oldest: int) -> tuple[int, R] | None:
+        """Remove the oldest record, from the store too, if its height is ``oldest`` or below;
+        return it."""
+        height = next(iter(self.records), None)
+        if height is None or height > oldest:
+            return None
+        ctx.delete_log(height, was=self.stored.pop(height, None))
+        return height, self.records.pop(height)
 
 
 IndexT = TypeVar("IndexT")

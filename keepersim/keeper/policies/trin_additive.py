@@ -27,7 +27,6 @@ All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsErro
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
 from functools import partial
 from itertools import accumulate
 from typing import ClassVar, NamedTuple
@@ -37,6 +36,7 @@ from keepersim.keeper.policies.base import (
     Health,
     HealthPolicy,
     PolicyContext,
+    PolicyLog,
     PolicyReader,
     Then,
     get_log_index,
@@ -163,15 +163,15 @@ class Events:
 NO_EVENTS = Events([], [])
 
 
-@dataclass(slots=True)
-class ScoreLog:
-    """The log's records (height -> address -> merged delta, ascending: the stored ones and
-    this block's), the stored bytes of each stored one, and each named participant's events:
-    exactly the pairs of the records."""
+class ScoreLog(PolicyLog[dict[str, int]]):
+    """The score records (height -> address -> merged delta) and each named participant's
+    events: exactly the pairs of the records."""
 
-    records: dict[int, dict[str, int]] = field(default_factory=dict)
-    stored: dict[int, bytes] = field(default_factory=dict)
-    events: dict[str, Events] = field(default_factory=dict)
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: dict[str, Events] = {}
 
     @classmethod
     def from_records(cls, records: list[tuple[int, bytes]]) -> ScoreLog:
@@ -181,8 +181,7 @@ class ScoreLog:
             merged: dict[str, int] = {}
             for entry in TrinScoreRecord.FromString(raw).deltas:
                 merged[entry.address] = merged.get(entry.address, 0) + entry.delta
-            log.records[height] = merged
-            log.stored[height] = raw
+            log.add_stored(height, merged, raw)
             for address, delta in merged.items():
                 heights, deltas = pairs.setdefault(address, ([], []))
                 heights.append(height)
@@ -192,31 +191,22 @@ class ScoreLog:
 
     def process_outcome(self, address: str, height: int, delta: int) -> Events:
         """Log ``delta`` at ``height`` (the newest height); return the participant's events."""
-        record = self.records.get(height)
-        if record is None:
-            newest = next(reversed(self.records), height)
-            record = self.records[height] = {}
-            if newest > height:  # a record above the current height: only an import makes one
-                self.records = dict(sorted(self.records.items()))
+        record = self.get_record(height, dict)
         record[address] = record.get(address, 0) + delta
         events = self.events[address] = self.events.get(address, NO_EVENTS).get_with(height, delta)
         return events
 
-    def pop_oldest(self, oldest: int) -> tuple[int, dict[str, int]] | None:
-        """Remove and return the oldest record if its height is ``oldest`` or below; its pairs
-        leave the participants' events."""
-        height = next(iter(self.records), None)
-        if height is None or height > oldest:
-            return None
-        record = self.records.pop(height)
+    def process_prune(self, ctx: PolicyContext, oldest: int) -> None:
+        """Delete the records at ``oldest`` and below; their pairs leave the events."""
         events = self.events
-        for address in record:
-            left = events[address].get_after(height)
-            if left.heights:
-                events[address] = left
-            else:
-                del events[address]
-        return height, record
+        while (popped := self.pop_oldest(ctx, oldest)) is not None:
+            height, record = popped
+            for address in record:
+                left = events[address].get_after(height)
+                if left.heights:
+                    events[address] = left
+                else:
+                    del events[address]
 
 
 class TrinAdditive(HealthPolicy):
@@ -267,11 +257,8 @@ class TrinAdditive(HealthPolicy):
         record = log.records.get(height)
         if record:
             deltas = [ScoreDelta(address=a, delta=d) for a, d in sorted(record.items())]
-            raw = ctx.set_log(height, TrinScoreRecord(deltas=deltas), was=log.stored.get(height))
-            log.stored[height] = raw
-        oldest = height - self.get_score_params(ctx.params).window
-        while (popped := log.pop_oldest(oldest)) is not None:
-            ctx.delete_log(popped[0], was=log.stored.pop(popped[0]))
+            log.process_write(ctx, height, TrinScoreRecord(deltas=deltas))
+        log.process_prune(ctx, height - self.get_score_params(ctx.params).window)
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         """Asked only when no verdict came with a commit (a new table, a reset): outcomes hand

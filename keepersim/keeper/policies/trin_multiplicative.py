@@ -31,7 +31,6 @@ memory between blocks and rebuilt from the records after a restart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import partial
 from typing import ClassVar
 
@@ -40,6 +39,7 @@ from keepersim.keeper.policies.base import (
     Health,
     HealthPolicy,
     PolicyContext,
+    PolicyLog,
     PolicyReader,
     get_log_index,
 )
@@ -93,22 +93,22 @@ def compute_next_key(key: VerdictKey, key_params: KeyParams) -> VerdictKey:
     return doublings, misses, NEVER if doublings >= top else valid_until + step
 
 
-@dataclass(slots=True)
-class OfferLog:
-    """The offer records (height -> addresses, ascending: this block's and the stored ones),
-    the stored bytes of each stored one, and each named participant's latest offer."""
+class OfferLog(PolicyLog[list[str]]):
+    """The offer records (height -> the addresses offered then) and each named participant's
+    latest offer among them."""
 
-    records: dict[int, list[str]] = field(default_factory=dict)
-    stored: dict[int, bytes] = field(default_factory=dict)
-    latest: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("latest",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.latest: dict[str, int] = {}
 
     @classmethod
     def from_records(cls, records: list[tuple[int, bytes]]) -> OfferLog:
         log = cls()
         for height, raw in records:  # ascending
             addresses = list(TrinOffers.FromString(raw).addresses)
-            log.records[height] = addresses
-            log.stored[height] = raw
+            log.add_stored(height, addresses, raw)
             for address in addresses:
                 log.latest[address] = height
         return log
@@ -122,21 +122,8 @@ class OfferLog:
         if self.latest.get(address) == height:
             return False
         self.latest[address] = height
-        record = self.records.get(height)
-        if record is None:
-            newest = next(reversed(self.records), height)
-            record = self.records[height] = []
-            if newest > height:  # a record above the current height: only an import makes one
-                self.records = dict(sorted(self.records.items()))
-        record.append(address)
+        self.get_record(height, list).append(address)
         return True
-
-    def pop_oldest(self, oldest: int) -> tuple[int, list[str]] | None:
-        """Remove and return the oldest record if its height is ``oldest`` or below."""
-        height = next(iter(self.records), None)
-        if height is None or height > oldest:
-            return None
-        return height, self.records.pop(height)
 
 
 class TrinMultiplicative(HealthPolicy):
@@ -245,9 +232,8 @@ class TrinMultiplicative(HealthPolicy):
         if offered:
             offered.sort()
             self.process_offer_verdicts(ctx, offered)
-            record = TrinOffers(addresses=offered)
-            log.stored[height] = ctx.set_log(height, record, was=log.stored.get(height))
-        while (popped := log.pop_oldest(height - OFFER_LOG_BLOCKS)) is not None:
+            log.process_write(ctx, height, TrinOffers(addresses=offered))
+        while (popped := log.pop_oldest(ctx, height - OFFER_LOG_BLOCKS)) is not None:
             logged, addresses = popped
             for address in addresses:
                 if log.latest.get(address) != logged:
@@ -257,7 +243,6 @@ class TrinMultiplicative(HealthPolicy):
                 if entry.last_selected_block < logged:
                     entry.last_selected_block = logged
                     ctx.mark_dirty(address, verdict=False)  # the same last offer: same verdict
-            ctx.delete_log(logged, was=log.stored.pop(logged))
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         """Asked only when no verdict came with a commit (a new table, a reset): writes hand
