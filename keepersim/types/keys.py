@@ -115,12 +115,13 @@ def decode_excluded_key(key: bytes) -> tuple[int, str]:
     return decode_u64(key[:8]), key[8:].decode()
 
 
-def queue_key(height: int) -> bytes:
-    """A policy's wake-ups of one height share one key: its value lists the addresses."""
+def height_key(height: int) -> bytes:
+    """A policy's key of one height, under its queue or log prefix (wake-ups of that height,
+    its log record of that height)."""
     return encode_u64(height)
 
 
-def decode_queue_key(key: bytes) -> int:
+def decode_height_key(key: bytes) -> int:
     return decode_u64(key[:8])
 
 

@@ -119,7 +119,7 @@ class Driver:
         with self.chain.read() as k:
             n = len(GONKA_QUEUE)
             return [
-                (keys.decode_queue_key(key[n:]), address)
+                (keys.decode_height_key(key[n:]), address)
                 for key, raw in k.store.iterate(GONKA_QUEUE, prefix_end(GONKA_QUEUE))
                 for address in keys.decode_address_set(raw)
             ]

@@ -90,8 +90,8 @@ def test_excluded_key_roundtrip(epoch: int, address: str) -> None:
 
 
 @given(u64)
-def test_queue_key_roundtrip(height: int) -> None:
-    assert keys.decode_queue_key(keys.queue_key(height)) == height
+def test_height_key_roundtrip(height: int) -> None:
+    assert keys.decode_height_key(keys.height_key(height)) == height
 
 
 @given(st.lists(text.filter(bool), max_size=12))
@@ -103,7 +103,7 @@ def test_address_set_roundtrip(addresses: list[str]) -> None:
 def test_decode_short_keys_rejected() -> None:
     with pytest.raises(KeyCodecError):
         keys.decode_timeout_key(b"\x00" * 7)
-    for decode in (keys.decode_epoch_group_key, keys.decode_excluded_key, keys.decode_queue_key):
+    for decode in (keys.decode_epoch_group_key, keys.decode_excluded_key, keys.decode_height_key):
         with pytest.raises(KeyCodecError):
             decode(b"\x01\x02")
 

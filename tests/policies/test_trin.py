@@ -112,7 +112,7 @@ def get_score_log(net: Net) -> dict[int, dict[str, int]]:
     prefix = keys.POLICY_LOG + TrinAdditive.prefix
     with net.chain.read() as k:
         return {
-            keys.decode_u64(key[len(prefix) :]): {
+            keys.decode_height_key(key[len(prefix) :]): {
                 d.address: d.delta for d in TrinScoreRecord.FromString(raw).deltas
             }
             for key, raw in k.store.iterate(prefix, prefix + b"\xff")
@@ -192,7 +192,7 @@ def test_an_imported_log_record_above_the_height_is_kept_in_order(
     else:
         record = TrinOffers(addresses=["b"])
         prefix = keys.POLICY_LOG + TrinMultiplicative.prefix
-    genesis.policy_state.add(key=prefix + keys.encode_u64(above), value=record.SerializeToString())
+    genesis.policy_state.add(key=prefix + keys.height_key(above), value=record.SerializeToString())
     runs = []
     for cold in (False, True):
         with Chain.open(memory=True, genesis=genesis) as chain:
@@ -347,7 +347,7 @@ def get_offer_log(net: Net) -> dict[int, list[str]]:
     prefix = keys.POLICY_LOG + TrinMultiplicative.prefix
     with net.chain.read() as k:
         return {
-            keys.decode_u64(key[len(prefix) :]): list(TrinOffers.FromString(raw).addresses)
+            keys.decode_height_key(key[len(prefix) :]): list(TrinOffers.FromString(raw).addresses)
             for key, raw in k.store.iterate(prefix, prefix + b"\xff")
         }
 

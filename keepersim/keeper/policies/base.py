@@ -169,11 +169,7 @@ class HeightQueue:
         """The stored heights, scanned from the store if no block handed them over."""
         known = self._known
         if known is None:
-            n = len(self._prefix)
-            heights = {
-                keys.decode_queue_key(key[n:])
-                for key, _ in self._store.iterate(self._prefix, prefix_end(self._prefix))
-            }
+            heights = {height for height, _ in get_height_records(self._store, self._prefix)}
             known = self._known = _QueueHeights(sorted(heights), heights)
         return known
 
@@ -186,7 +182,7 @@ class HeightQueue:
         while heap and heap[0] <= self._height:
             height = heapq.heappop(heap)
             known.heights.discard(height)
-            key = self._prefix + keys.queue_key(height)
+            key = self._prefix + keys.height_key(height)
             raw = store.get(key)
             if raw is not None:
                 store.delete(key)
@@ -200,7 +196,7 @@ class HeightQueue:
         store = self._store
         known = self._known
         for height in sorted(self._pending):
-            key = self._prefix + keys.queue_key(height)
+            key = self._prefix + keys.height_key(height)
             items = self._pending[height]
             if known is None or height in known.heights:
                 raw = store.get(key)
@@ -221,11 +217,13 @@ class HeightQueue:
         self._known = _QueueHeights([], set())
 
 
-def get_stored_log(store: KVStore, prefix: bytes) -> list[tuple[int, bytes]]:
-    """(height, record) of a policy log under ``prefix``, ascending by height."""
+def get_height_records(store: KVStore, prefix: bytes) -> list[tuple[int, bytes]]:
+    """(height, value) of every height key under ``prefix`` (a policy's queue or log),
+    ascending by height."""
     n = len(prefix)
     return [
-        (keys.decode_u64(key[n:]), raw) for key, raw in store.iterate(prefix, prefix_end(prefix))
+        (keys.decode_height_key(key[n:]), raw)
+        for key, raw in store.iterate(prefix, prefix_end(prefix))
     ]
 
 
@@ -392,14 +390,14 @@ class PolicyContext:
     # knowledge may be passed: a wrong value corrupts the app hash.
     def set_log(self, height: int, message: Message, *, was: bytes | None) -> bytes:
         """Write the record of ``height``; return the bytes written."""
-        key = self._log + keys.encode_u64(height)
+        key = self._log + keys.height_key(height)
         raw = message.SerializeToString()
         self._note_origin(key, was)
         self.keeper.store.set(key, raw)
         return raw
 
     def delete_log(self, height: int, *, was: bytes | None) -> None:
-        key = self._log + keys.encode_u64(height)
+        key = self._log + keys.height_key(height)
         self._note_origin(key, was)
         self.keeper.store.delete(key)
 
@@ -411,7 +409,7 @@ class PolicyContext:
 
     def get_log_records(self) -> list[tuple[int, bytes]]:
         """Every log record as this block has it, ascending by height."""
-        return get_stored_log(self.keeper.store, self._log)
+        return get_height_records(self.keeper.store, self._log)
 
     def iterate_raw(self) -> Iterable[tuple[str, bytes]]:
         n = len(self._state)
@@ -487,7 +485,7 @@ class PolicyReader:
 
     def get_log_records(self) -> list[tuple[int, bytes]]:
         """Every log record of the policy, ascending by height."""
-        return get_stored_log(self.keeper.store, self._log)
+        return get_height_records(self.keeper.store, self._log)
 
 
 R = TypeVar("R")
