@@ -338,12 +338,16 @@ def get_starts_memo(ctx: PolicyContext) -> StartsMemo:
     return memo
 
 
-def append_bounded(values: MutableSequence[int], value: int, bound: int) -> None:
-    """Append, then drop the oldest beyond ``bound`` (in place: a protobuf repeated field)."""
-    values.append(value)
+def process_bound(values: MutableSequence[int], bound: int) -> None:
+    """Drop the oldest beyond ``bound`` (in place: a protobuf repeated field)."""
     excess = len(values) - bound
     if excess > 0:
         del values[:excess]
+
+
+def append_bounded(values: MutableSequence[int], value: int, bound: int) -> None:
+    values.append(value)
+    process_bound(values, bound)
 
 
 class WindowedBreaker(HealthPolicy):
@@ -395,9 +399,7 @@ class WindowedBreaker(HealthPolicy):
             listed.discard(inference.inference_id)
         entry = ctx.get_cached(address, self.get_entry)
         before = entry.state
-        # Most participants remember no inference: then there is nothing to take or prune.
-        remembers = len(entry.open) > 0
-        item = process_take_open(entry, inference.inference_id) if remembers else None
+        item = process_take_open(entry, inference.inference_id)
         if item is None and outcome is Outcome.NEUTRAL:
             return  # pushback about nothing we track: nothing to record
         flagged = item is not None and item.flagged
@@ -415,8 +417,7 @@ class WindowedBreaker(HealthPolicy):
         elif not flagged:
             capacity = is_capacity_miss(entry, inference.start_block_height)
             self.process_record_miss(ctx, entry, capacity)
-        if remembers:
-            process_prune(entry, ctx.height, ctx.params.expiration_blocks)
+        process_prune(entry, ctx.height, ctx.params.expiration_blocks)
         if compute_window(entry, params.window)[1] <= params.min_samples:
             ctx.recheck.add(address)  # too few samples before: the window may be judged now
         if entry.state == W_EXCLUDED and flagged and outcome is not Outcome.MISS:
@@ -458,9 +459,7 @@ class WindowedBreaker(HealthPolicy):
             return
         latencies = ctx.get_cached(FLEET, self.get_entry).recent_latencies
         latencies.extend(pending)
-        excess = len(latencies) - FLEET_LATENCY_SAMPLES
-        if excess > 0:
-            del latencies[:excess]
+        process_bound(latencies, FLEET_LATENCY_SAMPLES)
         ctx.mark_dirty(FLEET, verdict=False)
 
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
