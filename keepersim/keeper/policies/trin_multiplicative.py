@@ -183,13 +183,11 @@ class TrinMultiplicative(HealthPolicy):
         with the commit: their idle clock is at 0."""
         height = ctx.height
         key_params = self.get_key_params(ctx.params)
-        healths = self._healths
         for address in offered:
             entry = ctx.peek_cached(address, self.get_entry)
             failure_bits = 0 if entry is None else entry.failure_bits
             key = compute_verdict_key(failure_bits, height, height, key_params)
-            verdict = healths.get((key, key_params))
-            ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
+            ctx.set_verdict(address, self.get_verdict(key, key_params))
 
     def process_outcome(
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
@@ -220,8 +218,7 @@ class TrinMultiplicative(HealthPolicy):
         ctx.mark_dirty(address)
         last_offer = self.get_offer_log(ctx).get_last_offer(entry)
         key = compute_verdict_key(new_bits, last_offer, ctx.height, key_params)
-        verdict = self._healths.get((key, key_params))
-        ctx.set_verdict(address, verdict or self.get_verdict(key, key_params))
+        ctx.set_verdict(address, self.get_verdict(key, key_params))
 
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
         """Log this block's offers and hand over their verdicts; fold the records leaving the
