@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from keepersim.keeper.context import BlockContext
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import PolicyFactory, get_policy
-from keepersim.keeper.policies.base import NEVER, Health, HealthPolicy, PolicyReader
+from keepersim.keeper.policies.base import NEVER, Health, HealthPolicy, ParamsView, PolicyReader
 from keepersim.keeper.readonly import ReadOnlyStore
 from keepersim.keeper.selection import (
     Candidate,
@@ -159,7 +159,7 @@ class _SelectionIndex:
     only when a verdict actually changed: a block with outcomes costs O(changes), not O(fleet).
     """
 
-    __slots__ = ("candidates", "tables", "models", "dirty", "pushed", "epoch_start", "rules")
+    __slots__ = ("candidates", "tables", "models", "dirty", "pushed", "epoch_start")
 
     def __init__(self) -> None:
         self.epoch_start: int | None = None  # first height of the effective epoch (-1: none)
@@ -170,14 +170,6 @@ class _SelectionIndex:
         # Verdicts the policy handed over with a commit (PolicyContext.set_verdict), each at the
         # height of the last commit that touched its participant.
         self.pushed: dict[str, Health] = {}
-        # (policy, params, their pipeline rules): params are replaced on a change, never edited.
-        self.rules: tuple[HealthPolicy, Params, PipelineRules] | None = None
-
-    def get_rules(self, policy: HealthPolicy, params: Params) -> PipelineRules:
-        rules = self.rules
-        if rules is None or rules[0] is not policy or rules[1] is not params:
-            rules = self.rules = (policy, params, get_pipeline_rules(policy, params))
-        return rules[2]
 
     def process_commit(self, touched: set[str], reset: bool, verdicts: dict[str, Health]) -> None:
         self.tables = {}
@@ -208,6 +200,12 @@ class Chain:
         self._rw = RWLock()
         self._index_lock = threading.Lock()
         self._index = _SelectionIndex()
+        # The policy's pipeline rules (its policy is named in the params, too).
+        self._rules: ParamsView[PipelineRules] = ParamsView(
+            lambda params: get_pipeline_rules(
+                self.get_policy_object(params.health_params.policy), params
+            )
+        )
         self._extra_policies = dict(extra_policies or {})
         self._policies: dict[str, HealthPolicy] = {}
         self._chain_id = ""
@@ -447,24 +445,22 @@ class Chain:
             )
             if changed or last.table is None:
                 last.table = None  # if assembling raises, the next query raises too
-                last.table = self._assemble_table(policy, params, last.state, model)
+                last.table = self._assemble_table(params, last.state, model)
             elif last.table.height != height:
                 last.table = compute_restamped_table(last.table, height)
             return last.table
         healths = [policy.get_health(reader, c.address, height) for c in candidates]
         dirty.clear()
         memo = _ModelTable(candidates, healths)
-        table = self._assemble_table(policy, params, memo.state, model)
+        table = self._assemble_table(params, memo.state, model)
         memo.table = table
         index.models[model] = memo
         return table
 
     def _assemble_table(
-        self, policy: HealthPolicy, params: Params, state: IncrementalTable, model: str
+        self, params: Params, state: IncrementalTable, model: str
     ) -> SelectionTable:
-        return state.compute_table(
-            height=self.height, model=model, rules=self._index.get_rules(policy, params)
-        )
+        return state.compute_table(height=self.height, model=model, rules=self._rules.get(params))
 
     def get_random_executor(self, model: str = "", request_id: str = "") -> Selection:
         """GetRandomExecutor: a weighted, deterministic draw among admitted candidates."""

@@ -488,6 +488,24 @@ class PolicyReader:
         return get_height_records(self.keeper.store, self._log)
 
 
+class ParamsView(Generic[T]):
+    """What a policy derives from the params, derived once per params object: the chain
+    replaces its params on a change and never edits them, so the same object gives the same."""
+
+    __slots__ = ("_derive", "_params", "_view")
+
+    def __init__(self, derive: Callable[[Params], T]) -> None:
+        self._derive = derive
+        self._params: Params | None = None
+        self._view: T | None = None
+
+    def get(self, params: Params) -> T:
+        if params is not self._params or self._view is None:
+            self._view = self._derive(params)
+            self._params = params
+        return self._view
+
+
 R = TypeVar("R")
 
 

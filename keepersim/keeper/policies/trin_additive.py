@@ -35,6 +35,7 @@ from keepersim.keeper.policies.base import (
     NEVER,
     Health,
     HealthPolicy,
+    ParamsView,
     PolicyContext,
     PolicyLog,
     PolicyReader,
@@ -214,16 +215,12 @@ class TrinAdditive(HealthPolicy):
     prefix: ClassVar[bytes] = b"\x03"
 
     def __init__(self) -> None:
-        self._score_params: tuple[Params, ScoreParams] | None = None
+        self._score_params = ParamsView(
+            lambda params: ScoreParams.from_params(params.health_params.trin_additive)
+        )
 
     def get_score_params(self, params: Params) -> ScoreParams:
-        """The score params of ``params`` (read once per params object: the chain replaces its
-        params on a change, never edits them)."""
-        memo = self._score_params
-        if memo is None or memo[0] is not params:
-            score_params = ScoreParams.from_params(params.health_params.trin_additive)
-            memo = self._score_params = (params, score_params)
-        return memo[1]
+        return self._score_params.get(params)
 
     @staticmethod
     def get_score_log(holder: PolicyContext | PolicyReader) -> ScoreLog:

@@ -38,6 +38,7 @@ from keepersim.keeper.policies.base import (
     NEVER,
     Health,
     HealthPolicy,
+    ParamsView,
     PolicyContext,
     PolicyLog,
     PolicyReader,
@@ -134,18 +135,12 @@ class TrinMultiplicative(HealthPolicy):
         # (key, key params) -> the verdict; Health is immutable and its ``then`` depends on
         # nothing else, so verdicts are shared between participants.
         self._healths: dict[tuple[VerdictKey, KeyParams], Health] = {}
-        self._key_params: tuple[Params, KeyParams] | None = None
+        self._key_params = ParamsView(
+            lambda params: get_key_params(params.health_params.trin_multiplicative)
+        )
 
     def get_key_params(self, params: Params) -> KeyParams:
-        """The key params of ``params`` (read once per params object: the chain replaces its
-        params on a change, never edits them)."""
-        memo = self._key_params
-        if memo is None or memo[0] is not params:
-            memo = self._key_params = (
-                params,
-                get_key_params(params.health_params.trin_multiplicative),
-            )
-        return memo[1]
+        return self._key_params.get(params)
 
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> TrinMultiplicativeEntry:
@@ -251,17 +246,17 @@ class TrinMultiplicative(HealthPolicy):
         return self.get_verdict(key, key_params)
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
-        params = reader.params.health_params.trin_multiplicative
+        history = reader.params.health_params.trin_multiplicative.history
         entry = self.get_entry(reader.get_raw(address), address)
         last_offer = self.get_offer_log(reader).get_last_offer(entry)
         doublings, misses, _ = compute_verdict_key(
-            entry.failure_bits, last_offer, height, get_key_params(params)
+            entry.failure_bits, last_offer, height, self.get_key_params(reader.params)
         )
         return {
             "state": "scored",
             "admitted": True,
             "misses": misses,
-            "outcomes": min(entry.outcome_count, params.history),
+            "outcomes": min(entry.outcome_count, history),
             "recency_doublings": doublings,
             "factor_num": 1 << doublings,
             "factor_den": 1 << misses,
