@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,6 +26,8 @@ from keepersim.types.pb.health_pb2 import (
 )
 from keepersim.types.pb.params_pb2 import Params, TrinAdditiveParams
 from keepersim.types.pb.tx_pb2 import MsgUpdateParams
+
+T = TypeVar("T")
 
 
 def get_weights(net: Net) -> dict[str, int]:
@@ -108,6 +113,26 @@ def test_additive_weight_is_proportional_to_score(make_net: NetFactory) -> None:
     assert get_weights(net) == {"a": 3000, "b": 1000}
 
 
+def run_blocks(
+    net: Net,
+    blocks: int,
+    get_msgs: Callable[[Net, int], list[object]],
+    observe: Callable[[Net], T],
+    *,
+    cold: bool,
+) -> list[tuple[bytes, T]]:
+    """Deliver ``blocks`` blocks of ``get_msgs(net, i)``; with ``cold``, the in-memory hints
+    (the carried entries and log indexes) are forgotten before every other block, as after a
+    reopen. Each block's app hash with what ``observe`` saw after it."""
+    out = []
+    for i in range(blocks):
+        if cold and i % 2:
+            base._CARRY.clear()
+        result = net.block(*get_msgs(net, i))
+        out.append((result.app_hash, observe(net)))
+    return out
+
+
 def get_score_log(net: Net) -> dict[int, dict[str, int]]:
     prefix = keys.POLICY_LOG + TrinAdditive.prefix
     with net.chain.read() as k:
@@ -149,25 +174,28 @@ def test_additive_log_index_rebuilt_from_the_store_decides_the_same(make_net: Ne
     before every other block (as after a reopen), it is read back from the records, and every
     block's app hash, weight and score is the one of an uninterrupted run, through a window
     that shrinks and grows again."""
+
+    def get_msgs(net: Net, h: int) -> list[object]:
+        msgs: list[object] = []
+        if h % 3 == 0:
+            msgs.append(net.finish(net.start("abc"[h % 2])))
+        if h % 5 == 0:
+            msgs.append(net.start("c"))  # expires: a miss
+        if 15 <= h < 40:  # one a block, through the regrowth: prunes leave some of "a"'s pairs
+            msgs.append(net.finish(net.start("a")))
+        if h in (20, 35):
+            params = make_additive_params(window_blocks=3 if h == 20 else 12)
+            msgs.append(MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
+        return msgs
+
+    def observe(net: Net) -> object:
+        return get_weights(net), [net.state(x)["score"] for x in "abc"]
+
     runs = []
     for cold in (False, True):
         net = make_net(make_additive_params(window_blocks=8), {"a": 1000, "b": 1000, "c": 1000})
-        out = []
-        for h in range(50):
-            if cold and h % 2:
-                base._CARRY.clear()
-            msgs: list[object] = []
-            if h % 3 == 0:
-                msgs.append(net.finish(net.start("abc"[h % 2])))
-            if h % 5 == 0:
-                msgs.append(net.start("c"))  # expires: a miss
-            if h in (20, 35):
-                params = make_additive_params(window_blocks=3 if h == 20 else 12)
-                msgs.append(MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
-            result = net.block(*msgs)
-            out.append((result.app_hash, get_weights(net), [net.state(x)["score"] for x in "abc"]))
+        runs.append(run_blocks(net, 50, get_msgs, observe, cold=cold))
         assert net.chain.verify_app_hash()
-        runs.append(out)
     assert runs[0] == runs[1]
 
 
@@ -193,19 +221,20 @@ def test_an_imported_log_record_above_the_height_is_kept_in_order(
         record = TrinOffers(addresses=["b"])
         prefix = keys.POLICY_LOG + TrinMultiplicative.prefix
     genesis.policy_state.add(key=prefix + keys.height_key(above), value=record.SerializeToString())
+
+    def get_msgs(net: Net, h: int) -> list[object]:
+        start = net.start("ab"[h % 2], f"imp-{h}")
+        return [start, net.finish(start)] if h % 3 else []
+
+    def observe(net: Net) -> tuple[int, dict[str, int], object]:
+        return net.height, get_weights(net), net.state("b").get("score")
+
     runs = []
     for cold in (False, True):
         with Chain.open(memory=True, genesis=genesis) as chain:
             net = Net(chain)
-            out = []
-            scores = {}
-            for h in range(16):
-                if cold and h % 2:
-                    base._CARRY.clear()
-                start = net.start("ab"[h % 2], f"imp-{h}")
-                msgs = [start, net.finish(start)] if h % 3 else []
-                out.append((net.block(*msgs).app_hash, get_weights(net)))
-                scores[net.height] = net.state("b").get("score")
+            out = run_blocks(net, 16, get_msgs, observe, cold=cold)
+            scores = {height: score for _, (height, _, score) in out}
             if additive:  # "b" has no outcome of its own at that height: the import's -10
                 assert scores[above] == scores[above - 1] - 10
             logged = get_score_log(net) if additive else get_offer_log(net)
@@ -406,20 +435,22 @@ def test_multiplicative_log_index_rebuilt_from_the_store_decides_the_same(
     after a reopen), it is read back from the records, and every block's app hash, weight and
     state is the one of an uninterrupted run, through folds and exports."""
     monkeypatch.setattr(trin_multiplicative, "OFFER_LOG_BLOCKS", 5)
+
+    def get_msgs(net: Net, h: int) -> list[object]:
+        msgs: list[object] = []
+        if h % 7 in (0, 3):
+            msgs.append(net.start("abc"[h % 3]))
+        if h % 11 == 5:
+            msgs.append(net.finish(net.start("a")))
+        return msgs
+
+    def observe(net: Net) -> object:
+        return get_weights(net), net.state("a"), net.state("b")
+
     runs = []
     for cold in (False, True):
         net = make_net(make_multiplicative_params(recency_blocks=3), {"a": 64, "b": 64, "c": 64})
-        out = []
-        for h in range(60):
-            if cold and h % 2:
-                base._CARRY.clear()
-            msgs: list[object] = []
-            if h % 7 in (0, 3):
-                msgs.append(net.start("abc"[h % 3]))
-            if h % 11 == 5:
-                msgs.append(net.finish(net.start("a")))
-            result = net.block(*msgs)
-            out.append((result.app_hash, get_weights(net), net.state("a"), net.state("b")))
+        out = run_blocks(net, 60, get_msgs, observe, cold=cold)
         assert net.chain.verify_app_hash()
         # Exported and imported, the log goes along and the copy decides the same.
         genesis = net.chain.export_genesis()
