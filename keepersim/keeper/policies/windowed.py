@@ -67,6 +67,7 @@ from keepersim.keeper.policies.base import (
     ADMITTED,
     Health,
     HealthPolicy,
+    ParamsView,
     PolicyContext,
     PolicyReader,
 )
@@ -318,23 +319,15 @@ class StartsMemo:
     since: int
     expiration: int
     open: dict[int, set[str]] = field(default_factory=dict)
-    # The params object the expiration was last checked against: the chain replaces its params
-    # on a change, never edits them, so the same object needs no second look.
-    checked: object = None
 
     def is_complete_for(self, started_at: int) -> bool:
         return started_at >= self.since
 
 
-def get_starts_memo(ctx: PolicyContext) -> StartsMemo:
+def get_starts_memo(ctx: PolicyContext, expiration: int) -> StartsMemo:
     memo = ctx.memo.get("starts")
-    params = ctx.params
-    if isinstance(memo, StartsMemo) and memo.checked is params:
-        return memo
-    expiration = params.expiration_blocks
     if not isinstance(memo, StartsMemo) or memo.expiration != expiration:
         memo = ctx.memo["starts"] = StartsMemo(since=ctx.height, expiration=expiration)
-    memo.checked = params
     return memo
 
 
@@ -354,6 +347,12 @@ class WindowedBreaker(HealthPolicy):
     name: ClassVar[str] = "windowed"
     prefix: ClassVar[bytes] = b"\x05"
 
+    def __init__(self) -> None:
+        self._expiration = ParamsView(lambda params: params.expiration_blocks)
+
+    def get_starts_memo(self, ctx: PolicyContext) -> StartsMemo:
+        return get_starts_memo(ctx, self._expiration.get(ctx.params))
+
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> WindowedEntry:
         if raw is None:
@@ -371,7 +370,7 @@ class WindowedBreaker(HealthPolicy):
         participant's start reads and writes nothing of its own."""
         if inference.status != STARTED:
             return  # finished before it started: already resolved (and no timeout)
-        memo = get_starts_memo(ctx)
+        memo = self.get_starts_memo(ctx)
         memo.open.setdefault(ctx.height + memo.expiration, set()).add(inference.inference_id)
         probing = ctx.get_cached(FLEET, self.get_entry).probing
         if not probing or address not in probing:  # (a protobuf list: its `in` costs more)
@@ -393,7 +392,7 @@ class WindowedBreaker(HealthPolicy):
         self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         params = ctx.params.health_params.windowed
-        memo = get_starts_memo(ctx)
+        memo = self.get_starts_memo(ctx)
         listed = memo.open.get(inference.start_block_height + memo.expiration)
         if listed is not None:
             listed.discard(inference.inference_id)
@@ -508,7 +507,7 @@ class WindowedBreaker(HealthPolicy):
         min_blocks = ctx.params.health_params.windowed.overdue_min_blocks
         started_at = ctx.height - min_blocks
         timeout_at = started_at + expiration
-        memo = get_starts_memo(ctx)
+        memo = self.get_starts_memo(ctx)
         memo.open.pop(ctx.height, None)  # expired in this block: gone from the index too
         if min_blocks < expiration:
             if memo.is_complete_for(started_at):
