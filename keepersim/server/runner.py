@@ -24,11 +24,11 @@
 Every runner runs as fast as it can (``block_rate=None``) or at ``block_rate`` blocks per second,
 in a daemon thread, and stops at its last block or on :meth:`Runner.stop`.
 
-A runner that fails (a bad trace line, a block the chain rejects, a scenario error) stops there and
-says so three ways, since the server keeps answering from the last committed block: one ERROR
+A runner that fails (a bad trace line, a block the chain rejects, a scenario error) stops there
+and says so three ways, since the server keeps answering from the last committed block: one ERROR
 record on the ``keepersim.server.runner`` logger naming the file, line and height
 (:class:`RunnerFailure`), ``state: "failed"`` with the failure in :meth:`Runner.status` (``GET
-/keepersim/v1/status``), and ``keepersim_runner_up`` 0 (:meth:`ServerMetrics.record_runner_failure`).
+/keepersim/v1/status``), and ``keepersim_runner_up`` 0 (``ServerMetrics.record_runner_failure``).
 """
 
 from __future__ import annotations
