@@ -459,6 +459,7 @@ class TraceSource:
         if params is None or participants is None:
             raise RunnerError(f"{self.path}: no params and participants lines before the data")
         self.params = params.params
+        self.genesis_line = max(params.line, participants.line)  # the last line genesis read
         self.genesis = GenesisState(
             params=params.params,
             chain_id=header.chain_id,
@@ -499,7 +500,7 @@ class TraceRunner(Runner):
         self.target_height = source.header.last_height
         self.late_records = 0
         self.skipped_params = 0
-        self.last_line = source.header.line  # the last trace line read
+        self.last_line = source.genesis_line  # the last trace line read
 
     def iter_blocks(self) -> Iterator[list[Message]]:
         from keepersim.replay.common import build_recorded_start

@@ -219,12 +219,12 @@ def fail_at(chain: Chain, height: int) -> None:
     chain.deliver_block = failing  # type: ignore[method-assign]
 
 
+@pytest.mark.parametrize("height", [1, 57])
 def test_a_failing_block_in_a_replay_names_the_last_line_read(
-    good_trace: Path, caplog: pytest.LogCaptureFixture
+    good_trace: Path, caplog: pytest.LogCaptureFixture, height: int
 ) -> None:
     caplog.set_level(logging.ERROR, logger=LOGGER)
     records = read_lines(good_trace)
-    height = 57
     source = TraceSource(good_trace)
     chain = source.open_chain()
     metrics = ServerMetrics()
