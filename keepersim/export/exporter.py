@@ -22,9 +22,10 @@ re-encoded through the protobuf types, so lines are byte-identical to ``keepersi
 
 Fetching (the export back-off fix, :mod:`keepersim.export.fetch`): ``concurrency`` worker
 threads (default 4: the two listings and the per-epoch summaries run in parallel), a 60 s
-timeout, at most 3 attempts retried only on timeout / transport error / 429 / 5xx; any other 4xx
-and a body that is not JSON stop the export at once with an :class:`ExportError` naming the URL;
-every retryable failure pauses *all* workers (one :class:`~keepersim.export.backoff.BackoffGate`,
+timeout, at most 3 attempts retried only on timeout / transport error / 429 / 5xx / a 2xx body
+that is not JSON (a truncated answer); a 4xx (or another non-2xx status) stops the export at once
+with an :class:`ExportError` naming the URL, and so do retries that run out; every retryable
+failure pauses *all* workers (one :class:`~keepersim.export.backoff.BackoffGate`,
 ``base * 2**(n-1)`` s, base 5, cap 120).
 
 Resuming: ``OUT.progress.json`` records the snapshot and every finished unit (each listing page
@@ -130,6 +131,7 @@ class ExportResult:
     fetch_requests: int = 0
     fetch_retries: int = 0
     fetch_errors: int = 0
+    fetch_bad_bodies: int = 0
     fatal_errors: int = 0
     gave_up: int = 0
     fetch_backoff_pauses: int = 0
@@ -158,6 +160,7 @@ class ExportResult:
             "fetches": self.fetch_requests,
             "fetch_retries": self.fetch_retries,
             "fetch_errors": self.fetch_errors,
+            "fetch_bad_bodies": self.fetch_bad_bodies,
             "fatal_errors": self.fatal_errors,
             "gave_up": self.gave_up,
             "fetch_backoff_pauses": self.fetch_backoff_pauses,
@@ -669,6 +672,7 @@ def export_trace(
         result.fetch_requests = stats.requests
         result.fetch_retries = stats.retries
         result.fetch_errors = stats.errors
+        result.fetch_bad_bodies = stats.bad_bodies
         result.fatal_errors = stats.fatal_errors
         result.gave_up = stats.gave_up
         result.fetch_backoff_pauses = stats.backoff_pauses

@@ -5,8 +5,10 @@ Semantics (from the export back-off fix):
 * client timeout 60 s by default (a short timeout abandons requests that keep
   running server-side, and the next request piles more load on);
 * at most ``max_attempts`` (3) attempts, retried only on timeout, transport
-  error, HTTP 429 and HTTP 5xx;
-* any other non-2xx status and a body that is not valid JSON fail at once;
+  error, HTTP 429, HTTP 5xx and a 2xx answer whose body is not valid JSON (a
+  truncated body: the answer of an overloaded proxy or a cut connection, worth
+  asking again like a transport error);
+* any other non-2xx status (4xx: the request itself is wrong) fails at once;
 * every retryable failure pauses all workers sharing the
   :class:`~keepersim.export.backoff.BackoffGate`, and every attempt first
   waits for the gate.
@@ -94,10 +96,12 @@ class FetchStats:
     Attributes:
         requests: HTTP requests sent (attempts).
         retries: attempts made after a retryable failure.
-        errors: retryable failures seen (timeouts, transport errors, 429, 5xx).
-        fatal_errors: non-retryable failures (other 4xx/non-2xx, bad JSON).
+        errors: retryable failures seen (timeouts, transport errors, 429, 5xx,
+            2xx bodies that are not JSON).
+        fatal_errors: non-retryable failures (4xx, other non-2xx).
         gave_up: ``get_json`` calls that exhausted their attempts.
         backoff_pauses: pauses of the shared gate (``fetch_backoff_pauses``).
+        bad_bodies: the retryable failures that were 2xx bodies not valid JSON.
     """
 
     requests: int
@@ -106,13 +110,17 @@ class FetchStats:
     fatal_errors: int
     gave_up: int
     backoff_pauses: int
+    bad_bodies: int = 0
 
 
 class _RetryableFailure(Exception):
-    def __init__(self, reason: str, status_code: int | None = None) -> None:
+    def __init__(
+        self, reason: str, status_code: int | None = None, *, bad_body: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status_code = status_code
+        self.bad_body = bad_body
 
 
 class Fetcher:
@@ -151,6 +159,7 @@ class Fetcher:
         self._errors = 0
         self._fatal_errors = 0
         self._gave_up = 0
+        self._bad_bodies = 0
 
     @property
     def gate(self) -> BackoffGate:
@@ -183,7 +192,7 @@ class Fetcher:
             try:
                 return self._attempt(request, full_url)
             except _RetryableFailure as failure:
-                self._count(errors=1)
+                self._count(errors=1, bad_bodies=1 if failure.bad_body else 0)
                 self._gate.pause(attempt)
                 if attempt >= self._max_attempts:
                     self._count(gave_up=1)
@@ -210,6 +219,7 @@ class Fetcher:
                 fatal_errors=self._fatal_errors,
                 gave_up=self._gave_up,
                 backoff_pauses=self._gate.pauses,
+                bad_bodies=self._bad_bodies,
             )
 
     def close(self) -> None:
@@ -231,7 +241,8 @@ class Fetcher:
     # -- internals ------------------------------------------------------------
 
     def _attempt(self, request: httpx.Request, full_url: str) -> Any:
-        """One attempt: the decoded body, or _RetryableFailure / ExportFetchError."""
+        """One attempt: the decoded body, or _RetryableFailure / ExportFetchError (a 4xx or
+        another non-2xx status)."""
         try:
             response = self._client.send(request)
         except httpx.TimeoutException as exc:
@@ -248,18 +259,18 @@ class Fetcher:
         try:
             return json.loads(response.content)
         except json.JSONDecodeError as exc:
-            raise ExportFetchError(
-                full_url,
+            raise _RetryableFailure(
                 f"invalid JSON in HTTP {status} response: {exc.msg} at line {exc.lineno} "
                 f"column {exc.colno} (char {exc.pos})",
                 status_code=status,
+                bad_body=True,
             ) from exc
         except UnicodeDecodeError as exc:
-            raise ExportFetchError(
-                full_url,
+            raise _RetryableFailure(
                 f"invalid JSON in HTTP {status} response: undecodable byte at position "
                 f"{exc.start} ({exc.reason})",
                 status_code=status,
+                bad_body=True,
             ) from exc
 
     def _count(
@@ -270,6 +281,7 @@ class Fetcher:
         errors: int = 0,
         fatal_errors: int = 0,
         gave_up: int = 0,
+        bad_bodies: int = 0,
     ) -> None:
         with self._lock:
             self._requests += requests
@@ -277,6 +289,7 @@ class Fetcher:
             self._errors += errors
             self._fatal_errors += fatal_errors
             self._gave_up += gave_up
+            self._bad_bodies += bad_bodies
 
 
 def _describe_status(response: httpx.Response) -> str:

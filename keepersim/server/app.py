@@ -22,8 +22,11 @@ present, 64-bit integers as strings, enums as names):
 =========================================  =================================================
 
 plus ``/cosmos/base/tendermint/v1beta1/node_info`` (``default_node_info.network`` is the chain
-id). Every chain answer carries ``X-Cosmos-Block-Height``: the height it was read at (for
-``get_random_executor``, the height of the selection table the executor was drawn from).
+id). Every chain answer carries ``X-Cosmos-Block-Height`` and, as the chain's REST gateway
+sends it, ``Grpc-Metadata-X-Cosmos-Block-Height``: the height it was read at (for
+``get_random_executor``, the height of the selection table the executor was drawn from). The
+keepersim routes below carry them too (``/metrics`` has ``keepersim_height``). After a runner
+failure the chain stays at its last committed block and the headers keep saying so.
 
 Pagination (Cosmos ``PageRequest``): ``pagination.key`` (base64 of the key to start at, as a
 previous ``next_key``), ``pagination.offset`` (not with a key), ``pagination.limit`` (default
@@ -111,6 +114,7 @@ from keepersim.types.pb.types_pb2 import EpochPerformanceSummary, Inference, Par
 
 __all__ = [
     "CHAIN_PREFIX",
+    "GATEWAY_HEIGHT_HEADER",
     "HEIGHT_HEADER",
     "ApiError",
     "BackgroundServer",
@@ -123,6 +127,8 @@ __all__ = [
 
 CHAIN_PREFIX = "/productscience/inference/inference"
 HEIGHT_HEADER = "X-Cosmos-Block-Height"
+#: The same, as the chain's grpc-gateway forwards the gRPC header (``Grpc-Metadata-`` prefix).
+GATEWAY_HEIGHT_HEADER = "Grpc-Metadata-X-Cosmos-Block-Height"
 DEFAULT_PAGE_LIMIT = 100
 MAX_PAGE_LIMIT = 1000
 
@@ -487,7 +493,7 @@ def _state(request: Request) -> ServerState:
 
 
 def _height_headers(height: int) -> dict[str, str]:
-    return {HEIGHT_HEADER: str(height)}
+    return {HEIGHT_HEADER: str(height), GATEWAY_HEIGHT_HEADER: str(height)}
 
 
 # chain queries (sync, run in the threadpool) -------------------------------------------------
@@ -643,7 +649,7 @@ def _k_policy(state: ServerState, address: str) -> Answer:
         view = chain.get_policy_state(address)
         if chain.height == before:
             break
-    return {"height": before, **view}, {}
+    return {"height": before, **view}, _height_headers(before)
 
 
 def _k_selection(state: ServerState, params: Mapping[str, str]) -> Answer:
@@ -653,15 +659,18 @@ def _k_selection(state: ServerState, params: Mapping[str, str]) -> Answer:
 
 def _k_reputation(state: ServerState, epoch_text: str) -> Answer:
     epoch = _parse_uint(epoch_text, "epoch_index")
-    return {"epoch_index": epoch, "reputation": state.get_reputation(epoch)}, {}
+    height = state.chain.height
+    reputation = state.get_reputation(epoch)
+    return {"epoch_index": epoch, "reputation": reputation}, _height_headers(height)
 
 
 def _k_status(state: ServerState) -> Answer:
     chain = state.chain
     runner = state.runner.status() if state.runner is not None else {"mode": "posted"}
+    height = chain.height
     body = {
         "chain_id": chain.chain_id,
-        "height": chain.height,
+        "height": height,
         "app_hash": chain.app_hash.hex(),
         "policy": chain.get_params().health_params.policy,
         "runner": runner,
@@ -672,7 +681,7 @@ def _k_status(state: ServerState) -> Answer:
         },
         "faults": state.faults.stats() if state.faults is not None else None,
     }
-    return body, {}
+    return body, _height_headers(height)
 
 
 def _k_post_block(state: ServerState, data: Any) -> Answer:

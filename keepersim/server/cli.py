@@ -71,7 +71,11 @@ def add_serve_command(subparsers: Any) -> None:
         default=5.0,
         help="seconds a query waits for a cold cache computation before a 503 (default 5)",
     )
-    parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        help="log level of uvicorn and keepersim (runner failures are errors; default warning)",
+    )
     parser.set_defaults(handler=run_serve)
 
 
@@ -133,6 +137,20 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
     return chain, lambda sink: TickerRunner(sink, block_rate=rate)
 
 
+def _configure_logging(level: str) -> None:
+    """keepersim's log records (a runner failure, cache warnings) on stderr, one line each."""
+    import logging
+
+    logger = logging.getLogger("keepersim")
+    if not any(h.get_name() == "keepersim-serve" for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.set_name("keepersim-serve")
+        handler.setFormatter(logging.Formatter("keepersim serve: %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+    number = logging.getLevelName(level.upper())
+    logger.setLevel(number if isinstance(number, int) else logging.DEBUG)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -170,6 +188,7 @@ def run_serve(args: argparse.Namespace) -> int:
             runner=runner,
             faults=faults,
         )
+        _configure_logging(args.log_level)
         what = runner.mode if runner is not None else "blocks posted to /keepersim/v1/blocks"
         print(
             f"keepersim serve: http://{args.host}:{args.port} chain {chain.chain_id!r} at "

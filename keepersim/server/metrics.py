@@ -24,6 +24,12 @@ Families (names follow the SMG circuit-breaker metrics: ``_state`` with -1 once 
     Histogram of ``deliver_block`` wall time (begin block, messages, end block, commit).
 ``keepersim_height``
     Last committed height.
+``keepersim_runner_up``
+    1 unless the runner driving the chain failed; 0 after a failure (the chain stays at
+    ``keepersim_height``). A runner that finished its last block, a stopped one and a chain with
+    no runner (blocks posted) are 1.
+``keepersim_runner_failures_total``
+    Runner failures (a bad trace line, a block that failed, a scenario error).
 
 All updates are thread-safe (prometheus-client locks per metric); block updates come from the
 thread that delivered the block.
@@ -136,6 +142,18 @@ class ServerMetrics:
             registry=r,
         )
         self.height = Gauge("keepersim_height", "Last committed height", registry=r)
+        self.runner_up = Gauge(
+            "keepersim_runner_up",
+            "1 unless the runner driving the chain failed (0: the chain stopped at "
+            "keepersim_height; the error is in /keepersim/v1/status)",
+            registry=r,
+        )
+        self.runner_up.set(1)
+        self.runner_failures = Counter(
+            "keepersim_runner_failures",
+            "Runner failures (a bad trace line, a block that failed, a scenario error)",
+            registry=r,
+        )
         for outcome in OUTCOMES:
             self.outcomes.labels(outcome)
         for cache in CACHE_NAMES:
@@ -169,6 +187,11 @@ class ServerMetrics:
         self.selections.inc()
         if fallback:
             self.fallback_selections.inc()
+
+    def record_runner_failure(self) -> None:
+        """The runner stopped on a failure: ``keepersim_runner_up`` 0, one more failure."""
+        self.runner_up.set(0)
+        self.runner_failures.inc()
 
     # blocks --------------------------------------------------------------------------------
 

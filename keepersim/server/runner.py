@@ -23,10 +23,17 @@
 
 Every runner runs as fast as it can (``block_rate=None``) or at ``block_rate`` blocks per second,
 in a daemon thread, and stops at its last block or on :meth:`Runner.stop`.
+
+A runner that fails (a bad trace line, a block the chain rejects, a scenario error) stops there
+and says so three ways, since the server keeps answering from the last committed block: one ERROR
+record on the ``keepersim.server.runner`` logger naming the file, line and height
+(:class:`RunnerFailure`), ``state: "failed"`` with the failure in :meth:`Runner.status` (``GET
+/keepersim/v1/status``), and ``keepersim_runner_up`` 0 (``ServerMetrics.record_runner_failure``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -53,6 +60,7 @@ __all__ = [
     "BlockSink",
     "Runner",
     "RunnerError",
+    "RunnerFailure",
     "ScenarioRunner",
     "TickerRunner",
     "TraceRunner",
@@ -61,6 +69,8 @@ __all__ = [
 ]
 
 BlockListener = Callable[[BlockResult], None]
+
+_log = logging.getLogger(__name__)
 
 
 class RunnerError(KeepersimError):
@@ -96,6 +106,36 @@ class BlockSink:
             return result
 
 
+@dataclass(frozen=True, slots=True)
+class RunnerFailure:
+    """Why a runner stopped before its last block, and where.
+
+    Attributes:
+        error: ``"<ExceptionType>: <message>"``.
+        height: the block being built when it failed (not committed: the chain stays at
+            ``height - 1``).
+        file: the input file (the trace; None for a scenario, which may be built in).
+        line: for a bad trace line, that line; for another failure of a trace replay, the last
+            trace line read (the failed block's messages come from lines up to it).
+        field: the bad field of a trace line (``<line>`` for the whole line), else None.
+    """
+
+    error: str
+    height: int
+    file: str | None = None
+    line: int | None = None
+    field: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "error": self.error,
+            "height": self.height,
+            "file": self.file,
+            "line": self.line,
+            "field": self.field,
+        }
+
+
 @dataclass
 class _Status:
     blocks: int = 0
@@ -103,6 +143,10 @@ class _Status:
     rejected_txs: int = 0
     error: str | None = None
     finished: bool = False
+    # idle (not started), running, finished (last block delivered), stopped (stop() before
+    # the last block), failed (see failure)
+    state: str = "idle"
+    failure: RunnerFailure | None = None
 
 
 class Runner:
@@ -141,6 +185,8 @@ class Runner:
     def start(self) -> None:
         if self._thread is not None:
             raise RunnerError("runner already started")
+        with self._lock:
+            self._status.state = "running"
         self._thread = threading.Thread(
             target=self._run, name=f"keepersim-{self.mode}", daemon=True
         )
@@ -164,10 +210,13 @@ class Runner:
         return self._thread is not None and self._thread.is_alive()
 
     def status(self) -> dict[str, Any]:
+        """The run so far. ``finished`` is true once the run is over however it ended; ``state``
+        says how (``finished`` normally, ``stopped``, ``failed`` with ``failure``)."""
         with self._lock:
             s = self._status
             return {
                 "mode": self.mode,
+                "state": s.state,
                 "running": self.running,
                 "finished": s.finished,
                 "blocks_delivered": s.blocks,
@@ -176,16 +225,28 @@ class Runner:
                 "block_rate": self.block_rate,
                 "rejected_txs": s.rejected_txs,
                 "error": s.error,
+                "failure": s.failure.to_dict() if s.failure is not None else None,
             }
 
+    def get_failure_location(self, exc: Exception) -> tuple[str | None, int | None, str | None]:
+        """(file, line, field) of the input a failure comes from, as far as known."""
+        return None, None, None
+
     def run_blocking(self, max_blocks: int | None = None) -> None:
-        """Deliver the blocks in the calling thread (tests, benchmarks); no pacing."""
-        for i, step in enumerate(self.iter_steps()):
-            if max_blocks is not None and i >= max_blocks:
-                return
-            step()
+        """Deliver the blocks in the calling thread (tests, benchmarks); no pacing. A failure is
+        processed as in the thread (logged, status, metric), then raised."""
         with self._lock:
-            self._status.finished = True
+            self._status.state = "running"
+        try:
+            for i, step in enumerate(self.iter_steps()):
+                if max_blocks is not None and i >= max_blocks:
+                    self._process_end(stopped=True)
+                    return
+                step()
+        except Exception as exc:
+            self._process_failure(exc)
+            raise
+        self._process_end(stopped=False)
 
     # internals ---------------------------------------------------------------------------
 
@@ -201,22 +262,67 @@ class Runner:
     def _run(self) -> None:
         started = time.monotonic()
         n = 0
+        stopped = False
         try:
             for step in self.iter_steps():
                 if self._stop.is_set():
+                    stopped = True
                     break
                 if self.block_rate is not None:
                     delay = started + n / self.block_rate - time.monotonic()
                     if delay > 0 and self._stop.wait(delay):
+                        stopped = True
                         break
                 step()
                 n += 1
-        except Exception as exc:  # reported by status(); the server keeps serving
-            with self._lock:
-                self._status.error = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # the server keeps serving the last committed block
+            self._process_failure(exc)
         finally:
-            with self._lock:
-                self._status.finished = True
+            self._process_end(stopped=stopped)
+
+    def _process_end(self, *, stopped: bool) -> None:
+        with self._lock:
+            self._status.finished = True
+            if self._status.state != "failed":
+                self._status.state = "stopped" if stopped else "finished"
+
+    def _process_failure(self, exc: Exception) -> None:
+        """Record a failure once: status, metric, one log record (the traceback at DEBUG)."""
+        file, line, field = self.get_failure_location(exc)
+        failure = RunnerFailure(
+            error=f"{type(exc).__name__}: {exc}",
+            height=self.chain.height + 1,
+            file=file,
+            line=line,
+            field=field,
+        )
+        with self._lock:
+            self._status.error = failure.error
+            self._status.failure = failure
+            self._status.state = "failed"
+        if self.sink.metrics is not None:
+            self.sink.metrics.record_runner_failure()
+        where = ", ".join(
+            f"{name} {value}"
+            for name, value in (("file", file), ("line", line), ("field", field))
+            if value is not None
+        )
+        _log.error(
+            "%s runner failed at height %d%s: %s; the chain stays at height %d and is served "
+            "from there",
+            self.mode,
+            failure.height,
+            f" ({where})" if where else "",
+            failure.error,
+            failure.height - 1,
+            extra={
+                "runner_mode": self.mode,
+                "runner_file": file,
+                "runner_line": line,
+                "runner_height": failure.height,
+            },
+        )
+        _log.debug("%s runner failure traceback", self.mode, exc_info=exc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,6 +459,7 @@ class TraceSource:
         if params is None or participants is None:
             raise RunnerError(f"{self.path}: no params and participants lines before the data")
         self.params = params.params
+        self.genesis_line = max(params.line, participants.line)  # the last line genesis read
         self.genesis = GenesisState(
             params=params.params,
             chain_id=header.chain_id,
@@ -393,6 +500,7 @@ class TraceRunner(Runner):
         self.target_height = source.header.last_height
         self.late_records = 0
         self.skipped_params = 0
+        self.last_line = source.genesis_line  # the last trace line read
 
     def iter_blocks(self) -> Iterator[list[Message]]:
         from keepersim.replay.common import build_recorded_start
@@ -459,6 +567,7 @@ class TraceRunner(Runner):
                             starts[start].append(msg)
                         else:
                             target.setdefault(end, []).append(msg)
+                self.last_line = record.line
                 record = next(records, None)
             txs: list[Message] = []
             txs.extend(updates.pop(h, ()))
@@ -466,6 +575,13 @@ class TraceRunner(Runner):
             txs.extend(declines.pop(h, ()))
             txs.extend(starts.pop(h, ()))
             yield txs
+
+    def get_failure_location(self, exc: Exception) -> tuple[str | None, int | None, str | None]:
+        from keepersim.replay.trace import TraceError
+
+        if isinstance(exc, TraceError):
+            return exc.path, exc.line, exc.field
+        return self.source.path, self.last_line, None
 
     def status(self) -> dict[str, Any]:
         out = super().status()

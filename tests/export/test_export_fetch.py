@@ -1,4 +1,5 @@
-"""Fetcher: bounded retries on timeout / transport / 429 / 5xx only, shared back-off, counters."""
+"""Fetcher: bounded retries on timeout / transport / 429 / 5xx / a 2xx body that is not JSON
+only (a 4xx fails at once), shared back-off, counters."""
 
 from __future__ import annotations
 
@@ -195,33 +196,81 @@ def test_other_statuses_fail_at_once(status: int) -> None:
     assert (stats.requests, stats.errors, stats.fatal_errors, stats.backoff_pauses) == (1, 0, 1, 0)
 
 
-@pytest.mark.parametrize(
-    ("body", "where"),
-    [
-        (b'{"name": "tool",}', "line 1 column 17 (char 16)"),
-        (b"", "line 1 column 1 (char 0)"),
-        (b"<html>\n<h1>Bad gateway</h1>", "line 1 column 1 (char 0)"),
-        (b'{"a": 1}\n{"b": 2}', "Extra data at line 2 column 1 (char 9)"),
-    ],
-)
-def test_bad_json_fails_at_once(body: bytes, where: str) -> None:
+BAD_BODIES = [
+    (b'{"name": "tool",}', "line 1 column 17 (char 16)"),
+    (b"", "line 1 column 1 (char 0)"),
+    (b"<html>\n<h1>Bad gateway</h1>", "line 1 column 1 (char 0)"),
+    (b'{"a": 1}\n{"b": 2}', "Extra data at line 2 column 1 (char 9)"),
+    (
+        b'{"inference": [{"index": "req-1", "mod',
+        "Unterminated string starting at at line 1 column 35 (char 34)",
+    ),  # cut
+]
+
+
+@pytest.mark.parametrize("bad", [1, 2])
+@pytest.mark.parametrize(("body", "where"), BAD_BODIES)
+def test_a_200_that_is_not_json_is_retried_like_a_transport_error(
+    body: bytes, where: str, bad: int
+) -> None:
     fake = FakeTime()
-    script = Script(httpx.Response(200, content=body), ok(1))
+    script = Script(*[httpx.Response(200, content=body)] * bad, ok({"ok": 1}), fake=fake)
     fetcher = make_fetcher(script, fake)
+    assert fetcher.get_json(URL, PARAMS) == {"ok": 1}
+    assert len(script.requests) == bad + 1
+    assert fake.sleeps == [5, 10][:bad]  # the same shared back-off as a 503
+    stats = fetcher.stats()
+    assert (stats.requests, stats.retries, stats.errors, stats.bad_bodies) == (
+        bad + 1,
+        bad,
+        bad,
+        bad,
+    )
+    assert (stats.fatal_errors, stats.gave_up, stats.backoff_pauses) == (0, 0, bad)
+
+
+@pytest.mark.parametrize(("body", "where"), BAD_BODIES)
+def test_a_200_that_is_never_json_gives_up_after_the_bounded_attempts(
+    body: bytes, where: str
+) -> None:
+    fake = FakeTime()
+    script = Script(httpx.Response(200, content=body))
+    fetcher = make_fetcher(script, fake, max_attempts=4)
     with pytest.raises(ExportFetchError) as info:
         fetcher.get_json(URL, PARAMS)
-    message = str(info.value)
-    assert message.startswith(f"GET {FULL_URL} failed: invalid JSON in HTTP 200 response: ")
-    assert message.endswith(where)
-    assert isinstance(info.value.__cause__, json.JSONDecodeError)
-    assert len(script.requests) == 1
-    assert fetcher.stats().fatal_errors == 1
+    error = info.value
+    assert str(error).startswith(
+        f"GET {FULL_URL} failed after 4 attempt(s): invalid JSON in HTTP 200 response: "
+    )
+    assert str(error).endswith(where)
+    assert isinstance(error.__cause__, json.JSONDecodeError)
+    assert (error.url, error.status_code, error.attempts, error.retryable) == (
+        FULL_URL,
+        200,
+        4,
+        True,
+    )
+    assert len(script.requests) == 4 and fake.sleeps == [5, 10, 20]
+    stats = fetcher.stats()
+    assert (stats.errors, stats.bad_bodies, stats.gave_up, stats.fatal_errors) == (4, 4, 1, 0)
 
 
-def test_undecodable_body_fails_at_once() -> None:
-    fetcher = make_fetcher(Script(httpx.Response(200, content=b'{"a": "\xff"}')), FakeTime())
-    with pytest.raises(ExportFetchError, match=r"invalid JSON .*position 7"):
+def test_an_undecodable_body_is_retried_then_named() -> None:
+    fake = FakeTime()
+    fetcher = make_fetcher(Script(httpx.Response(200, content=b'{"a": "\xff"}')), fake)
+    with pytest.raises(ExportFetchError, match=r"after 3 attempt\(s\): invalid JSON .*position 7"):
         fetcher.get_json(URL)
+    assert fetcher.stats().bad_bodies == 3
+
+
+def test_a_404_after_a_bad_body_still_fails_at_once() -> None:
+    fake = FakeTime()
+    script = Script(httpx.Response(200, content=b"{"), httpx.Response(404, text="gone"), ok(1))
+    fetcher = make_fetcher(script, fake)
+    with pytest.raises(ExportFetchError, match=r"failed: HTTP 404 Not Found: gone$") as info:
+        fetcher.get_json(URL)
+    assert len(script.requests) == 2 and info.value.attempts == 2
+    assert fetcher.stats().fatal_errors == 1 and fake.sleeps == [5]
 
 
 def test_a_pause_from_another_worker_delays_the_next_request() -> None:

@@ -1,7 +1,8 @@
 """``keepersim export`` against a local ``keepersim serve``: records identical to the simulator's
-trace, byte-identical traces from a healthy node and from one answering 30% 429/503, 4xx and bad
-JSON stopping at once with the URL, bounded retries, and one back-off gate shared by all workers
-with capped pauses.
+trace, byte-identical traces from a healthy node, from one answering 30% 429/503 and from the
+documented fault mix (truncated 200s and dropped connections included) in one run, truncated 200s
+retried, 4xx stopping at once with the URL, bounded retries, and one back-off gate shared by all
+workers with capped pauses.
 
 Loopback only (uvicorn on 127.0.0.1, a free port, in a background thread); back-off bases are
 milliseconds so the tests stay short.
@@ -10,6 +11,7 @@ milliseconds so the tests stay short.
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +29,8 @@ from keepersim.server.bench import make_demo_scenario, simulate_chain
 from keepersim.server.faults import FaultInjector, parse_fault_spec
 
 EPOCH_LENGTH = 100
+#: A fault seed with which the documented mix truncates a body and drops a connection here.
+FAULT_MIX_SEED = 2
 BLOCKS = 300
 FAST = ExportOptions(backoff_base=0.001, backoff_cap=0.004, timeout=10.0)
 
@@ -215,20 +219,22 @@ class Rule:
         await send({"type": "http.response.body", "body": self.body})
 
 
-def test_a_4xx_stops_the_export_at_once_naming_the_url(node: Node, tmp_path: Path) -> None:
+@pytest.mark.parametrize("status", [400, 404])
+def test_a_4xx_stops_the_export_at_once_naming_the_url(
+    node: Node, tmp_path: Path, status: int
+) -> None:
     rule = Rule(
         create_app(node.chain),
         lambda path, query: path.endswith("/inference") and "pagination.key" in query,
-        400,
+        status,
     )
     url = node.serve(rule)
     out = tmp_path / "t.jsonl"
     with pytest.raises(ExportError) as info:
         export_trace(url, (0, 3), out, options=opts(page_limit=50))
     message = str(info.value)
-    assert (
-        "HTTP 400" in message and f"{url}/productscience/inference/inference/inference?" in message
-    )
+    assert f"failed: HTTP {status} " in message
+    assert f"{url}/productscience/inference/inference/inference?" in message
     assert "pagination.key=" in message and "rejected by the test" in message
     result = info.value.result
     assert result is not None and result.fatal_errors == 1 and result.fetch_errors == 0
@@ -243,21 +249,78 @@ def test_a_4xx_stops_the_export_at_once_naming_the_url(node: Node, tmp_path: Pat
     assert out.with_name(out.name + ".progress.json").exists()  # done units kept for a rerun
 
 
-def test_bad_json_stops_the_export(node: Node, tmp_path: Path) -> None:
+SUMMARY_1 = "/productscience/inference/inference/epoch_performance_summary/1"
+
+
+@pytest.mark.parametrize("times", [1, 2])
+def test_a_truncated_200_is_retried(
+    node: Node, baseline: bytes, tmp_path: Path, times: int
+) -> None:
     rule = Rule(
         create_app(node.chain),
-        lambda path, query: "/epoch_performance_summary/1" in path,
+        lambda path, query: path == SUMMARY_1,
+        200,
+        body=b'{"epochPerformanceSummary": [',
+        times=times,
+    )
+    url = node.serve(rule)
+    out = tmp_path / "t.jsonl"
+    result = export_trace(url, (0, 3), out, options=opts(page_limit=37))
+    assert result.ok and out.read_bytes() == baseline
+    assert rule.seen[f"{SUMMARY_1}?"] == times + 1
+    assert (result.fetch_retries, result.fetch_errors, result.fetch_bad_bodies) == (
+        times,
+        times,
+        times,
+    )
+    assert (result.fetch_backoff_pauses, result.fatal_errors, result.gave_up) == (times, 0, 0)
+    assert result.to_dict()["fetch_bad_bodies"] == times
+
+
+def test_a_200_that_stays_truncated_stops_the_export_naming_the_url(
+    node: Node, tmp_path: Path
+) -> None:
+    rule = Rule(
+        create_app(node.chain),
+        lambda path, query: path == SUMMARY_1,
         200,
         body=b'{"epochPerformanceSummary": [',
     )
     url = node.serve(rule)
     with pytest.raises(ExportError) as info:
         export_trace(url, (0, 3), tmp_path / "t.jsonl", options=FAST)
-    assert "invalid JSON" in str(info.value)
-    assert f"{url}/productscience/inference/inference/epoch_performance_summary/1" in str(
-        info.value
-    )
-    assert rule.seen["/productscience/inference/inference/epoch_performance_summary/1?"] == 1
+    message = str(info.value)
+    assert f"GET {url}{SUMMARY_1} failed after 3 attempt(s): invalid JSON in HTTP 200" in message
+    assert rule.seen[f"{SUMMARY_1}?"] == 3
+    result = info.value.result
+    assert result is not None and not result.ok
+    assert (result.gave_up, result.fetch_bad_bodies, result.fatal_errors) == (1, 3, 0)
+
+
+def get_documented_fault_mix() -> str:
+    """The ``--faults`` example of docs/server.md (the mix users are shown)."""
+    text = (Path(__file__).parents[2] / "docs" / "server.md").read_text(encoding="utf-8")
+    found = re.search(r"--faults (\S+)", text)
+    assert found is not None
+    return found.group(1)
+
+
+def test_the_documented_fault_mix_exports_in_one_run(
+    node: Node, baseline: bytes, tmp_path: Path
+) -> None:
+    """Every fault kind of the documented mix (truncated 200s and dropped connections
+    included) is retried: one run gives the healthy node's trace byte for byte."""
+    injector = FaultInjector(parse_fault_spec(get_documented_fault_mix()), seed=FAULT_MIX_SEED)
+    url = node.serve(create_app(node.chain, faults=injector))
+    out = tmp_path / "t.jsonl"
+    result = export_trace(url, (0, 3), out, options=opts(page_limit=10))  # ~150 requests
+    assert result.ok and out.read_bytes() == baseline
+    injected = injector.stats()["injected"]
+    assert injected["badjson"] > 0 and injected["drop"] > 0  # the seed exercises both
+    assert result.fetch_bad_bodies == injected["badjson"]
+    failing = injected["429"] + injected["503"] + injected["drop"] + injected["badjson"]
+    assert result.fetch_errors == result.fetch_retries == failing
+    assert (result.fatal_errors, result.gave_up) == (0, 0)
 
 
 def test_retries_are_bounded(node: Node, tmp_path: Path) -> None:
