@@ -24,6 +24,7 @@ from policy_helpers import Net, NetFactory, make_params, make_policy_genesis
 
 from keepersim.chain import Chain
 from keepersim.keeper.keeper import Keeper
+from keepersim.keeper.policies.base import PolicyContext
 from keepersim.keeper.policies.gonka import GonkaBreaker
 from keepersim.keeper.policies.gonka_api import GonkaCBKeeper
 from keepersim.module.genesis import init_genesis
@@ -517,3 +518,32 @@ def test_api_matches_upstreams_scan_of_every_entry(steps: list[tuple[object, ...
         model.end_block(height)
         height += 1
         assert cb.get_all_cb_entries() == [e for _, e in sorted(model.entries.items())]
+
+
+class ExcludesA1AtBlock5(GonkaBreaker):
+    """The gonka policy, with one keeper call of its own in the end block of height 5."""
+
+    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+        if ctx.height == 5:
+            GonkaCBKeeper(ctx).exclude_cb_entry(ctx.height, A1, False)
+        super().process_end_block(ctx, touched)
+
+
+def test_api_inside_a_block(tmp_path: Path) -> None:
+    """On the block's own policy context the API's writes and wake-ups are the block's: the
+    exclusion made in block 5 is committed with it and its cooldown end promotes it."""
+    genesis = make_policy_genesis(make_params("gonka"), {A1: 100, A2: 100})
+    with Chain.open(
+        tmp_path / "a", genesis=genesis, extra_policies={"gonka": ExcludesA1AtBlock5}
+    ) as chain:
+        net = Net(chain)
+        run_until(net, 5)
+        assert net.state(A1)["state"] == "excluded" and net.admitted() == {A2}
+        run_until(net, 5 + INITIAL - 1)
+        assert net.state(A1)["state"] == "excluded"
+        net.block()
+        assert net.state(A1)["state"] == "probe" and net.admitted() == {A1, A2}
+        assert [(t.height, t.to_state) for t in net.transitions(A1)] == [
+            (5, "excluded"),
+            (5 + INITIAL, "probe"),
+        ]
