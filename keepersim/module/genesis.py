@@ -13,6 +13,8 @@ from typing import Any
 from google.protobuf import json_format
 
 from keepersim.keeper.keeper import Keeper
+from keepersim.keeper.policies import BUILTIN_POLICIES
+from keepersim.keeper.policies.base import process_missing_wakeups
 from keepersim.module.epoch import process_new_epoch_group
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
@@ -67,6 +69,11 @@ def init_genesis(keeper: Keeper, genesis: GenesisState) -> None:
         keeper.set_excluded(excluded)
     for entry in genesis.policy_state:
         keeper.store.set(entry.key, entry.value)
+    if genesis.policy_state:
+        # An entry imported without its queue key (written by hand, or by another tool) would
+        # never wake up: give it the key it needs.
+        for name in sorted(BUILTIN_POLICIES):
+            process_missing_wakeups(keeper.store, BUILTIN_POLICIES[name](), genesis.height)
     if genesis.HasField("pending_params"):
         validate_params(genesis.pending_params)
         keeper.set_pending_params(genesis.pending_params)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from core_helpers import MODEL, Driver
 
-from keepersim.keeper.policies.gonka import GonkaBreaker
+from keepersim.keeper.policies.gonka import get_cb_entry
 from keepersim.types.events import HealthTransition
 from keepersim.types.pb.health_pb2 import EXCLUDED, HEALTHY, PROBE
 from keepersim.types.pb.params_pb2 import Params
@@ -58,10 +58,14 @@ def test_conformance_vectors(driver: Driver, ok: int, missed: int, excluded: boo
 
 
 def test_defaults_healthy(driver: Driver) -> None:
-    assert GonkaBreaker.get_entry(None, P).state == HEALTHY
+    cb = driver.chain.get_params().circuit_breaker_params
+    assert get_cb_entry(None, P, cb).state == HEALTHY
     state = driver.state(P)
     assert state["state"] == "healthy" and state["admitted"] is True
-    assert state["cooldown_blocks"] == 0 and state["excluded_at_block"] == 0
+    # As upstream's GetCBEntry (gonka-ai/gonka 6a468b08): no entry reads with the initial
+    # cooldown (50), not 0.
+    assert state["cooldown_blocks"] == 50 and state["excluded_at_block"] == 0
+    assert state["probe_attempts"] == 0 and state["probe_restored"] is False
     assert driver.health("nobody-knows-me", 1) == (True, "healthy")  # unknown participant passes
 
 
@@ -72,7 +76,8 @@ def test_promote_at_end_block_of_excluded_at_plus_cooldown(driver: Driver) -> No
     assert P not in driver.chain.get_selection_table(MODEL).addresses
     driver.run_to(58)
     entry = driver.entry(P)
-    assert entry is not None and entry.state == PROBE and entry.probe_attempts == 1
+    # A promotion counts no probe attempt (upstream's PromoteCBEntryToProbe); a failed probe does.
+    assert entry is not None and entry.state == PROBE and entry.probe_attempts == 0
     assert driver.transitions_at(58) == [transition(58, "excluded", "probe", "cooldown expired")]
     assert driver.queue() == []
     # probe included
@@ -127,6 +132,7 @@ def test_probe_failure_doubles_cooldown_twice(driver: Driver) -> None:
     entry = driver.entry(P)
     assert entry is not None and (entry.state, entry.excluded_at_block) == (EXCLUDED, 59)
     assert entry.cooldown_blocks == 100
+    assert entry.probe_attempts == 1  # upstream's ExcludeCBEntry(reExclusion) counts it
     driver.miss(P, 160)
     driver.run_to(158)
     assert driver.entry(P).state == EXCLUDED  # type: ignore[union-attr]

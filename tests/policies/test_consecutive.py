@@ -42,6 +42,11 @@ def test_opens_after_consecutive_failures_and_a_success_resets(make_net: NetFact
     assert t.height == net.height
     assert "a" not in net.admitted()
     assert net.state("a")["state"] == "open"
+    # As SMG's: opening clears only the success streak (test_upstream_smg.py has SMG's tests).
+    assert (net.state("a")["consecutive_failures"], net.state("a")["consecutive_successes"]) == (
+        3,
+        0,
+    )
 
 
 def test_open_moves_to_half_open_at_the_timeout_end_block(make_net: NetFactory) -> None:

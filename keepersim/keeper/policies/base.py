@@ -173,22 +173,24 @@ class HeightQueue:
             known = self._known = _QueueHeights(sorted(heights), heights)
         return known
 
-    def pop_due(self) -> list[str]:
-        """Items due at a height <= now, distinct and sorted; removed from the queue."""
+    def pop_due(self, height: int | None = None) -> list[str]:
+        """Items due at a height <= ``height`` (default: now), distinct and sorted; removed from
+        the queue."""
+        now = self._height if height is None else height
         store = self._store
         known = self.get_known()
         items: set[str] = set()
         heap = known.heap
-        while heap and heap[0] <= self._height:
-            height = heapq.heappop(heap)
-            known.heights.discard(height)
-            key = self._prefix + keys.height_key(height)
+        while heap and heap[0] <= now:
+            due = heapq.heappop(heap)
+            known.heights.discard(due)
+            key = self._prefix + keys.height_key(due)
             raw = store.get(key)
             if raw is not None:
                 store.delete(key)
                 items.update(keys.decode_address_set(raw))
-        for height in [h for h in self._pending if h <= self._height]:
-            items.update(self._pending.pop(height))
+        for due in [h for h in self._pending if h <= now]:
+            items.update(self._pending.pop(due))
         return sorted(items)
 
     def flush(self) -> None:
@@ -449,9 +451,11 @@ class PolicyContext:
         next end block)."""
         self._queue.schedule(height, address)
 
-    def pop_due(self) -> list[str]:
-        """Addresses due by now, distinct and sorted; removed from the queue."""
-        return self._queue.pop_due()
+    def pop_due(self, height: int | None = None) -> list[str]:
+        """Addresses due by ``height`` (default: now), distinct and sorted; removed from the
+        queue. A height other than now is for the low-level APIs that mirror upstream's keeper
+        calls with explicit heights (gonka_api, consecutive_api); it must not be below now."""
+        return self._queue.pop_due(height)
 
     def schedule_item(self, height: int, item: str) -> None:
         """Like schedule, for an item of the policy's own choosing (e.g. an inference id)."""
@@ -595,6 +599,11 @@ class HealthPolicy:
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         return ADMITTED
 
+    def get_wakeup(self, raw: bytes) -> int | None:
+        """The height whose end block must look at this stored entry (None: none), for entries
+        written without their queue key (a genesis import): see process_missing_wakeups."""
+        return None
+
     def get_exclusion_cap_pct(self, params: Params) -> int:
         """Most share of candidate weight this policy may keep out (100 = no cap)."""
         return 100
@@ -611,3 +620,23 @@ class HealthPolicy:
         """A JSON-able view of the participant's policy state, for queries and metrics."""
         health = self.get_health(reader, address, height)
         return {"state": health.state, "admitted": health.admitted}
+
+
+def process_missing_wakeups(store: KVStore, policy: HealthPolicy, height: int) -> None:
+    """Queue the wake-up of every stored entry of ``policy`` whose queue key at its wake-up
+    height does not list it yet (a past height: the next end block). An import writes entries
+    and queue keys verbatim, so an entry imported without its key would never wake up; one
+    imported with it changes nothing (the round trip keeps its app hash)."""
+    state = keys.POLICY_STATE + policy.prefix
+    queue_prefix = keys.POLICY_QUEUE + policy.prefix
+    queue = HeightQueue(store, queue_prefix, height)
+    n = len(state)
+    for key, raw in list(store.iterate(state, prefix_end(state))):
+        wakeup = policy.get_wakeup(raw)
+        if wakeup is None:
+            continue
+        address = key[n:].decode()
+        listed = store.get(queue_prefix + keys.height_key(wakeup))
+        if listed is None or address not in keys.decode_address_set(listed):
+            queue.schedule(wakeup, address)
+    queue.flush()

@@ -1,4 +1,5 @@
-"""SMG's consecutive-failure circuit breaker (SGLang model gateway), in blocks.
+"""SMG's consecutive-failure circuit breaker (SGLang model gateway; smg-project/smg 28590879,
+``model_gateway/src/worker/circuit_breaker.rs``), in blocks.
 
 CLOSED -(failure_threshold consecutive failures)-> OPEN -(timeout_blocks)-> HALF_OPEN;
 HALF_OPEN -(success_threshold consecutive successes)-> CLOSED; any HALF_OPEN failure -> OPEN
@@ -6,6 +7,12 @@ HALF_OPEN -(success_threshold consecutive successes)-> CLOSED; any HALF_OPEN fai
 pushback, SMG's 429) records nothing in either direction, so it can neither open nor close a
 breaker. SMG moves OPEN to HALF_OPEN at the next check of the worker; here that check is the end
 block of the timeout height, through the policy's wake-up queue, so idle blocks cost nothing.
+
+Counters as SMG's: every success adds to ``consecutive_successes`` and zeroes
+``consecutive_failures``, every failure the reverse, in any state; opening clears only the
+success streak, closing and the move to HALF_OPEN clear both. The transition rules are the
+module-level ``process_*`` functions (explicit heights), which the policy's hooks and
+``consecutive_api.ConsecutiveBreakers`` (SMG's reset / force_open / state reads) both call.
 
 Per-participant overrides (``params.health_params.consecutive.overrides``) replace the
 thresholds, the timeout and the set of outcome classes counted as pushback ("declined", "miss");
@@ -118,6 +125,101 @@ def compute_outcome_class(outcome: Outcome, pushback: frozenset[str]) -> Outcome
     return Outcome.NEUTRAL if "declined" in pushback else Outcome.MISS
 
 
+def process_result(
+    ctx: PolicyContext, address: str, kind: Outcome, settings: BreakerSettings, height: int
+) -> None:
+    """One classified result at ``height`` (SMG's record_success / record_failure; a neutral
+    one records nothing on the breaker). As SMG: a success counts in the success streak and a
+    failure in the failure streak in every state, each resetting the other streak."""
+    entry = ConsecutiveBreaker.get_entry(ctx.get_raw(address), address)
+    if not settings.enabled and entry.state != CLOSED:
+        # Opened before the breaker was disabled: disabling closes it at its next result.
+        from_state = STATE_NAMES[entry.state]
+        entry.state = CLOSED
+        entry.consecutive_failures = 0
+        entry.consecutive_successes = 0
+        ctx.emit_transition(address, from_state, "closed", "breaker disabled")
+    if kind is Outcome.NEUTRAL:
+        # Records nothing on the breaker: no streak moves, no probe closes.
+        entry.total_neutral += 1
+    elif kind is Outcome.SUCCESS:
+        entry.total_successes += 1
+        entry.consecutive_failures = 0
+        entry.consecutive_successes += 1
+        if entry.state == HALF_OPEN and entry.consecutive_successes >= settings.success_threshold:
+            process_close(ctx, entry, f"{entry.consecutive_successes} consecutive successes")
+        # OPEN: a late result of a request sent before the breaker opened; counted only.
+    else:
+        entry.total_failures += 1
+        entry.consecutive_successes = 0
+        entry.consecutive_failures += 1
+        if entry.state == HALF_OPEN:
+            process_open(ctx, entry, settings, "failure while half-open", height)
+        elif entry.state == CLOSED and entry.consecutive_failures >= settings.failure_threshold:
+            if settings.enabled:
+                reason = f"{entry.consecutive_failures} consecutive failures"
+                process_open(ctx, entry, settings, reason, height)
+            elif entry.consecutive_failures == settings.failure_threshold:
+                entry.would_open_count += 1
+                entry.last_would_open_block = height
+    ctx.set_message(address, entry)
+
+
+def process_open(
+    ctx: PolicyContext,
+    entry: ConsecutiveEntry,
+    settings: BreakerSettings,
+    reason: str,
+    height: int,
+) -> None:
+    """To OPEN at ``height`` (SMG's transition_to(Open)): the success streak is cleared, the
+    failure streak kept; HALF_OPEN from ``height + timeout_blocks``. The caller stores it."""
+    from_state = STATE_NAMES[entry.state]
+    entry.state = OPEN
+    entry.opened_at_block = height
+    entry.half_open_at_block = height + settings.timeout_blocks
+    entry.consecutive_successes = 0
+    entry.open_count += 1
+    ctx.schedule(entry.half_open_at_block, entry.address)
+    ctx.emit_transition(entry.address, from_state, "open", reason)
+
+
+def process_close(ctx: PolicyContext, entry: ConsecutiveEntry, reason: str) -> None:
+    """To CLOSED (SMG's transition_to(Closed)): both streaks cleared. The caller stores it."""
+    from_state = STATE_NAMES[entry.state]
+    entry.state = CLOSED
+    entry.consecutive_successes = 0
+    entry.consecutive_failures = 0
+    ctx.emit_transition(entry.address, from_state, "closed", reason)
+
+
+def process_half_open(ctx: PolicyContext, entry: ConsecutiveEntry, height: int) -> bool:
+    """OPEN -> HALF_OPEN once ``height`` reaches the timeout (SMG's check of the state), both
+    streaks cleared, and stored; False (nothing done) for any other entry."""
+    if entry.state != OPEN or height < entry.half_open_at_block:
+        return False
+    entry.state = HALF_OPEN
+    entry.consecutive_failures = 0
+    entry.consecutive_successes = 0
+    ctx.set_message(entry.address, entry)
+    ctx.emit_transition(
+        entry.address,
+        "open",
+        "half_open",
+        f"timeout of {entry.half_open_at_block - entry.opened_at_block} blocks",
+    )
+    return True
+
+
+def process_timeouts(ctx: PolicyContext, height: int) -> None:
+    """The queued timeouts due by ``height``: OPEN -> HALF_OPEN (a stale wake-up, of an entry
+    reopened since with a later timeout or closed, does nothing)."""
+    for address in ctx.pop_due(height):
+        raw = ctx.get_raw(address)
+        if raw is not None:
+            process_half_open(ctx, ConsecutiveEntry.FromString(raw), height)
+
+
 class ConsecutiveBreaker(HealthPolicy):
     name: ClassVar[str] = "consecutive"
     prefix: ClassVar[bytes] = b"\x02"
@@ -133,85 +235,15 @@ class ConsecutiveBreaker(HealthPolicy):
     ) -> None:
         settings = get_settings(ctx.params.health_params.consecutive, address)
         kind = compute_outcome_class(outcome, settings.pushback)
-        entry = self.get_entry(ctx.get_raw(address), address)
-        if not settings.enabled and entry.state != CLOSED:
-            # Opened before the breaker was disabled: disabling closes it at its next result.
-            from_state = STATE_NAMES[entry.state]
-            entry.state = CLOSED
-            entry.consecutive_failures = 0
-            entry.consecutive_successes = 0
-            ctx.emit_transition(address, from_state, "closed", "breaker disabled")
-        if kind is Outcome.NEUTRAL:
-            # Records nothing on the breaker: no streak moves, no probe closes.
-            entry.total_neutral += 1
-        elif kind is Outcome.SUCCESS:
-            entry.total_successes += 1
-            entry.consecutive_failures = 0
-            if entry.state == HALF_OPEN:
-                entry.consecutive_successes += 1
-                if entry.consecutive_successes >= settings.success_threshold:
-                    self.process_close(ctx, entry)
-        else:
-            entry.total_failures += 1
-            entry.consecutive_successes = 0
-            if entry.state == HALF_OPEN:
-                self.process_open(ctx, entry, settings, "failure while half-open")
-            elif entry.state == CLOSED:
-                entry.consecutive_failures += 1
-                if entry.consecutive_failures >= settings.failure_threshold:
-                    if settings.enabled:
-                        self.process_open(
-                            ctx,
-                            entry,
-                            settings,
-                            f"{entry.consecutive_failures} consecutive failures",
-                        )
-                    elif entry.consecutive_failures == settings.failure_threshold:
-                        entry.would_open_count += 1
-                        entry.last_would_open_block = ctx.height
-            # OPEN: a late result of a request sent before the breaker opened; counted only.
-        ctx.set_message(address, entry)
-
-    def process_open(
-        self, ctx: PolicyContext, entry: ConsecutiveEntry, settings: BreakerSettings, reason: str
-    ) -> None:
-        from_state = STATE_NAMES[entry.state]
-        entry.state = OPEN
-        entry.opened_at_block = ctx.height
-        entry.half_open_at_block = ctx.height + settings.timeout_blocks
-        entry.consecutive_failures = 0
-        entry.consecutive_successes = 0
-        entry.open_count += 1
-        ctx.schedule(entry.half_open_at_block, entry.address)
-        ctx.emit_transition(entry.address, from_state, "open", reason)
-
-    def process_close(self, ctx: PolicyContext, entry: ConsecutiveEntry) -> None:
-        successes = entry.consecutive_successes
-        entry.state = CLOSED
-        entry.consecutive_successes = 0
-        entry.consecutive_failures = 0
-        ctx.emit_transition(
-            entry.address, "half_open", "closed", f"{successes} consecutive successes"
-        )
+        process_result(ctx, address, kind, settings, ctx.height)
 
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
         """Only queued timeouts: OPEN -> HALF_OPEN once its timeout height is reached."""
-        for address in ctx.pop_due():
-            raw = ctx.get_raw(address)
-            if raw is None:
-                continue
-            entry = ConsecutiveEntry.FromString(raw)
-            if entry.state != OPEN or ctx.height < entry.half_open_at_block:
-                continue  # stale wake-up (reopened since with a later timeout)
-            entry.state = HALF_OPEN
-            entry.consecutive_successes = 0
-            ctx.set_message(address, entry)
-            ctx.emit_transition(
-                address,
-                "open",
-                "half_open",
-                f"timeout of {entry.half_open_at_block - entry.opened_at_block} blocks",
-            )
+        process_timeouts(ctx, ctx.height)
+
+    def get_wakeup(self, raw: bytes) -> int | None:
+        entry = ConsecutiveEntry.FromString(raw)
+        return entry.half_open_at_block if entry.state == OPEN else None
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         raw = reader.get_raw(address)

@@ -1,12 +1,20 @@
-"""Gonka's fast circuit breaker (issue #942, MinglesAI/gonka keeper/circuit_breaker.go).
+"""Gonka's fast circuit breaker (issue #942; gonka-ai/gonka 6a468b08, MinglesAI/gonka 189891e5,
+``inference-chain/x/inference/keeper/circuit_breaker.go``).
 
 HEALTHY -(epoch miss rate > pct over >= min samples)-> EXCLUDED -(cooldown over)-> PROBE;
 PROBE -(success)-> HEALTHY; PROBE -(miss)-> EXCLUDED with the cooldown doubled (capped).
 Cooldown expiries sit in a height-keyed queue, so a quiet block costs nothing per participant.
+
+The keeper functions are the module-level ``process_*`` / ``get_*`` functions below, each with
+an explicit height like upstream's: the policy's hooks call them with the block's height, and
+``gonka_api.GonkaCBKeeper`` exposes them under upstream's names. Counters as upstream: a failed
+probe (``ExcludeCBEntry`` with ``reExclusion``) counts one probe attempt, a promotion none;
+nothing but the epoch boundary (every entry deleted) resets it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
@@ -46,109 +54,144 @@ def get_cooldown_end(entry: CircuitBreakerEntry) -> int:
     return entry.excluded_at_block + entry.cooldown_blocks
 
 
-class GonkaBreaker(HealthPolicy):
-    name: ClassVar[str] = "gonka"
-    prefix: ClassVar[bytes] = b"\x01"
-    verdict_reads_participants: ClassVar[bool] = True  # the epoch miss rate
+def get_cb_entry(
+    raw: bytes | None, address: str, params: CircuitBreakerParams
+) -> CircuitBreakerEntry:
+    """GetCBEntry: the stored entry, or HEALTHY with the initial cooldown when there is none.
 
-    @staticmethod
-    def get_entry(raw: bytes | None, address: str) -> CircuitBreakerEntry:
-        if raw is None:
-            return CircuitBreakerEntry(address=address, state=HEALTHY)
-        return CircuitBreakerEntry.FromString(raw)
-
-    def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
-    ) -> None:
-        """RecordCBResult: acts only in PROBE."""
-        raw = ctx.get_raw(address)
-        if raw is None or outcome is Outcome.NEUTRAL:
-            return
-        entry = CircuitBreakerEntry.FromString(raw)
-        if entry.state != PROBE:
-            return
-        if outcome is Outcome.SUCCESS:
-            self.process_restore(ctx, entry)
-        else:
-            self.process_failed_probe(ctx, entry)
-
-    def process_restore(self, ctx: PolicyContext, entry: CircuitBreakerEntry) -> None:
-        entry.state = HEALTHY
-        entry.last_restored_block = ctx.height
-        entry.probe_restored = True
-        ctx.set_message(entry.address, entry)
-        # The miss-rate rule may exclude it again from the next block on (no grace after that).
-        ctx.schedule(ctx.height + 1, entry.address)
-        ctx.emit_transition(entry.address, "probe", "healthy", "probe succeeded")
-
-    def process_failed_probe(self, ctx: PolicyContext, entry: CircuitBreakerEntry) -> None:
-        cb = ctx.params.circuit_breaker_params
-        entry.state = EXCLUDED
-        entry.excluded_at_block = ctx.height
-        entry.cooldown_blocks = min(2 * entry.cooldown_blocks, cb.max_cooldown_blocks)
-        ctx.set_message(entry.address, entry)
-        ctx.schedule(get_cooldown_end(entry), entry.address)
-        ctx.emit_transition(
-            entry.address, "probe", "excluded", f"probe missed; cooldown {entry.cooldown_blocks}"
+    Upstream's getter fills in its compile-time default (50 blocks) rather than the param; the
+    two agree at the default params, and keepersim's param is the initial cooldown (upstream
+    reads its param only for a stored entry without a cooldown).
+    """
+    if raw is None:
+        return CircuitBreakerEntry(
+            address=address, state=HEALTHY, cooldown_blocks=params.initial_cooldown_blocks
         )
+    return CircuitBreakerEntry.FromString(raw)
 
-    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
-        cb = ctx.params.circuit_breaker_params
-        due = ctx.pop_due()
-        for address in due:
-            entry = self.get_entry(ctx.get_raw(address), address)
-            if entry.state == EXCLUDED and ctx.height >= get_cooldown_end(entry):
-                self.process_promote(ctx, entry)
-        for address in sorted(set(touched).union(due)):
-            entry = self.get_entry(ctx.get_raw(address), address)
-            if entry.state != HEALTHY:
-                continue
-            if entry.probe_restored and entry.last_restored_block == ctx.height:
-                continue  # one-block grace after a successful probe
-            participant = ctx.keeper.get_participant(address)
-            if participant is None or not is_miss_rate_exceeded(
-                participant.current_epoch_stats, cb
-            ):
-                continue
-            self.process_exclude(ctx, entry, participant.current_epoch_stats)
 
-    def process_promote(self, ctx: PolicyContext, entry: CircuitBreakerEntry) -> None:
-        entry.state = PROBE
+def get_cb_wakeup(entry: CircuitBreakerEntry) -> int | None:
+    """The end block that must look at ``entry``: an EXCLUDED one's cooldown end."""
+    return get_cooldown_end(entry) if entry.state == EXCLUDED else None
+
+
+def process_set_cb_entry(ctx: PolicyContext, entry: CircuitBreakerEntry) -> None:
+    """SetCBEntry, with the wake-up queue kept in step (an EXCLUDED entry is promoted in the
+    end block of its cooldown end, as upstream's scan of every entry would)."""
+    ctx.set_message(entry.address, entry)
+    wakeup = get_cb_wakeup(entry)
+    if wakeup is not None:
+        ctx.schedule(wakeup, entry.address)
+
+
+def process_exclude(
+    ctx: PolicyContext,
+    entry: CircuitBreakerEntry,
+    height: int,
+    re_exclusion: bool,
+    reason: str = "excluded",
+) -> None:
+    """ExcludeCBEntry: EXCLUDED at ``height``; a re-exclusion (a failed probe) doubles the
+    cooldown up to the cap and counts a probe attempt; a cooldown of 0 starts at the initial."""
+    cb = ctx.params.circuit_breaker_params
+    from_state = STATE_NAMES[entry.state]
+    cooldown = entry.cooldown_blocks if entry.cooldown_blocks > 0 else cb.initial_cooldown_blocks
+    if re_exclusion:
+        cooldown = min(2 * cooldown, cb.max_cooldown_blocks)
         entry.probe_attempts += 1
-        ctx.set_message(entry.address, entry)
-        ctx.emit_transition(entry.address, "excluded", "probe", "cooldown expired")
+        reason = f"probe missed; cooldown {cooldown}"
+    entry.state = EXCLUDED
+    entry.excluded_at_block = height
+    entry.cooldown_blocks = cooldown
+    process_set_cb_entry(ctx, entry)
+    ctx.emit_transition(entry.address, from_state, "excluded", reason)
 
-    def process_exclude(
-        self, ctx: PolicyContext, entry: CircuitBreakerEntry, stats: CurrentEpochStats
-    ) -> None:
-        cb = ctx.params.circuit_breaker_params
-        entry.state = EXCLUDED
-        entry.excluded_at_block = ctx.height
-        if entry.cooldown_blocks == 0:
-            entry.cooldown_blocks = cb.initial_cooldown_blocks
-        ctx.set_message(entry.address, entry)
-        ctx.schedule(get_cooldown_end(entry), entry.address)
-        ctx.emit_transition(
-            entry.address,
-            "healthy",
-            "excluded",
-            f"miss rate {stats.missed_requests}/{stats.inference_count + stats.missed_requests}",
-        )
 
-    def process_epoch_boundary(self, ctx: PolicyContext) -> None:
-        """ClearAllCBState: the epoch is the backstop; no exclusion outlives it."""
-        states = {
-            address: CircuitBreakerEntry.FromString(raw).state for address, raw in ctx.iterate_raw()
-        }
-        for address in ctx.clear_all():
-            if states[address] != HEALTHY:  # a kept (restored) entry changes no state
-                ctx.emit_transition(
-                    address, STATE_NAMES[states[address]], "healthy", "epoch boundary reset"
-                )
+def process_promote(ctx: PolicyContext, entry: CircuitBreakerEntry, height: int) -> None:
+    """PromoteCBEntryToProbe: PROBE; no counter moves."""
+    from_state = STATE_NAMES[entry.state]
+    entry.state = PROBE
+    ctx.set_message(entry.address, entry)
+    ctx.emit_transition(entry.address, from_state, "probe", "cooldown expired")
 
-    def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
-        """The read-only health filter."""
-        entry = self.get_entry(reader.get_raw(address), address)
+
+def process_restore(ctx: PolicyContext, entry: CircuitBreakerEntry, height: int) -> None:
+    """A successful probe: HEALTHY, kept with its cooldown and probe attempts, marked restored
+    at ``height`` (the one-block grace of the end-block pass)."""
+    entry.state = HEALTHY
+    entry.last_restored_block = height
+    entry.probe_restored = True
+    ctx.set_message(entry.address, entry)
+    # The miss-rate rule may exclude it again from the next block on (no grace after that).
+    ctx.schedule(height + 1, entry.address)
+    ctx.emit_transition(entry.address, "probe", "healthy", "probe succeeded")
+
+
+def process_cb_result(ctx: PolicyContext, address: str, height: int, success: bool) -> None:
+    """RecordCBResult: acts only in PROBE (success restores, a miss re-excludes)."""
+    raw = ctx.get_raw(address)
+    if raw is None:
+        return
+    entry = CircuitBreakerEntry.FromString(raw)
+    if entry.state != PROBE:
+        return
+    if success:
+        process_restore(ctx, entry, height)
+    else:
+        process_exclude(ctx, entry, height, True)
+
+
+def process_cb_state_for_block(ctx: PolicyContext, height: int, addresses: Iterable[str]) -> None:
+    """UpdateCBStateForBlock: 1. EXCLUDED entries whose cooldown ended -> PROBE; 2. HEALTHY
+    participants among ``addresses`` (and those woken) meeting the miss-rate rule -> EXCLUDED,
+    except in the block of their restoration. Upstream scans every entry and participant; here
+    pass 1 reads the wake-up queue and pass 2 the participants whose state changed (the chain
+    passes its touched set), which decides the same."""
+    cb = ctx.params.circuit_breaker_params
+    due = ctx.pop_due(height)
+    for address in due:
+        raw = ctx.get_raw(address)
+        if raw is None:
+            continue
+        entry = CircuitBreakerEntry.FromString(raw)
+        if entry.state == EXCLUDED and height >= get_cooldown_end(entry):
+            process_promote(ctx, entry, height)
+    keeper = ctx.keeper
+    for address in sorted(set(addresses).union(due)):
+        entry = get_cb_entry(ctx.get_raw(address), address, cb)
+        if entry.state != HEALTHY:
+            continue
+        if entry.probe_restored and entry.last_restored_block == height:
+            continue  # one-block grace after a successful probe
+        participant = keeper.get_participant(address)
+        if participant is None:
+            continue
+        stats = participant.current_epoch_stats
+        if not is_miss_rate_exceeded(stats, cb):
+            continue
+        total = stats.inference_count + stats.missed_requests
+        process_exclude(ctx, entry, height, False, f"miss rate {stats.missed_requests}/{total}")
+
+
+def process_clear_all(ctx: PolicyContext) -> None:
+    """ClearAllCBState: every entry (and wake-up) deleted; a non-HEALTHY one reports its reset."""
+    states = {
+        address: CircuitBreakerEntry.FromString(raw).state for address, raw in ctx.iterate_raw()
+    }
+    for address in ctx.clear_all():
+        if states[address] != HEALTHY:  # a kept (restored) entry changes no state
+            ctx.emit_transition(
+                address, STATE_NAMES[states[address]], "healthy", "epoch boundary reset"
+            )
+
+
+def get_cb_health(reader: PolicyReader, address: str, height: int) -> Health:
+    """One candidate in the read-only health filter (createHealthFilterFn) at ``height``:
+    PROBE passes; EXCLUDED passes once its cooldown is over (the promotion is the end block's);
+    HEALTHY fails while it meets the miss-rate rule; an unknown participant passes."""
+    raw = reader.get_raw(address)
+    if raw is not None:
+        entry = CircuitBreakerEntry.FromString(raw)
         if entry.state == PROBE:
             return Health(True, state="probe")
         if entry.state == EXCLUDED:
@@ -156,16 +199,43 @@ class GonkaBreaker(HealthPolicy):
             if height >= end:
                 return Health(True, state="excluded")
             return Health(False, severity=1_000_000, valid_until=end - 1, state="excluded")
-        participant = reader.keeper.get_participant(address)
-        if participant is None:
-            return Health(True)
-        stats = participant.current_epoch_stats
-        if is_miss_rate_exceeded(stats, reader.params.circuit_breaker_params):
-            return Health(False, severity=compute_miss_rate_ppm(stats), state="healthy")
+    participant = reader.keeper.get_participant(address)
+    if participant is None:
         return Health(True)
+    stats = participant.current_epoch_stats
+    if is_miss_rate_exceeded(stats, reader.params.circuit_breaker_params):
+        return Health(False, severity=compute_miss_rate_ppm(stats), state="healthy")
+    return Health(True)
+
+
+class GonkaBreaker(HealthPolicy):
+    name: ClassVar[str] = "gonka"
+    prefix: ClassVar[bytes] = b"\x01"
+    verdict_reads_participants: ClassVar[bool] = True  # the epoch miss rate
+
+    def process_outcome(
+        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+    ) -> None:
+        """RecordCBResult (a decline records nothing)."""
+        if outcome is not Outcome.NEUTRAL:
+            process_cb_result(ctx, address, ctx.height, outcome is Outcome.SUCCESS)
+
+    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+        process_cb_state_for_block(ctx, ctx.height, touched)
+
+    def process_epoch_boundary(self, ctx: PolicyContext) -> None:
+        """ClearAllCBState: the epoch is the backstop; no exclusion outlives it."""
+        process_clear_all(ctx)
+
+    def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
+        return get_cb_health(reader, address, height)
+
+    def get_wakeup(self, raw: bytes) -> int | None:
+        return get_cb_wakeup(CircuitBreakerEntry.FromString(raw))
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
-        entry = self.get_entry(reader.get_raw(address), address)
+        """The whole entry (as GetCBEntry reads it), its verdict and its cooldown end."""
+        entry = get_cb_entry(reader.get_raw(address), address, reader.params.circuit_breaker_params)
         health = self.get_health(reader, address, height)
         return {
             "state": STATE_NAMES[entry.state],
@@ -175,4 +245,5 @@ class GonkaBreaker(HealthPolicy):
             "cooldown_end": get_cooldown_end(entry) if entry.state == EXCLUDED else None,
             "probe_attempts": entry.probe_attempts,
             "last_restored_block": entry.last_restored_block,
+            "probe_restored": entry.probe_restored,
         }
