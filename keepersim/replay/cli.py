@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from keepersim.progress import PROGRESS_HELP
+
 if TYPE_CHECKING:
     from keepersim.replay.as_recorded import ReplayReport
     from keepersim.replay.estimator import BetaPrior
@@ -86,7 +88,7 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="show a progress bar on stderr (default: when stderr is a terminal)",
+        help=PROGRESS_HELP,
     )
     parser.set_defaults(handler=run_replay_command)
     return parser
@@ -171,7 +173,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         governance = load_governance_file(
             args.governance, _read_base_params(args.trace, args.skip_bad)
         )
-    progress = sys.stderr.isatty() if args.progress is None else bool(args.progress)
+    progress = args.progress is not False
     if args.mode == "as-recorded":
         report = replay_as_recorded(
             args.trace,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from keepersim.progress import make_progress
 from keepersim.report.stats import (
     compute_oracle_efficiency,
     compute_t_interval,
@@ -153,10 +154,8 @@ def _run_task(task: RunTask) -> dict[str, Any]:
 
 
 def _execute(tasks: list[RunTask], jobs: int, progress: bool) -> list[dict[str, Any]]:
-    from tqdm import tqdm
-
     results: list[dict[str, Any] | None] = [None] * len(tasks)
-    bar = tqdm(total=len(tasks), disable=not progress, unit="run", desc="keepersim compare")
+    bar = make_progress(len(tasks), desc="compare", unit="runs", enabled=progress)
     try:
         if jobs <= 1:
             for i, task in enumerate(tasks):

@@ -648,7 +648,7 @@ class _Run:
         return self._kept
 
     def run(self, progress: bool) -> MetricsCollector:
-        from tqdm import tqdm
+        from keepersim.progress import make_progress
 
         s, chain, metrics, trace = self.s, self.chain, self.metrics, self.trace
         if trace is not None:
@@ -656,10 +656,10 @@ class _Run:
             with chain.read() as k:
                 trace.add_participants(0, 0, list(k.iterate_participants()))
             trace.flush(0)
-        bar = tqdm(
-            total=s.blocks,
-            disable=not progress,
-            unit="block",
+        bar = make_progress(
+            s.blocks,
+            enabled=progress,
+            unit="blocks",
             desc=f"{s.name}/{self.params.health_params.policy}",
             mininterval=0.5,
             leave=False,
