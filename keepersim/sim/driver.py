@@ -585,7 +585,13 @@ class _Run:
         self.params = params
         self.trace = trace
         self.on_block = on_block
-        self.metrics = MetricsCollector(scenario, bucket_blocks=bucket_blocks)
+        self.metrics = MetricsCollector(
+            scenario,
+            bucket_blocks=bucket_blocks,
+            expiration_blocks=max(
+                [params.expiration_blocks, *(p.expiration_blocks for _, p in schedule)]
+            ),
+        )
         self.stepper = ScenarioStepper(
             scenario,
             chain,
@@ -687,7 +693,7 @@ class _Run:
         metrics.unassigned_requests = stepper.unassigned
         metrics.unserved_requests = stepper.unserved
         metrics.planned_misses = stepper.planned_misses
-        metrics.in_flight_at_end = len(self.in_flight)
+        metrics.record_pending(f.start for f in self.in_flight.values())
         if trace is not None:
             with chain.read() as k:
                 left: list[Inference] = []

@@ -44,7 +44,16 @@ Definitions (the keys of :meth:`MetricsCollector.compute`):
     misses, declines.
 ``timeline``
     per bucket of ``bucket_blocks`` heights: mean excluded and falsely excluded weight share,
-    and the miss rate of the inferences *started* in the bucket (resolved ones only).
+    the inferences *started* in the bucket that resolved (``inferences``, ``misses``,
+    ``declines``) or are still in flight at the end (``pending``), and ``miss_rate`` over the
+    starts whose outcome the run can show: a miss is known only ``expiration_blocks`` after its
+    start, while a finish may come sooner, so a rate over the resolved starts of the last
+    ``expiration_blocks`` heights would count their finishes and not their misses (it fell to
+    ~0). ``miss_rate`` is ``rate_misses / rate_inferences`` over the starts at heights up to
+    ``last - expiration_blocks`` (the largest in force in the run): all of them resolved, and
+    the cut-off does not depend on outcomes. A bucket with heights past the cut-off, or shorter
+    than ``bucket_blocks``, is ``partial: true`` (``rate_end``: the last start height its rate
+    counts; a bucket wholly past the cut-off has ``miss_rate`` None). docs/metrics.md.
 
 Weights are the scenario's weights (the same for every policy), not the chain's
 reputation-adjusted selection weights.
@@ -125,7 +134,17 @@ def summarize_delays(delays: Iterable[int]) -> dict[str, float | int | None]:
 
 
 class _Bucket:
-    __slots__ = ("blocks", "excluded", "false_excluded", "started", "misses", "declines")
+    __slots__ = (
+        "blocks",
+        "excluded",
+        "false_excluded",
+        "started",
+        "misses",
+        "declines",
+        "rate_started",
+        "rate_misses",
+        "pending",
+    )
 
     def __init__(self) -> None:
         self.blocks = 0
@@ -134,16 +153,30 @@ class _Bucket:
         self.started = 0  # inferences started in the bucket that finished or expired
         self.misses = 0
         self.declines = 0
+        self.rate_started = 0  # of ``started``: those at heights up to the observable cut-off
+        self.rate_misses = 0
+        self.pending = 0  # started in the bucket, still in flight after the last block
 
 
 class MetricsCollector:
     """Accumulates one run's metrics; see the module docstring for the definitions."""
 
-    def __init__(self, scenario: Scenario, *, bucket_blocks: int = DEFAULT_BUCKET_BLOCKS) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        bucket_blocks: int = DEFAULT_BUCKET_BLOCKS,
+        expiration_blocks: int | None = None,
+    ) -> None:
+        """``expiration_blocks``: the largest in force during the run (default the scenario's);
+        it sets the last start height whose outcome the run is sure to see."""
         if bucket_blocks <= 0:
             raise ValueError(f"bucket_blocks must be > 0, got {bucket_blocks}")
         self.scenario = scenario
         self.bucket_blocks = bucket_blocks
+        expiry = scenario.expiration_blocks if expiration_blocks is None else expiration_blocks
+        #: Starts at heights up to this one have resolved by the end of the run.
+        self.observable_until = scenario.blocks - expiry
         self._specs = {p.address: p for p in scenario.participants}
         self._weights = {p.address: p.weight for p in scenario.participants}
         self._total_weight = scenario.get_total_weight()
@@ -223,10 +256,14 @@ class MetricsCollector:
         if kind == FINISHED:
             self.finished += 1
             bucket.started += 1
+            bucket.rate_started += start_height <= self.observable_until
         elif kind == EXPIRED:
             self.misses += 1
             bucket.started += 1
             bucket.misses += 1
+            if start_height <= self.observable_until:
+                bucket.rate_started += 1
+                bucket.rate_misses += 1
             self.missed[address] = self.missed.get(address, 0) + 1
         elif kind == DECLINED:
             self.declines += 1
@@ -234,6 +271,14 @@ class MetricsCollector:
             self.declined[address] = self.declined.get(address, 0) + 1
         else:
             raise ValueError(f"unknown outcome kind {kind!r}")
+
+    def record_pending(self, start_heights: Iterable[int]) -> None:
+        """The start heights of the inferences still in flight after the last block."""
+        n = 0
+        for height in start_heights:
+            self._bucket(height).pending += 1
+            n += 1
+        self.in_flight_at_end = n
 
     def _bucket(self, height: int) -> _Bucket:
         i = min(max(height - 1, 0) // self.bucket_blocks, len(self._buckets) - 1)
@@ -314,10 +359,14 @@ class MetricsCollector:
         )
         timeline = []
         for i, b in enumerate(self._buckets):
+            start = i * self.bucket_blocks + 1
+            end = min((i + 1) * self.bucket_blocks, last)
+            rate_end = min(end, self.observable_until)
             timeline.append(
                 {
-                    "start": i * self.bucket_blocks + 1,
-                    "end": min((i + 1) * self.bucket_blocks, last),
+                    "start": start,
+                    "end": end,
+                    "partial": end - start + 1 < self.bucket_blocks or rate_end < end,
                     "excluded_weight_share": b.excluded / b.blocks if b.blocks else 0.0,
                     "false_exclusion_weight_share": b.false_excluded / b.blocks
                     if b.blocks
@@ -325,7 +374,11 @@ class MetricsCollector:
                     "inferences": b.started,
                     "misses": b.misses,
                     "declines": b.declines,
-                    "miss_rate": b.misses / b.started if b.started else None,
+                    "pending": b.pending,
+                    "rate_end": rate_end if rate_end >= start else None,
+                    "rate_inferences": b.rate_started,
+                    "rate_misses": b.rate_misses,
+                    "miss_rate": b.rate_misses / b.rate_started if b.rate_started else None,
                 }
             )
         n = self._blocks_recorded
