@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -269,11 +270,14 @@ def print_as_recorded(report: ReplayReport, out: TextIO) -> None:
             file=out,
         )
     rows = [("policy", "kept out", "blocks", "misses inside", "successes inside", "fallback")]
+    notes: list[str] = []
     for s in report.shadows:
-        d = s.to_dict(r)
+        d = s.to_dict(r, report.header.policy)
+        if d["selection_bias"]:
+            notes.append(textwrap.fill(f"* {d['selection_bias']}", 100, subsequent_indent="  "))
         rows.append(
             (
-                s.policy,
+                f"{s.policy} *" if d["is_recording_policy"] else s.policy,
                 str(d["excluded_participants"]),
                 str(d["excluded_blocks"]),
                 _pct(d["misses_inside"], r["misses"]),
@@ -282,6 +286,8 @@ def print_as_recorded(report: ReplayReport, out: TextIO) -> None:
             )
         )
     _print_table(rows, out)
+    for note in notes:
+        print(note, file=out)
 
 
 def print_what_if(runs: dict[str, dict[str, Any]], out: TextIO) -> None:
