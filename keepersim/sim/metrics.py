@@ -10,53 +10,12 @@ The driver (:mod:`keepersim.sim.driver`) feeds a :class:`MetricsCollector`:
 * every resolved inference (finished, expired = a miss, declined = capacity pushback), with its
   start height, as the chain's events report them.
 
-Definitions (the keys of :meth:`MetricsCollector.compute`):
-
-``inferences``
-    assignments to an executor (an on-chain inference each, re-selections after pushback
-    included) that resolved within the run as finished or expired. Assignments the executor
-    declined with capacity pushback are not in it: they are ``declines`` (pushback is not a
-    failure, and counting it would dilute the miss rate); a request whose every attempt was
-    declined is in ``unserved_requests``. Inferences still in flight after the last block are
-    not counted anywhere (``in_flight_at_end``); so ``selections = inferences + declines +
-    in_flight_at_end``.
-``misses`` / ``miss_rate``
-    expired inferences / ``misses / inferences`` (0 when there are none).
-``degraded_traffic_share``
-    share of assignments that went to an executor whose true ``p > 0.05`` at that height (the
-    measure that also sees policies acting through weight factors rather than exclusion).
-``false_exclusion_weight_share``
-    mean over blocks of the weight kept out while its true ``p(h) <= 0.05``, over total weight.
-``excluded_weight_share``
-    mean over blocks of the weight kept out, over total weight.
-``detection``
-    (exclusion only: a policy that demotes through weight factors never "detects") per
-    degraded period of a participant (a maximal run of heights with true ``p > 0.05``, from
-    the scenario's miss schedule, clipped to the run): blocks from its start to the first block
-    the participant is kept out within it; ``undetected_share`` = share of periods in which it
-    never was.
-``recovery``
-    per detected degraded period that ends within the run: blocks from its end (the first
-    healthy height) to the first height at which the participant is admitted again (0 if it
-    already is); ``never_readmitted`` counts periods still kept out at the end of the run.
-``participants``
-    per participant: weight share, traffic share (share of all assignments), assignments,
-    misses, declines.
-``timeline``
-    per bucket of ``bucket_blocks`` heights: mean excluded and falsely excluded weight share,
-    the inferences *started* in the bucket that resolved (``inferences``, ``misses``,
-    ``declines``) or are still in flight at the end (``pending``), and ``miss_rate`` over the
-    starts whose outcome the run can show: a miss is known only ``expiration_blocks`` after its
-    start, while a finish may come sooner, so a rate over the resolved starts of the last
-    ``expiration_blocks`` heights would count their finishes and not their misses (it fell to
-    ~0). ``miss_rate`` is ``rate_misses / rate_inferences`` over the starts at heights up to
-    ``last - expiration_blocks`` (the largest in force in the run): all of them resolved, and
-    the cut-off does not depend on outcomes. A bucket with heights past the cut-off, or shorter
-    than ``bucket_blocks``, is ``partial: true`` (``rate_end``: the last start height its rate
-    counts; a bucket wholly past the cut-off has ``miss_rate`` None). docs/metrics.md.
-
-Weights are the scenario's weights (the same for every policy), not the chain's
-reputation-adjusted selection weights.
+Every key of :meth:`MetricsCollector.compute` (units, and how ``compare`` aggregates it) is
+defined in docs/metrics.md, the one place for them. Two rules worth knowing here: ``inferences``
+counts assignments that resolved within the run as finished or expired (declines and the
+``in_flight_at_end`` are apart: ``selections = inferences + declines + in_flight_at_end``), and a
+timeline bucket's ``miss_rate`` counts only starts up to ``blocks - expiration_blocks`` (later
+ones cannot show a miss yet; their buckets are ``partial``).
 """
 
 from __future__ import annotations
