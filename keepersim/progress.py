@@ -144,7 +144,7 @@ class LineProgress(_Base):
     def format_line(self) -> str:
         n = int(self.n)
         elapsed = format_elapsed(time.monotonic() - self._started)
-        if self.total:
+        if self.total and self.n <= self.total:  # past an estimated total: the count alone
             pct = int(100 * self.n / self.total)
             return f"{self.desc}: {n}/{int(self.total)} {self.unit} ({pct}%), {elapsed} elapsed"
         return f"{self.desc}: {n} {self.unit}, {elapsed} elapsed"
