@@ -57,16 +57,18 @@ def _input_errors() -> tuple[type[BaseException], ...]:
 
 
 def _progress(args: argparse.Namespace) -> bool:
-    value = getattr(args, "progress", None)
-    return sys.stderr.isatty() if value is None else bool(value)
+    """On unless ``--no-progress`` (keepersim.progress picks a bar or plain lines)."""
+    return getattr(args, "progress", None) is not False
 
 
 def _add_progress_option(parser: argparse.ArgumentParser) -> None:
+    from keepersim.progress import PROGRESS_HELP
+
     parser.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="show a progress bar on stderr (default: when stderr is a terminal)",
+        help=PROGRESS_HELP,
     )
 
 

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from keepersim.progress import PROGRESS_HELP
+
 __all__ = ["add_export_command", "run_export"]
 
 # keepersim.export.fetch's defaults, repeated so that building the parser does not import httpx
@@ -62,7 +64,7 @@ def add_export_command(subparsers: Any) -> None:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="show a progress bar on stderr (default: when stderr is a terminal)",
+        help=PROGRESS_HELP,
     )
     parser.set_defaults(handler=run_export)
 
@@ -93,7 +95,7 @@ def run_export(args: argparse.Namespace) -> int:
             backoff_base=args.backoff_base,
             backoff_cap=args.backoff_cap,
             page_limit=args.page_limit,
-            progress=sys.stderr.isatty() if args.progress is None else bool(args.progress),
+            progress=args.progress is not False,
             restart=args.restart,
         )
     except ValueError as exc:

@@ -572,12 +572,12 @@ class _Exporter:
             shutil.rmtree(self.parts, ignore_errors=True)
         self.parts.mkdir(parents=True, exist_ok=True)
         result.units_resumed = self.progress.count_done()
-        from tqdm import tqdm
+        from keepersim.progress import make_progress
 
-        self.bar = tqdm(
-            total=None,
-            disable=not self.options.progress,
-            unit="rec",
+        self.bar = make_progress(
+            None,
+            enabled=self.options.progress,
+            unit="records",
             desc=f"export {self.epochs[0]}-{self.epochs[1]}",
             mininterval=0.5,
             leave=False,

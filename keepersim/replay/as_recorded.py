@@ -108,6 +108,7 @@ __all__ = [
     "NOT_MODELLED_FIELDS",
     "PolicyShadow",
     "ReplayReport",
+    "get_selection_bias_note",
     "replay_as_recorded",
 ]
 
@@ -146,6 +147,16 @@ def _status_class(status: int) -> str:
     return "FINISHED" if status in FINISHED_LIKE else get_status_name(status)
 
 
+def get_selection_bias_note(policy: str) -> str:
+    """Why the recording policy's own row shows (almost) no misses inside its exclusions."""
+    return (
+        f"{policy} recorded this trace: while it kept a participant out, the recorded traffic "
+        "was not sent to that participant, so its own exclusions cannot show misses (selection "
+        "bias, not a perfect policy). Compare the other policies' rows, or replay with "
+        "--mode what-if."
+    )
+
+
 @dataclass(slots=True)
 class PolicyShadow:
     """What one policy would have done with the recorded traffic (it only watched)."""
@@ -160,11 +171,16 @@ class PolicyShadow:
     inside_by_participant: dict[str, Counter[str]] = field(default_factory=dict)
     app_hash: str = ""
 
-    def to_dict(self, recorded: Counter[str]) -> dict[str, Any]:
+    def to_dict(self, recorded: Counter[str], recorded_policy: str | None = None) -> dict[str, Any]:
+        """``recorded_policy``: the policy that recorded the trace (the header's); its row is
+        marked ``is_recording_policy`` with :func:`get_selection_bias_note`."""
         misses = self.inside["misses"]
         successes = self.inside["successes"]
+        is_recorder = recorded_policy is not None and self.policy == recorded_policy
         return {
             "policy": self.policy,
+            "is_recording_policy": is_recorder,
+            "selection_bias": get_selection_bias_note(self.policy) if is_recorder else None,
             "excluded_participants": len(self.intervals.closed),
             "excluded_blocks": sum(self.intervals.blocks.values()),
             "misses_inside": misses,
@@ -290,7 +306,9 @@ class ReplayReport:
             "tx_failures": self.tx_failures.to_dict(),
             "late_scheduled": self.late_scheduled.to_dict(),
             "bad_lines": self.bad_lines.to_dict(),
-            "policies_shadow": {s.policy: s.to_dict(self.recorded) for s in self.shadows},
+            "policies_shadow": {
+                s.policy: s.to_dict(self.recorded, header.policy) for s in self.shadows
+            },
             "stats": {
                 "max_pending": self.max_pending,
                 "max_inflight": self.max_inflight,

@@ -18,9 +18,12 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+
+from keepersim.progress import PROGRESS_HELP
 
 if TYPE_CHECKING:
     from keepersim.replay.as_recorded import ReplayReport
@@ -86,7 +89,7 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="show a progress bar on stderr (default: when stderr is a terminal)",
+        help=PROGRESS_HELP,
     )
     parser.set_defaults(handler=run_replay_command)
     return parser
@@ -171,7 +174,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         governance = load_governance_file(
             args.governance, _read_base_params(args.trace, args.skip_bad)
         )
-    progress = sys.stderr.isatty() if args.progress is None else bool(args.progress)
+    progress = args.progress is not False
     if args.mode == "as-recorded":
         report = replay_as_recorded(
             args.trace,
@@ -267,11 +270,14 @@ def print_as_recorded(report: ReplayReport, out: TextIO) -> None:
             file=out,
         )
     rows = [("policy", "kept out", "blocks", "misses inside", "successes inside", "fallback")]
+    notes: list[str] = []
     for s in report.shadows:
-        d = s.to_dict(r)
+        d = s.to_dict(r, report.header.policy)
+        if d["selection_bias"]:
+            notes.append(textwrap.fill(f"* {d['selection_bias']}", 100, subsequent_indent="  "))
         rows.append(
             (
-                s.policy,
+                f"{s.policy} *" if d["is_recording_policy"] else s.policy,
                 str(d["excluded_participants"]),
                 str(d["excluded_blocks"]),
                 _pct(d["misses_inside"], r["misses"]),
@@ -280,6 +286,8 @@ def print_as_recorded(report: ReplayReport, out: TextIO) -> None:
             )
         )
     _print_table(rows, out)
+    for note in notes:
+        print(note, file=out)
 
 
 def print_what_if(runs: dict[str, dict[str, Any]], out: TextIO) -> None:

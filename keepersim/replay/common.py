@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Final, Generic, Literal, TypeVar
 
 from google.protobuf.message import Message
-from tqdm import tqdm
 
 from keepersim.chain import Chain
 from keepersim.keeper.keeper import Keeper
@@ -31,6 +30,8 @@ from keepersim.keeper.policies import PolicyFactory, get_policy
 from keepersim.keeper.selection import get_candidates
 from keepersim.module.epoch import process_new_epoch_group
 from keepersim.module.genesis import export_genesis, init_genesis
+from keepersim.progress import ProgressBar
+from keepersim.progress import make_progress as make_run_progress
 from keepersim.replay.trace import (
     BadLines,
     Header,
@@ -331,13 +332,10 @@ def start_schedule(
     return schedule, tracker
 
 
-def make_progress(header: Header, progress: bool, desc: str) -> tqdm[Any]:
-    """A progress bar over the trace's heights (shown only when ``progress``)."""
-    return tqdm(
-        total=header.last_height - header.first_height + 1,
-        disable=not progress,
-        unit="block",
-        desc=desc,
+def make_progress(header: Header, progress: bool, desc: str) -> ProgressBar:
+    """Progress over the trace's heights (shown only when ``progress``; see keepersim.progress)."""
+    return make_run_progress(
+        header.last_height - header.first_height + 1, enabled=progress, unit="blocks", desc=desc
     )
 
 

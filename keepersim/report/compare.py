@@ -29,13 +29,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from keepersim.progress import make_progress
+from keepersim.report.inaction import compute_inaction_note
 from keepersim.report.stats import (
+    compute_bootstrap_interval,
     compute_oracle_efficiency,
     compute_t_interval,
+    compute_wilson_interval,
     mean_or_none,
 )
 from keepersim.report.tables import format_summary_table
-from keepersim.sim.driver import StoreKind, get_known_policies, run_scenario
+from keepersim.sim.driver import StoreKind, build_params, get_known_policies, run_scenario
 from keepersim.sim.scenario import Scenario, ScenarioError, load_scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
 
@@ -153,10 +157,8 @@ def _run_task(task: RunTask) -> dict[str, Any]:
 
 
 def _execute(tasks: list[RunTask], jobs: int, progress: bool) -> list[dict[str, Any]]:
-    from tqdm import tqdm
-
     results: list[dict[str, Any] | None] = [None] * len(tasks)
-    bar = tqdm(total=len(tasks), disable=not progress, unit="run", desc="keepersim compare")
+    bar = make_progress(len(tasks), desc="compare", unit="runs", enabled=progress)
     try:
         if jobs <= 1:
             for i, task in enumerate(tasks):
@@ -197,15 +199,27 @@ def _median(values: list[int]) -> float | None:
 def _aggregate(
     label: str, policy: str, records: list[dict[str, Any]], efficiencies: list[float]
 ) -> dict[str, Any]:
-    miss_mean, miss_lo, miss_hi = compute_t_interval([r["miss_rate"] for r in records])
+    # Intervals: docs/metrics.md ("Intervals") says which method goes with which metric.
+    miss_mean, miss_lo, miss_hi = compute_bootstrap_interval([r["miss_rate"] for r in records])
+    pooled_rate, pooled_lo, pooled_hi = compute_wilson_interval(
+        sum(r["misses"] for r in records), sum(r["inferences"] for r in records)
+    )
     eff_mean, eff_lo, eff_hi = compute_t_interval(efficiencies)
+    avoided_mean, avoided_lo, avoided_hi = compute_t_interval(
+        [r["misses_avoided"] for r in records]
+    )
     detection = _pooled(records, "detection_delays")
     recovery = _pooled(records, "recovery_delays")
     periods = sum(r["degraded_periods"] for r in records)
     undetected = sum(r["undetected_periods"] for r in records)
+    undetected_share, undetected_lo, undetected_hi = compute_wilson_interval(undetected, periods)
 
     def mean(key: str) -> float | None:
         return mean_or_none(r[key] for r in records)
+
+    def shares(key: str) -> dict[str, float | None]:
+        share_mean, low, high = compute_bootstrap_interval([r[key] for r in records])
+        return {f"{key}_mean": share_mean, f"{key}_ci_low": low, f"{key}_ci_high": high}
 
     return {
         "scenario": label,
@@ -217,18 +231,25 @@ def _aggregate(
         "miss_rate_mean": miss_mean,
         "miss_rate_ci_low": miss_lo,
         "miss_rate_ci_high": miss_hi,
+        "miss_rate_pooled": pooled_rate,
+        "miss_rate_pooled_ci_low": pooled_lo,
+        "miss_rate_pooled_ci_high": pooled_hi,
         "oracle_efficiency_mean": eff_mean,
         "oracle_efficiency_ci_low": eff_lo,
         "oracle_efficiency_ci_high": eff_hi,
         "oracle_efficiency_per_seed": [None if math.isnan(e) else e for e in efficiencies],
-        "misses_avoided_mean": mean("misses_avoided"),
-        "degraded_traffic_share_mean": mean("degraded_traffic_share"),
-        "false_exclusion_weight_share_mean": mean("false_exclusion_weight_share"),
-        "excluded_weight_share_mean": mean("excluded_weight_share"),
+        "misses_avoided_mean": avoided_mean,
+        "misses_avoided_ci_low": avoided_lo,
+        "misses_avoided_ci_high": avoided_hi,
+        **shares("degraded_traffic_share"),
+        **shares("false_exclusion_weight_share"),
+        **shares("excluded_weight_share"),
         "detection_delay_median": _median(detection),
         "detection_delay_mean": float(statistics.fmean(detection)) if detection else None,
         "degraded_periods": periods,
-        "undetected_share": undetected / periods if periods else None,
+        "undetected_share": undetected_share,
+        "undetected_share_ci_low": undetected_lo,
+        "undetected_share_ci_high": undetected_hi,
         "recovery_delay_median": _median(recovery),
         "recovery_delay_mean": float(statistics.fmean(recovery)) if recovery else None,
         "never_readmitted": sum(r["never_readmitted"] for r in records),
@@ -242,6 +263,31 @@ def _aggregate(
         "wall_seconds_mean": mean("wall_seconds"),
         "inferences_per_second_mean": mean("inferences_per_second"),
     }
+
+
+def _add_inaction(
+    row: dict[str, Any],
+    src: _ScenarioSource,
+    mine: list[dict[str, Any]],
+    scenario_records: list[dict[str, Any]],
+) -> None:
+    """``acted`` and ``inaction`` (the reason in words, or None) of a summary row."""
+    policy = row["policy"]
+    acted, note = policy != "none", None
+    if policy not in BASELINES:
+        params = build_params(src.get(0)[0], policy)
+        base = [r for r in scenario_records if r["policy"] == "none"]
+        acted, note = compute_inaction_note(policy, mine, base, params)
+    row["acted"] = acted
+    row["inaction"] = note
+
+
+def _add_run_intervals(records: list[dict[str, Any]]) -> None:
+    """Per run: the Wilson interval of its miss rate (its own misses over its inferences)."""
+    for r in records:
+        _, low, high = compute_wilson_interval(r["misses"], r["inferences"])
+        r["miss_rate_ci_low"] = low
+        r["miss_rate_ci_high"] = high
 
 
 def _add_pairing(records: list[dict[str, Any]]) -> None:
@@ -338,12 +384,15 @@ def compare(
     records = _execute(tasks, jobs, progress)
     wall = time.perf_counter() - started
     _add_pairing(records)
+    _add_run_intervals(records)
     summary: list[dict[str, Any]] = []
     for src in sources:
         for policy in ordered:
             mine = [r for r in records if r["scenario"] == src.label and r["policy"] == policy]
             efficiencies = [float(r["oracle_efficiency"]) for r in mine]
-            summary.append(_aggregate(src.label, policy, mine, efficiencies))
+            row = _aggregate(src.label, policy, mine, efficiencies)
+            _add_inaction(row, src, mine, [r for r in records if r["scenario"] == src.label])
+            summary.append(row)
     report: dict[str, Any] = {
         "version": REPORT_VERSION,
         "config": {

@@ -7,7 +7,8 @@ Files (``<scenario>`` made filename-safe):
 * ``excluded_timeline_<scenario>.png``: excluded weight share per bucket, one line per policy
   (mean over seeds);
 * ``miss_timeline_<scenario>.png``: miss rate of the inferences started in each bucket, one line
-  per policy (pooled over seeds);
+  per policy (pooled over seeds; only starts whose outcome the run can show);
+* in both timelines partial buckets (the end of the run) are dotted over a hatched band;
 * ``traffic_share_<scenario>.png``: each participant's traffic share against its weight share,
   one panel per policy (all seeds).
 """
@@ -138,35 +139,82 @@ def _runs(report: dict[str, Any], scenario: str, policy: str) -> list[dict[str, 
     return [r for r in report["runs"] if r["scenario"] == scenario and r["policy"] == policy]
 
 
-def _timeline(runs: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
-    """Bucket centres and the per-bucket value: mean of ``key`` over runs, or for ``miss_rate``
-    the pooled misses / inferences."""
+def _timeline(runs: list[dict[str, Any]], key: str) -> tuple[list[float], list[float], list[bool]]:
+    """Bucket centres, the per-bucket value and whether the bucket is partial (in any run).
+
+    The value: mean of ``key`` over runs, or for ``miss_rate`` the pooled ``rate_misses`` /
+    ``rate_inferences`` (the starts whose outcome the run can show; reports written before
+    these fields existed: misses / inferences)."""
     if not runs:
-        return [], []
+        return [], [], []
     n = min(len(r["timeline"]) for r in runs)
     xs: list[float] = []
     ys: list[float] = []
+    partial: list[bool] = []
     for i in range(n):
         buckets = [r["timeline"][i] for r in runs]
         xs.append((buckets[0]["start"] + buckets[0]["end"]) / 2)
+        partial.append(any(b.get("partial", False) for b in buckets))
         if key == "miss_rate":
-            total = sum(b["inferences"] for b in buckets)
-            ys.append(100 * sum(b["misses"] for b in buckets) / total if total else math.nan)
+            total = sum(b.get("rate_inferences", b["inferences"]) for b in buckets)
+            misses = sum(b.get("rate_misses", b["misses"]) for b in buckets)
+            ys.append(100 * misses / total if total else math.nan)
         else:
             ys.append(100 * sum(b[key] for b in buckets) / len(buckets))
-    return xs, ys
+    return xs, ys, partial
+
+
+def _partial_span(report: dict[str, Any], scenario: str) -> tuple[float, float] | None:
+    """Heights ``[first, last]`` of the scenario's partial buckets (None: there are none)."""
+    spans = [
+        (b["start"], b["end"])
+        for r in report["runs"]
+        if r["scenario"] == scenario
+        for b in r["timeline"]
+        if b.get("partial", False)
+    ]
+    if not spans:
+        return None
+    return min(a for a, _ in spans) - 0.5, max(b for _, b in spans) + 0.5
 
 
 def _plot_timeline(
     report: dict[str, Any], folder: Path, key: str, ylabel: str, prefix: str, title: str
 ) -> list[Path]:
+    """One line per policy; partial buckets (docs/metrics.md, "timeline") are drawn dashed
+    over a hatched band, so a last bucket that is not comparable is not read as a drop."""
     out: list[Path] = []
     for scenario in _scenarios(report):
         fig, ax = plt.subplots(figsize=(9, 4))
+        span = _partial_span(report, scenario)
+        if span is not None:
+            ax.axvspan(
+                *span,
+                facecolor="none",
+                edgecolor="#aaaaaa",
+                hatch="//",
+                linewidth=0,
+                label="partial bucket",
+            )
         for policy in _policies(report):
-            xs, ys = _timeline(_runs(report, scenario, policy), key)
+            xs, ys, partial = _timeline(_runs(report, scenario, policy), key)
             style = "--" if policy in ("none", "oracle") else "-"
-            ax.plot(xs, ys, style, linewidth=1.2, label=policy)
+            full = [i for i, p in enumerate(partial) if not p]
+            (line,) = ax.plot(
+                [xs[i] for i in full], [ys[i] for i in full], style, linewidth=1.2, label=policy
+            )
+            tail = [i for i, p in enumerate(partial) if p]
+            if tail:
+                joined = ([full[-1]] if full and full[-1] == tail[0] - 1 else []) + tail
+                ax.plot(
+                    [xs[i] for i in joined],
+                    [ys[i] for i in joined],
+                    ":",
+                    linewidth=1.2,
+                    color=line.get_color(),
+                    marker="o",
+                    markersize=3,
+                )
         ax.set_xlabel("height")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{scenario}: {title}")

@@ -1,11 +1,20 @@
-"""Plain-text, aligned tables of comparison summaries."""
+"""Plain-text, aligned tables of comparison summaries.
+
+The columns of the summary table, and how each is aggregated over seeds and what its interval
+is, are defined in docs/metrics.md; the table ends with a line pointing there."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["SUMMARY_COLUMNS", "format_summary_table", "format_table"]
+__all__ = ["METRICS_DOC_LINE", "SUMMARY_COLUMNS", "format_summary_table", "format_table"]
+
+#: The last line of every summary table.
+METRICS_DOC_LINE = (
+    "Columns, units, aggregation over seeds and intervals: docs/metrics.md "
+    "(miss rate: percentile bootstrap over seeds; oracle eff.: t-interval)"
+)
 
 
 def _pct(value: float | None, digits: int = 2) -> str:
@@ -36,7 +45,8 @@ def _efficiency(row: dict[str, Any]) -> str:
     return f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
-#: (header, right-aligned, formatter) of each column of the summary table.
+#: (header, right-aligned, formatter) of each column of the summary table (each defined in
+#: docs/metrics.md, "table.txt").
 SUMMARY_COLUMNS: tuple[tuple[str, bool, Any], ...] = (
     ("scenario", False, lambda r: str(r["scenario"])),
     ("policy", False, lambda r: str(r["policy"])),
@@ -75,7 +85,9 @@ def format_table(
 
 
 def format_summary_table(summary: Sequence[dict[str, Any]]) -> str:
-    """The comparison table: one row per (scenario, policy); a blank line between scenarios."""
+    """The comparison table: one row per (scenario, policy), a blank line between scenarios,
+    then a ``note:`` line per row whose policy never acted (its ``inaction``), then
+    :data:`METRICS_DOC_LINE`."""
     headers = [c[0] for c in SUMMARY_COLUMNS]
     right = [c[1] for c in SUMMARY_COLUMNS]
     rows = [[c[2](row) for c in SUMMARY_COLUMNS] for row in summary]
@@ -88,4 +100,11 @@ def format_summary_table(summary: Sequence[dict[str, Any]]) -> str:
             out.append("")
         out.append(text)
         previous = row["scenario"]
+    notes = [
+        f"note: {row['scenario']}: {row['inaction']}" for row in summary if row.get("inaction")
+    ]
+    if notes:
+        out.append("")
+        out.extend(notes)
+    out.extend(["", METRICS_DOC_LINE])
     return "\n".join(out)

@@ -585,7 +585,13 @@ class _Run:
         self.params = params
         self.trace = trace
         self.on_block = on_block
-        self.metrics = MetricsCollector(scenario, bucket_blocks=bucket_blocks)
+        self.metrics = MetricsCollector(
+            scenario,
+            bucket_blocks=bucket_blocks,
+            expiration_blocks=max(
+                [params.expiration_blocks, *(p.expiration_blocks for _, p in schedule)]
+            ),
+        )
         self.stepper = ScenarioStepper(
             scenario,
             chain,
@@ -648,7 +654,7 @@ class _Run:
         return self._kept
 
     def run(self, progress: bool) -> MetricsCollector:
-        from tqdm import tqdm
+        from keepersim.progress import make_progress
 
         s, chain, metrics, trace = self.s, self.chain, self.metrics, self.trace
         if trace is not None:
@@ -656,10 +662,10 @@ class _Run:
             with chain.read() as k:
                 trace.add_participants(0, 0, list(k.iterate_participants()))
             trace.flush(0)
-        bar = tqdm(
-            total=s.blocks,
-            disable=not progress,
-            unit="block",
+        bar = make_progress(
+            s.blocks,
+            enabled=progress,
+            unit="blocks",
             desc=f"{s.name}/{self.params.health_params.policy}",
             mininterval=0.5,
             leave=False,
@@ -687,7 +693,7 @@ class _Run:
         metrics.unassigned_requests = stepper.unassigned
         metrics.unserved_requests = stepper.unserved
         metrics.planned_misses = stepper.planned_misses
-        metrics.in_flight_at_end = len(self.in_flight)
+        metrics.record_pending(f.start for f in self.in_flight.values())
         if trace is not None:
             with chain.read() as k:
                 left: list[Inference] = []

@@ -10,44 +10,12 @@ The driver (:mod:`keepersim.sim.driver`) feeds a :class:`MetricsCollector`:
 * every resolved inference (finished, expired = a miss, declined = capacity pushback), with its
   start height, as the chain's events report them.
 
-Definitions (the keys of :meth:`MetricsCollector.compute`):
-
-``inferences``
-    assignments to an executor (an on-chain inference each, re-selections after pushback
-    included) that resolved within the run as finished or expired. Assignments the executor
-    declined with capacity pushback are not in it: they are ``declines`` (pushback is not a
-    failure, and counting it would dilute the miss rate); a request whose every attempt was
-    declined is in ``unserved_requests``. Inferences still in flight after the last block are
-    not counted anywhere (``in_flight_at_end``); so ``selections = inferences + declines +
-    in_flight_at_end``.
-``misses`` / ``miss_rate``
-    expired inferences / ``misses / inferences`` (0 when there are none).
-``degraded_traffic_share``
-    share of assignments that went to an executor whose true ``p > 0.05`` at that height (the
-    measure that also sees policies acting through weight factors rather than exclusion).
-``false_exclusion_weight_share``
-    mean over blocks of the weight kept out while its true ``p(h) <= 0.05``, over total weight.
-``excluded_weight_share``
-    mean over blocks of the weight kept out, over total weight.
-``detection``
-    (exclusion only: a policy that demotes through weight factors never "detects") per
-    degraded period of a participant (a maximal run of heights with true ``p > 0.05``, from
-    the scenario's miss schedule, clipped to the run): blocks from its start to the first block
-    the participant is kept out within it; ``undetected_share`` = share of periods in which it
-    never was.
-``recovery``
-    per detected degraded period that ends within the run: blocks from its end (the first
-    healthy height) to the first height at which the participant is admitted again (0 if it
-    already is); ``never_readmitted`` counts periods still kept out at the end of the run.
-``participants``
-    per participant: weight share, traffic share (share of all assignments), assignments,
-    misses, declines.
-``timeline``
-    per bucket of ``bucket_blocks`` heights: mean excluded and falsely excluded weight share,
-    and the miss rate of the inferences *started* in the bucket (resolved ones only).
-
-Weights are the scenario's weights (the same for every policy), not the chain's
-reputation-adjusted selection weights.
+Every key of :meth:`MetricsCollector.compute` (units, and how ``compare`` aggregates it) is
+defined in docs/metrics.md, the one place for them. Two rules worth knowing here: ``inferences``
+counts assignments that resolved within the run as finished or expired (declines and the
+``in_flight_at_end`` are apart: ``selections = inferences + declines + in_flight_at_end``), and a
+timeline bucket's ``miss_rate`` counts only starts up to ``blocks - expiration_blocks`` (later
+ones cannot show a miss yet; their buckets are ``partial``).
 """
 
 from __future__ import annotations
@@ -125,7 +93,17 @@ def summarize_delays(delays: Iterable[int]) -> dict[str, float | int | None]:
 
 
 class _Bucket:
-    __slots__ = ("blocks", "excluded", "false_excluded", "started", "misses", "declines")
+    __slots__ = (
+        "blocks",
+        "excluded",
+        "false_excluded",
+        "started",
+        "misses",
+        "declines",
+        "rate_started",
+        "rate_misses",
+        "pending",
+    )
 
     def __init__(self) -> None:
         self.blocks = 0
@@ -134,16 +112,30 @@ class _Bucket:
         self.started = 0  # inferences started in the bucket that finished or expired
         self.misses = 0
         self.declines = 0
+        self.rate_started = 0  # of ``started``: those at heights up to the observable cut-off
+        self.rate_misses = 0
+        self.pending = 0  # started in the bucket, still in flight after the last block
 
 
 class MetricsCollector:
     """Accumulates one run's metrics; see the module docstring for the definitions."""
 
-    def __init__(self, scenario: Scenario, *, bucket_blocks: int = DEFAULT_BUCKET_BLOCKS) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        bucket_blocks: int = DEFAULT_BUCKET_BLOCKS,
+        expiration_blocks: int | None = None,
+    ) -> None:
+        """``expiration_blocks``: the largest in force during the run (default the scenario's);
+        it sets the last start height whose outcome the run is sure to see."""
         if bucket_blocks <= 0:
             raise ValueError(f"bucket_blocks must be > 0, got {bucket_blocks}")
         self.scenario = scenario
         self.bucket_blocks = bucket_blocks
+        expiry = scenario.expiration_blocks if expiration_blocks is None else expiration_blocks
+        #: Starts at heights up to this one have resolved by the end of the run.
+        self.observable_until = scenario.blocks - expiry
         self._specs = {p.address: p for p in scenario.participants}
         self._weights = {p.address: p.weight for p in scenario.participants}
         self._total_weight = scenario.get_total_weight()
@@ -223,10 +215,14 @@ class MetricsCollector:
         if kind == FINISHED:
             self.finished += 1
             bucket.started += 1
+            bucket.rate_started += start_height <= self.observable_until
         elif kind == EXPIRED:
             self.misses += 1
             bucket.started += 1
             bucket.misses += 1
+            if start_height <= self.observable_until:
+                bucket.rate_started += 1
+                bucket.rate_misses += 1
             self.missed[address] = self.missed.get(address, 0) + 1
         elif kind == DECLINED:
             self.declines += 1
@@ -234,6 +230,14 @@ class MetricsCollector:
             self.declined[address] = self.declined.get(address, 0) + 1
         else:
             raise ValueError(f"unknown outcome kind {kind!r}")
+
+    def record_pending(self, start_heights: Iterable[int]) -> None:
+        """The start heights of the inferences still in flight after the last block."""
+        n = 0
+        for height in start_heights:
+            self._bucket(height).pending += 1
+            n += 1
+        self.in_flight_at_end = n
 
     def _bucket(self, height: int) -> _Bucket:
         i = min(max(height - 1, 0) // self.bucket_blocks, len(self._buckets) - 1)
@@ -314,10 +318,14 @@ class MetricsCollector:
         )
         timeline = []
         for i, b in enumerate(self._buckets):
+            start = i * self.bucket_blocks + 1
+            end = min((i + 1) * self.bucket_blocks, last)
+            rate_end = min(end, self.observable_until)
             timeline.append(
                 {
-                    "start": i * self.bucket_blocks + 1,
-                    "end": min((i + 1) * self.bucket_blocks, last),
+                    "start": start,
+                    "end": end,
+                    "partial": end - start + 1 < self.bucket_blocks or rate_end < end,
                     "excluded_weight_share": b.excluded / b.blocks if b.blocks else 0.0,
                     "false_exclusion_weight_share": b.false_excluded / b.blocks
                     if b.blocks
@@ -325,7 +333,11 @@ class MetricsCollector:
                     "inferences": b.started,
                     "misses": b.misses,
                     "declines": b.declines,
-                    "miss_rate": b.misses / b.started if b.started else None,
+                    "pending": b.pending,
+                    "rate_end": rate_end if rate_end >= start else None,
+                    "rate_inferences": b.rate_started,
+                    "rate_misses": b.rate_misses,
+                    "miss_rate": b.rate_misses / b.rate_started if b.rate_started else None,
                 }
             )
         n = self._blocks_recorded

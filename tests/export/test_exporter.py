@@ -380,3 +380,18 @@ def test_backoff_pause_is_shared_and_capped(node: Node, baseline: bytes, tmp_pat
     assert result.fetch_backoff_pauses == 2 == gate.pauses and result.fetch_errors == 2
     assert len(gate.pausers) == 1
     assert gate.sleepers - gate.pausers, "workers that never failed should have paused too"
+
+
+def test_progress_lines_on_a_non_terminal(
+    healthy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    out = tmp_path / "p.jsonl"
+    assert export_trace(healthy, (0, 3), out, options=opts(progress=True)).ok
+    err = capsys.readouterr().err.splitlines()
+    line = re.compile(r"^export 0-3: \d+(/\d+)? records( \(\d+%\))?, \S+ elapsed$")
+    assert err and all(line.match(x) for x in err), err
+    out.unlink()
+    assert export_trace(healthy, (0, 3), out, options=opts(progress=False)).ok
+    assert capsys.readouterr().err == ""

@@ -52,7 +52,7 @@ def test_bad_trace_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str
         bad = {"type": "inference", "inference_id": 5, "model": "m", "assigned_to": "p0"}
         f.write(json.dumps({**bad, "start_block_height": "29"}) + "\n")
     assert main(["replay", str(trace)]) == 2
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()[-1]  # after the progress lines so far
     assert err.startswith("keepersim: error: ") and "inference.inference_id" in err
     assert main(["replay", str(trace), "--skip-bad", "--policies", "none"]) == 0
     assert main(["replay", str(trace), "--policies", "nope", "--skip-bad"]) == 2
@@ -74,3 +74,45 @@ def test_what_if_and_governance(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "miss_rate" in capsys.readouterr().out
     governance.write_text(json.dumps([{"height": 60, "set": {"expiration_blocks": 0}}]))
     assert main([*args[:-2], "--out", str(tmp_path / "o2")]) == 2
+
+
+def test_recording_policy_row_is_marked_as_selection_biased(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The policy that recorded the trace shows no misses inside its own exclusions (the
+    traffic it kept out was never sent there): the report marks its row and says why."""
+    from keepersim import cli
+    from keepersim.sim.scenario import format_scenario_json, parse_scenario
+
+    scenario = {
+        "name": "bias",
+        "seed": 2,
+        "blocks": 600,
+        "epoch_length": 200,
+        "expiration_blocks": 10,
+        "arrivals_per_block": 2,
+        "participants": [
+            {"address": "a", "weight": 1000, "miss": [[0, 0.01]]},
+            {"address": "b", "weight": 700, "miss": [[0, 0.0], [100, 0.9]]},
+            {"address": "c", "weight": 900, "miss": [[0, 0.02]]},
+        ],
+    }
+    path = tmp_path / "s.json"
+    path.write_text(format_scenario_json(parse_scenario(scenario, "test")))
+    trace = tmp_path / "t.jsonl"
+    argv = ["simulate", str(path), "--policy", "gonka", "--store", "memory", "--no-progress"]
+    assert cli.main([*argv, "--trace-out", str(trace)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "out"
+    replay = ["replay", str(trace), "--policies", "gonka,consecutive", "--no-progress"]
+    assert main([*replay, "--store", "memory", "--out", str(out)]) == 0
+    shadows = json.loads((out / "report.json").read_text())["policies_shadow"]
+    gonka, other = shadows["gonka"], shadows["consecutive"]
+    assert gonka["is_recording_policy"] and "selection bias" in gonka["selection_bias"]
+    assert not other["is_recording_policy"] and other["selection_bias"] is None
+    # the bias itself: gonka kept b out, yet nothing it kept out missed; consecutive's did
+    assert gonka["excluded_blocks"] > 0 and gonka["misses_inside"] == 0
+    assert other["misses_inside"] > 0
+    table = capsys.readouterr().out
+    assert "gonka *" in table and "consecutive *" not in table
+    assert "* gonka recorded this trace" in table

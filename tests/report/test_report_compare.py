@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from keepersim.report.compare import SPEC_RUN_KEYS, CompareError, compare, order_policies
+from keepersim.report.tables import METRICS_DOC_LINE
 from keepersim.sim.scenario import format_scenario_json, parse_scenario
 
 SCENARIO: dict[str, Any] = {
@@ -140,3 +141,92 @@ def test_compare_rejects_bad_input(scenario_file: Path, tmp_path: Path) -> None:
     with pytest.raises(CompareError, match="missing required key"):
         compare([bad], ["none"], seeds=1)
     assert order_policies(["oracle", "gonka", "none", "gonka"]) == ["none", "gonka", "oracle"]
+
+
+#: Rates (share columns) of a summary row, each with a ``_ci_low``/``_ci_high`` pair.
+RATE_INTERVALS = (
+    ("miss_rate_mean", "miss_rate"),
+    ("miss_rate_pooled", "miss_rate_pooled"),
+    ("degraded_traffic_share_mean", "degraded_traffic_share"),
+    ("false_exclusion_weight_share_mean", "false_exclusion_weight_share"),
+    ("excluded_weight_share_mean", "excluded_weight_share"),
+    ("undetected_share", "undetected_share"),
+)
+
+
+def test_rate_intervals_stay_within_0_1_and_hold_the_estimate(scenario_file: Path) -> None:
+    report = compare(
+        [scenario_file],
+        ["gonka", "consecutive"],
+        seeds=2,
+        jobs=1,
+        progress=False,
+        stream=io.StringIO(),
+        store="memory",
+    )
+    for row in report["summary"]:
+        for value_key, prefix in RATE_INTERVALS:
+            value, low, high = row[value_key], row[f"{prefix}_ci_low"], row[f"{prefix}_ci_high"]
+            if value is None:
+                continue
+            assert low is not None and high is not None, (row["policy"], prefix)
+            assert 0.0 <= low <= value <= high <= 1.0, (row["policy"], prefix, low, value, high)
+    for run in report["runs"]:
+        assert 0.0 <= run["miss_rate_ci_low"] <= run["miss_rate"] <= run["miss_rate_ci_high"] <= 1
+
+
+def test_a_policy_that_never_acted_is_said_so(tmp_path: Path) -> None:
+    healthy = {
+        **SCENARIO,
+        "name": "all_healthy",
+        "participants": [
+            {"address": "a", "weight": 1000, "miss": [[0, 0.0]]},
+            {"address": "b", "weight": 600, "miss": [[0, 0.0]]},
+        ],
+    }
+    path = tmp_path / "healthy.json"
+    path.write_text(format_scenario_json(parse_scenario(healthy, "test")))
+    stream = io.StringIO()
+    out = tmp_path / "r"
+    report = compare(
+        [path],
+        ["consecutive", "gonka"],
+        seeds=2,
+        jobs=1,
+        progress=False,
+        stream=stream,
+        store="memory",
+        out_dir=out,
+        plots=False,
+    )
+    rows = {r["policy"]: r for r in report["summary"]}
+    assert rows["consecutive"]["acted"] is False
+    assert rows["consecutive"]["inaction"] == (
+        "consecutive never opened a breaker: no participant reached 5 consecutive misses "
+        "(0 transitions in 2 runs; every number equals none's)"
+    )
+    assert rows["gonka"]["acted"] is False and "25%" in rows["gonka"]["inaction"]
+    assert rows["none"]["acted"] is False and rows["none"]["inaction"] is None
+    assert rows["oracle"]["inaction"] is None
+    table = (out / "table.txt").read_text()
+    assert table == stream.getvalue()
+    assert "note: all_healthy: consecutive never opened a breaker" in table
+    assert table.rstrip().endswith(METRICS_DOC_LINE) and "docs/metrics.md" in METRICS_DOC_LINE
+    # the tiny scenario's gonka acts: no note there
+    acted = compare(
+        [_tiny(tmp_path)],
+        ["gonka"],
+        seeds=1,
+        jobs=1,
+        progress=False,
+        stream=io.StringIO(),
+        store="memory",
+    )
+    gonka = next(r for r in acted["summary"] if r["policy"] == "gonka")
+    assert gonka["acted"] is True and gonka["inaction"] is None
+
+
+def _tiny(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny_acting.json"
+    path.write_text(format_scenario_json(parse_scenario(SCENARIO, "test")))
+    return path
