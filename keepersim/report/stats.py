@@ -164,7 +164,10 @@ def compute_bootstrap_interval(
     rng = np.random.default_rng(seed)
     means = xs[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
     low, high = np.quantile(means, [0.025, 0.975])
-    return mean, float(low), float(high)
+    # A mean of values lies within their range; only float rounding of the means can step
+    # past it (by an ulp), so the ends are held to the range exactly.
+    lo_bound, hi_bound = float(xs.min()), float(xs.max())
+    return mean, min(max(float(low), lo_bound), hi_bound), min(max(float(high), lo_bound), hi_bound)
 
 
 def compute_oracle_efficiency(misses_none: int, misses_policy: int, misses_oracle: int) -> float:
