@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from keepersim.argtypes import get_float_type, get_int_type, parse_name_list
+
 __all__ = [
     "COMMANDS",
     "UsageError",
@@ -135,7 +137,7 @@ def add_simulate_command(subparsers: Any) -> None:
     )
     parser.add_argument("scenario", metavar="SCENARIO", help="built-in scenario name or file")
     parser.add_argument("--policy", default="gonka", help="health policy (default: gonka)")
-    parser.add_argument("--seed", type=int, default=None, help="run seed")
+    parser.add_argument("--seed", type=get_int_type(0), default=None, help="run seed")
     parser.add_argument(
         "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
     )
@@ -166,7 +168,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     if args.policy not in get_known_policies():
         raise UsageError(
-            f"unknown policy {args.policy!r}; known: {', '.join(get_known_policies())}"
+            f"--policy: unknown policy {args.policy!r}; known: {', '.join(get_known_policies())}"
         )
     if args.seed is not None and args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
@@ -257,15 +259,19 @@ def add_compare_command(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--policies",
+        type=parse_name_list,
         default=None,
         help="comma-separated policies (default: every registered policy)",
     )
     parser.add_argument(
-        "--seeds", type=int, default=DEFAULT_COMPARE_SEEDS, help="seeds per scenario"
+        "--seeds", type=get_int_type(1), default=DEFAULT_COMPARE_SEEDS, help="seeds per scenario"
     )
     parser.add_argument("--out", default=DEFAULT_REPORT_DIR, help="output folder")
     parser.add_argument(
-        "--jobs", type=int, default=None, help="worker processes (default: cores, at most 2)"
+        "--jobs",
+        type=get_int_type(1),
+        default=None,
+        help="worker processes (default: cores, at most 2)",
     )
     parser.add_argument(
         "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
@@ -281,12 +287,8 @@ def run_compare(args: argparse.Namespace) -> int:
     from keepersim.report.compare import compare
     from keepersim.sim.driver import get_known_policies
 
-    if args.policies is None:
-        policies = get_known_policies()
-    else:
-        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        if not policies:
-            raise UsageError("--policies is empty")
+    # parse_name_list: a non-empty list without empty names
+    policies = get_known_policies() if args.policies is None else args.policies
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     if args.jobs is not None and args.jobs < 1:
@@ -329,6 +331,8 @@ def _pair(kind: type[float] | type[int]) -> Callable[[str], tuple[float, float]]
 
 
 def add_scenarios_command(subparsers: Any) -> None:
+    from keepersim.sim import scenario as lim
+
     parser = subparsers.add_parser(
         "scenarios", help="list the built-in scenarios or generate a new one"
     )
@@ -344,21 +348,37 @@ def add_scenarios_command(subparsers: Any) -> None:
             "it as a scenario file; or save a built-in scenario with --builtin."
         ),
     )
-    gen.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
+    gen.add_argument("--seed", type=get_int_type(0), default=1, help="generator seed (default 1)")
     gen.add_argument("--out", default="-", help="output file (default: stdout)")
     gen.add_argument("--builtin", default=None, help="save this built-in scenario instead")
     gen.add_argument("--name", default="generated", help="scenario name")
-    gen.add_argument("--participants", type=int, default=150)
-    gen.add_argument("--blocks", type=int, default=12000)
-    gen.add_argument("--epoch-length", type=int, default=4000)
-    gen.add_argument("--arrivals", type=float, default=4.6, help="requests per block")
-    gen.add_argument("--degraded-share", type=float, default=0.1, help="weight share degraded")
+    gen.add_argument("--participants", type=get_int_type(1, lim.MAX_PARTICIPANTS), default=150)
+    gen.add_argument("--blocks", type=get_int_type(1, lim.MAX_BLOCKS), default=12000)
+    gen.add_argument("--epoch-length", type=get_int_type(1, lim.MAX_EPOCH_LENGTH), default=4000)
+    gen.add_argument(
+        "--arrivals",
+        type=get_float_type(0, lim.MAX_ARRIVALS_PER_BLOCK),
+        default=4.6,
+        help="requests per block",
+    )
+    gen.add_argument(
+        "--degraded-share", type=get_float_type(0, 1), default=0.1, help="weight share degraded"
+    )
     gen.add_argument("--degraded-miss", type=_pair(float), default=(0.15, 0.3), metavar="LO,HI")
     gen.add_argument("--healthy-miss", type=_pair(float), default=(0.005, 0.02), metavar="LO,HI")
-    gen.add_argument("--outage-share", type=float, default=0.0, help="weight share with outages")
-    gen.add_argument("--capacity", type=int, default=None, help="in-flight capacity per node")
+    gen.add_argument(
+        "--outage-share", type=get_float_type(0, 1), default=0.0, help="weight share with outages"
+    )
+    gen.add_argument(
+        "--capacity",
+        type=get_int_type(1, lim.MAX_CAPACITY),
+        default=None,
+        help="in-flight capacity per node",
+    )
     gen.add_argument("--latency", type=_pair(int), default=(1, 8), metavar="LO,HI")
-    gen.add_argument("--expiration-blocks", type=int, default=150)
+    gen.add_argument(
+        "--expiration-blocks", type=get_int_type(1, lim.MAX_EXPIRATION_BLOCKS), default=150
+    )
     gen.set_defaults(handler=run_scenarios_generate)
 
 
@@ -430,6 +450,15 @@ COMMANDS: list[CommandAdder] = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the command's one-line error style: ``keepersim: error: argument --port:
+    expected ...``, exit status 2 (subcommand parsers inherit the class)."""
+
+    def error(self, message: str) -> Any:  # argparse's signature: NoReturn
+        print(f"keepersim: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def register_command(adder: CommandAdder) -> CommandAdder:
     """Decorator: add a subcommand (``adder(subparsers)``) to the registry."""
     if adder not in COMMANDS:
@@ -438,7 +467,7 @@ def register_command(adder: CommandAdder) -> CommandAdder:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keepersim",
         description="Deterministic simulator of the Gonka chain's inference module.",
     )

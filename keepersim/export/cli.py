@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from keepersim.argtypes import get_float_type, get_int_type
+
 __all__ = ["add_export_command", "run_export"]
 
 # keepersim.export.fetch's defaults, repeated so that building the parser does not import httpx
@@ -35,27 +37,38 @@ def add_export_command(subparsers: Any) -> None:
     parser.add_argument("--epochs", required=True, metavar="A-B", help="epoch range, e.g. 3-5")
     parser.add_argument("--out", required=True, metavar="TRACE", help="trace file to write")
     parser.add_argument(
-        "--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="worker threads (default 4)"
+        "--concurrency",
+        type=get_int_type(1),
+        default=DEFAULT_CONCURRENCY,
+        help="worker threads (default 4)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, help="request timeout, s (60)"
+        "--timeout",
+        type=get_float_type(0, lo_open=True),
+        default=DEFAULT_TIMEOUT_SECONDS,
+        help="request timeout, s (60)",
     )
     parser.add_argument(
-        "--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, help="attempts per request (3)"
+        "--max-attempts",
+        type=get_int_type(1),
+        default=DEFAULT_MAX_ATTEMPTS,
+        help="attempts per request (3)",
     )
     parser.add_argument(
         "--backoff-base",
-        type=float,
+        type=get_float_type(0),
         default=DEFAULT_BACKOFF_BASE_SECONDS,
         help="pause after a retryable failure, s, doubled per consecutive failure (5)",
     )
     parser.add_argument(
         "--backoff-cap",
-        type=float,
+        type=get_float_type(0),
         default=DEFAULT_BACKOFF_CAP_SECONDS,
         help="longest pause, s (120)",
     )
-    parser.add_argument("--page-limit", type=int, default=100, help="pagination.limit (100)")
+    parser.add_argument(
+        "--page-limit", type=get_int_type(1, 1000), default=100, help="pagination.limit (100)"
+    )
     parser.add_argument("--restart", action="store_true", help="ignore a previous run's progress")
     parser.add_argument("--result", default="-", help="write the result JSON here ('-': stdout)")
     parser.add_argument(

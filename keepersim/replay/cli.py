@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from keepersim.argtypes import get_int_type, parse_name_list
+
 if TYPE_CHECKING:
     from keepersim.replay.as_recorded import ReplayReport
     from keepersim.replay.estimator import BetaPrior
@@ -51,10 +53,16 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
         "--mode", choices=("as-recorded", "what-if"), default="as-recorded", help="replay mode"
     )
     parser.add_argument(
-        "--policies", default="gonka", help="comma-separated policy names (default: gonka)"
+        "--policies",
+        type=parse_name_list,
+        default="gonka",
+        help="comma-separated policy names (default: gonka)",
     )
     parser.add_argument(
-        "--seed", type=int, default=None, help="what-if seed (default: the trace's seed, or 0)"
+        "--seed",
+        type=get_int_type(0),
+        default=None,
+        help="what-if seed (default: the trace's seed, or 0)",
     )
     parser.add_argument(
         "--store", choices=("leveldb", "memory"), default="memory", help="chain store"
@@ -77,7 +85,10 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", default=None, help="folder for report.json and exclusions.png")
     parser.add_argument(
-        "--window-blocks", type=int, default=1000, help="what-if estimator window (blocks)"
+        "--window-blocks",
+        type=get_int_type(1),
+        default=1000,
+        help="what-if estimator window (blocks)",
     )
     parser.add_argument(
         "--prior", default="1,30", help="what-if Beta prior a,b of miss probabilities"
@@ -92,13 +103,14 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _parse_policies(text: str) -> list[str]:
+def _parse_policies(value: str | list[str]) -> list[str]:
+    """The --policies list (already checked by parse_name_list when it came from argparse)."""
     from keepersim.replay.common import ReplayError
 
-    policies = [p.strip() for p in text.split(",") if p.strip()]
-    if not policies:
-        raise ReplayError("--policies names no policy")
-    return policies
+    try:
+        return value if isinstance(value, list) else parse_name_list(value)
+    except argparse.ArgumentTypeError as exc:
+        raise ReplayError(f"--policies: {exc}") from None
 
 
 def _parse_prior(text: str) -> BetaPrior:

@@ -20,6 +20,8 @@ import argparse
 import sys
 from typing import Any
 
+from keepersim.argtypes import get_float_type, get_int_type, parse_port
+
 __all__ = ["add_serve_command", "run_serve"]
 
 
@@ -38,16 +40,21 @@ def add_serve_command(subparsers: Any) -> None:
     source.add_argument(
         "--policy", default="gonka", help="health policy of --scenario (default gonka)"
     )
-    source.add_argument("--seed", type=int, default=None, help="run seed of --scenario")
+    source.add_argument("--seed", type=get_int_type(0), default=None, help="run seed of --scenario")
     source.add_argument(
-        "--blocks", type=int, default=None, help="stop --scenario after this many blocks"
+        "--blocks",
+        type=get_int_type(1),
+        default=None,
+        help="stop --scenario after this many blocks",
     )
     source.add_argument("--trace", metavar="FILE", default=None, help="replay a trace")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="listen port (default 8000)")
+    parser.add_argument(
+        "--port", type=parse_port, default=8000, help="listen port, 1..65535 (default 8000)"
+    )
     parser.add_argument(
         "--block-rate",
-        type=float,
+        type=get_float_type(0, lo_open=True),
         default=None,
         metavar="R",
         help="blocks per second (default: as fast as possible for --scenario/--trace)",
@@ -58,20 +65,27 @@ def add_serve_command(subparsers: Any) -> None:
         metavar="SPEC",
         help="inject faults, e.g. 429=0.1,503=0.2,slow=0.05:200,drop=0.02,badjson=0.01",
     )
-    parser.add_argument("--fault-seed", type=int, default=0, help="fault injection seed")
+    parser.add_argument(
+        "--fault-seed", type=get_int_type(0), default=0, help="fault injection seed"
+    )
     parser.add_argument(
         "--fault-max-streak",
-        type=int,
+        type=get_int_type(0),
         default=2,
         help="most failing answers in a row per URL (0: no limit; default 2)",
     )
     parser.add_argument(
         "--cold-wait",
-        type=float,
+        type=get_float_type(0),
         default=5.0,
         help="seconds a query waits for a cold cache computation before a 503 (default 5)",
     )
-    parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+    parser.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug", "trace"),
+        default="warning",
+        help="uvicorn log level",
+    )
     parser.set_defaults(handler=run_serve)
 
 
