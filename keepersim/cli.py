@@ -103,11 +103,30 @@ def _read_json(path: str, what: str) -> Any:
 
 
 def _write_json(path: str, data: Any) -> None:
+    from keepersim.outputs import write_text_atomic
+
     text = json.dumps(data, indent=1, allow_nan=False) + "\n"
     if path == "-":
         sys.stdout.write(text)
     else:
-        Path(path).write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)
+
+
+def _check_output_args(
+    args: argparse.Namespace, files: Sequence[str] = (), folders: Sequence[str] = ()
+) -> None:
+    """Check (and create) the output paths given by the flags ``files`` / ``folders`` (argparse
+    dests) before any work; '-' (stdout) and unset flags are skipped."""
+    from keepersim.outputs import check_output_file, check_output_folder
+
+    for dest in files:
+        value = getattr(args, dest, None)
+        if value is not None and value != "-":
+            check_output_file(value, "--" + dest.replace("_", "-"))
+    for dest in folders:
+        value = getattr(args, dest, None)
+        if value is not None:
+            check_output_folder(value, "--" + dest.replace("_", "-"))
 
 
 def _fmt(value: Any) -> str:
@@ -186,6 +205,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                 f"{args.governance}: height {late[0]} is beyond the run's last block "
                 f"{scenario.blocks}"
             )
+    _check_output_args(args, files=("out", "trace_out"), folders=("store_dir",))
     result = run_scenario(
         scenario,
         args.policy,
@@ -293,6 +313,7 @@ def run_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    _check_output_args(args, folders=("out",))
     started = time.perf_counter()
     report = compare(
         args.scenarios or [DEFAULT_COMPARE_SCENARIO],
@@ -397,10 +418,12 @@ def run_scenarios_list(args: argparse.Namespace) -> int:
 
 
 def run_scenarios_generate(args: argparse.Namespace) -> int:
+    from keepersim.outputs import write_text_atomic
     from keepersim.sim.generate import generate_scenario
     from keepersim.sim.scenario import format_scenario_json
     from keepersim.sim.suite import get_builtin_scenario
 
+    _check_output_args(args, files=("out",))
     if args.builtin is not None:
         scenario = get_builtin_scenario(args.builtin, args.seed)
     else:
@@ -426,7 +449,7 @@ def run_scenarios_generate(args: argparse.Namespace) -> int:
     if args.out == "-":
         sys.stdout.write(text)
     else:
-        Path(args.out).write_text(text, encoding="utf-8")
+        write_text_atomic(args.out, text)
         print(f"wrote {args.out}: {scenario.name}, {len(scenario.participants)} participants")
     return 0
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from keepersim.argtypes import get_float_type, get_int_type
+from keepersim.outputs import check_output_file, write_text_atomic
 
 __all__ = ["add_export_command", "run_export"]
 
@@ -85,7 +85,7 @@ def _write_result(path: str, data: dict[str, Any]) -> None:
     if path == "-":
         sys.stdout.write(text)
     else:
-        Path(path).write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -113,6 +113,9 @@ def run_export(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if not args.node.startswith(("http://", "https://")):
         raise UsageError(f"--node must be an http(s) URL, got {args.node!r}")
+    check_output_file(args.out, "--out")
+    if args.result != "-":
+        check_output_file(args.result, "--result")
     try:
         result = export_trace(args.node, epochs, args.out, options=options)
     except ExportError as exc:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from keepersim.argtypes import get_int_type, parse_name_list
+from keepersim.outputs import check_output_folder, get_atomic_path, write_text_atomic
 
 if TYPE_CHECKING:
     from keepersim.replay.as_recorded import ReplayReport
@@ -172,9 +173,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from keepersim.replay.what_if import replay_what_if
 
     policies = _parse_policies(args.policies)
-    out_dir = Path(args.out) if args.out else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = check_output_folder(args.out, "--out") if args.out else None
+    if args.store_dir:
+        check_output_folder(args.store_dir, "--store-dir")
     store_dir = args.store_dir or (str(out_dir / "stores") if out_dir else None)
     if args.store == "leveldb" and store_dir is None:
         raise ReplayError("--store leveldb needs --store-dir or --out")
@@ -250,7 +251,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def _pct(part: int, whole: int) -> str:
@@ -353,7 +354,8 @@ def plot_exclusions(
         ax.set_xlabel("start height")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with get_atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
 
 

@@ -743,4 +743,6 @@ def save_scenario(s: Scenario, path: str | os.PathLike[str]) -> None:
     Saving matters for exactness: built-in and generated scenarios are reproducible only on the
     same numpy build; a saved file reproduces the same fleet everywhere.
     """
-    Path(path).write_text(format_scenario_json(s), encoding="utf-8")
+    from keepersim.outputs import write_text_atomic
+
+    write_text_atomic(path, format_scenario_json(s))
