@@ -65,11 +65,11 @@ def check_output_folder(path: str | os.PathLike[str], flag: str) -> Path:
     a name too long, no permission.
     """
     folder = Path(path)
-    if folder.exists() and not folder.is_dir():
-        raise _fail(flag, path, "it is a file, expected a folder")
     try:
+        if folder.exists() and not folder.is_dir():
+            raise _fail(flag, path, "it is a file, expected a folder")
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+    except OSError as exc:  # also a name too long (exists() raises it)
         raise _fail(flag, path, _reason(exc)) from exc
     _probe_folder(folder, flag, path)
     return folder
@@ -82,27 +82,26 @@ def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
     by the run's result. Raises :class:`OutputPathError` naming ``flag``.
     """
     target = Path(path)
-    if target.is_dir():
-        raise _fail(flag, path, "it is a folder, expected a file name")
     parent = target.parent
-    if parent.exists() and not parent.is_dir():
-        raise _fail(flag, path, f"{os.fspath(parent)!r} is a file, not a folder")
-    try:
+    try:  # OSError: also a name too long (is_dir() and exists() raise it)
+        if target.is_dir():
+            raise _fail(flag, path, "it is a folder, expected a file name")
+        if parent.exists() and not parent.is_dir():
+            raise _fail(flag, path, f"{os.fspath(parent)!r} is a file, not a folder")
         parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            if not os.access(target, os.W_OK):
+                raise _fail(flag, path, "the file is not writable")
+        else:  # the name itself: too long, not allowed by the file system...
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                pass
+            else:
+                os.close(fd)
+                os.unlink(target)
     except OSError as exc:
         raise _fail(flag, path, _reason(exc)) from exc
-    if not target.exists():
-        try:  # the name itself: too long, not allowed by the file system...
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise _fail(flag, path, _reason(exc)) from exc
-        else:
-            os.close(fd)
-            os.unlink(target)
-    elif not os.access(target, os.W_OK):
-        raise _fail(flag, path, "the file is not writable")
     _probe_folder(parent, flag, path)
     return target
 

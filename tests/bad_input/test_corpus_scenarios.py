@@ -134,7 +134,9 @@ def test_schema_states_the_module_limits() -> None:
     assert part["weight"]["maximum"] == lim.MAX_WEIGHT == 2**31 - 1
     assert part["capacity"]["maximum"] == lim.MAX_CAPACITY
     assert part["latency_blocks"]["maximum"] == lim.MAX_LATENCY_BLOCKS
-    assert all(p["maximum"] == lim.MAX_LATENCY_BLOCKS for p in part["latency_blocks"]["prefixItems"])
+    assert all(
+        p["maximum"] == lim.MAX_LATENCY_BLOCKS for p in part["latency_blocks"]["prefixItems"]
+    )
 
 
 def test_builtin_scenarios_fit_the_limits_comfortably() -> None:
@@ -166,7 +168,9 @@ def _location(path: tuple[Any, ...]) -> str:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     field=st.sampled_from(sorted(_LIMITED, key=str)),
     excess=st.integers(0, 10**15),
