@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from keepersim.argtypes import get_float_type, get_int_type, parse_port
+from keepersim.outputs import check_output_folder
 
 __all__ = ["add_serve_command", "run_serve"]
 
@@ -168,6 +169,8 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UsageError(f"--faults: {exc}") from exc
     if not args.cold_wait >= 0:
         raise UsageError(f"--cold-wait must be >= 0, got {args.cold_wait}")
+    if args.chain is not None:  # the LevelDB store is written: check it like an output
+        check_output_folder(args.chain, "--chain")
     try:
         chain, make_runner = _open(args)
     except RunnerError as exc:

@@ -78,6 +78,8 @@ CASES: list[tuple[list[str], str]] = [
     (["replay", "{trace}", "--out", "{file}/out"], "--out"),
     (["replay", "{trace}", "--out", "{tmp}/" + LONG], "--out"),
     (["replay", "{trace}", "--store", "leveldb", "--store-dir", "{file}/s"], "--store-dir"),
+    (["serve", "--scenario", "{scenario}", "--chain", "{file}/db"], "--chain"),
+    (["serve", "--scenario", "{scenario}", "--chain", "{file}"], "--chain"),
     ([*EXPORT, "--out", "{file}/t.jsonl"], "--out"),
     ([*EXPORT, "--out", "{tmp}/" + LONG], "--out"),
     ([*EXPORT, "--out", "{tmp}/t.jsonl", "--result", "{file}/r.json"], "--result"),
