@@ -13,7 +13,14 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["MAX_PORT", "get_float_type", "get_int_type", "parse_name_list", "parse_port"]
+__all__ = [
+    "MAX_PORT",
+    "get_float_type",
+    "get_int_type",
+    "parse_name_list",
+    "parse_port",
+    "parse_seed",
+]
 
 MAX_PORT = 65535
 
@@ -69,6 +76,13 @@ def get_float_type(
 def parse_port(text: str) -> int:
     """A flag type: a TCP port in [1, 65535]."""
     return get_int_type(1, MAX_PORT)(text)
+
+
+def parse_seed(text: str) -> int:
+    """A flag type: a run seed, an integer in [0, 2^63-1] (the scenario format's seed range)."""
+    from keepersim.sim.scenario import MAX_SEED
+
+    return get_int_type(0, MAX_SEED)(text)
 
 
 def parse_name_list(text: str) -> list[str]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from keepersim.argtypes import get_float_type, get_int_type, parse_name_list
+from keepersim.argtypes import get_float_type, get_int_type, parse_name_list, parse_seed
 
 __all__ = [
     "COMMANDS",
@@ -156,7 +156,7 @@ def add_simulate_command(subparsers: Any) -> None:
     )
     parser.add_argument("scenario", metavar="SCENARIO", help="built-in scenario name or file")
     parser.add_argument("--policy", default="gonka", help="health policy (default: gonka)")
-    parser.add_argument("--seed", type=get_int_type(0), default=None, help="run seed")
+    parser.add_argument("--seed", type=parse_seed, default=None, help="run seed")
     parser.add_argument(
         "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
     )
@@ -369,7 +369,7 @@ def add_scenarios_command(subparsers: Any) -> None:
             "it as a scenario file; or save a built-in scenario with --builtin."
         ),
     )
-    gen.add_argument("--seed", type=get_int_type(0), default=1, help="generator seed (default 1)")
+    gen.add_argument("--seed", type=parse_seed, default=1, help="generator seed (default 1)")
     gen.add_argument("--out", default="-", help="output file (default: stdout)")
     gen.add_argument("--builtin", default=None, help="save this built-in scenario instead")
     gen.add_argument("--name", default="generated", help="scenario name")

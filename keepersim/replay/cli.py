@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from keepersim.argtypes import get_int_type, parse_name_list
+from keepersim.argtypes import get_int_type, parse_name_list, parse_seed
 from keepersim.outputs import check_output_folder, get_atomic_path, write_text_atomic
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--seed",
-        type=get_int_type(0),
+        type=parse_seed,
         default=None,
         help="what-if seed (default: the trace's seed, or 0)",
     )

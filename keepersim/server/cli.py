@@ -20,7 +20,7 @@ import argparse
 import sys
 from typing import Any
 
-from keepersim.argtypes import get_float_type, get_int_type, parse_port
+from keepersim.argtypes import get_float_type, get_int_type, parse_port, parse_seed
 from keepersim.outputs import check_output_folder
 
 __all__ = ["add_serve_command", "run_serve"]
@@ -41,7 +41,7 @@ def add_serve_command(subparsers: Any) -> None:
     source.add_argument(
         "--policy", default="gonka", help="health policy of --scenario (default gonka)"
     )
-    source.add_argument("--seed", type=get_int_type(0), default=None, help="run seed of --scenario")
+    source.add_argument("--seed", type=parse_seed, default=None, help="run seed of --scenario")
     source.add_argument(
         "--blocks",
         type=get_int_type(1),

@@ -174,6 +174,7 @@ FLAG_CASES: list[tuple[list[str], tuple[str, ...]]] = [
     (["compare", "{scenario}", "--store", "disk"], ("--store",)),
     (["simulate", "{scenario}", "--seed", "-1"], ("--seed",)),
     (["simulate", "{scenario}", "--seed", "1.5"], ("--seed",)),
+    (["simulate", "{scenario}", "--seed", str(2**63)], ("--seed",)),
     (["simulate", "{scenario}", "--policy", "bogus"], ("--policy", "unknown policy")),
     (["simulate", "{scenario}", "--store", "memory", "--store-dir", "x"], ("--store-dir",)),
     (["scenarios", "generate", "--participants", "0"], ("--participants",)),
