@@ -309,6 +309,11 @@ def run_compare(args: argparse.Namespace) -> int:
 
     # parse_name_list: a non-empty list without empty names
     policies = get_known_policies() if args.policies is None else args.policies
+    unknown = [p for p in policies if p not in get_known_policies()]
+    if unknown:
+        raise UsageError(
+            f"--policies: unknown policy {unknown[0]!r}; known: {', '.join(get_known_policies())}"
+        )
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     if args.jobs is not None and args.jobs < 1:

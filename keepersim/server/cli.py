@@ -119,6 +119,11 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(f"--genesis does not go with --{mode} (it builds its own)")
     rate = args.block_rate
     if mode == "scenario":
+        from keepersim.sim.driver import get_known_policies
+
+        if args.policy not in get_known_policies():
+            known = ", ".join(get_known_policies())
+            raise UsageError(f"--policy: unknown policy {args.policy!r}; known: {known}")
         scenario, seed = _load_scenario_arg(args.scenario, args.seed)
         chain = open_scenario_chain(scenario, args.policy, path=args.chain)
         return chain, lambda sink: ScenarioRunner(

@@ -168,7 +168,11 @@ FLAG_CASES: list[tuple[list[str], tuple[str, ...]]] = [
     (["compare", "{scenario}", "--policies", "gonka,,windowed"], ("--policies", "none empty")),
     (["compare", "{scenario}", "--policies", ","], ("--policies",)),
     (["compare", "{scenario}", "--policies", "gonka,gonka"], ("--policies", "repeated")),
-    (["compare", "{scenario}", "--policies", "gonka,bogus"], ("unknown policy 'bogus'",)),
+    (
+        ["compare", "{scenario}", "--policies", "gonka,bogus"],
+        ("--policies", "unknown policy 'bogus'"),
+    ),
+    (["serve", "--scenario", "{scenario}", "--policy", "bogus"], ("--policy", "unknown policy")),
     (["compare", "{scenario}", "--seeds", "0"], ("--seeds",)),
     (["compare", "{scenario}", "--jobs", "-1"], ("--jobs",)),
     (["compare", "{scenario}", "--store", "disk"], ("--store",)),
