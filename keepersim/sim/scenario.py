@@ -453,7 +453,8 @@ def _semantic_problems(obj: object) -> list[_Problem]:
         and _is_int(blocks)
         and isinstance(arrivals, int | float)
         and not _is_bool(arrivals)
-        and math.isfinite(arrivals)
+        and blocks <= MAX_BLOCKS  # else that limit is the one reported
+        and 0 <= arrivals <= MAX_ARRIVALS_PER_BLOCK
         and blocks * arrivals > MAX_EXPECTED_REQUESTS
     ):
         problems.append((("blocks",), _expected_requests_problem(blocks, blocks * arrivals)))

@@ -109,6 +109,8 @@ def test_beyond_the_limits_is_refused_in_under_a_second(
     status, err = run_main(["simulate", str(path), "--store", "memory"])
     elapsed = time.perf_counter() - started
     assert_refused(status, err, "huge.json", "limit")
+    lines = err.count("\n")
+    assert lines == (1 if len(change) == 1 else 1 + len(change)), err  # a problem per field
     assert elapsed < 1.0, elapsed
 
 
