@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from keepersim.argtypes import get_float_type, get_int_type, parse_name_list, parse_seed
+
 __all__ = [
     "COMMANDS",
     "UsageError",
@@ -103,11 +105,30 @@ def _read_json(path: str, what: str) -> Any:
 
 
 def _write_json(path: str, data: Any) -> None:
+    from keepersim.outputs import write_text_atomic
+
     text = json.dumps(data, indent=1, allow_nan=False) + "\n"
     if path == "-":
         sys.stdout.write(text)
     else:
-        Path(path).write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)
+
+
+def _check_output_args(
+    args: argparse.Namespace, files: Sequence[str] = (), folders: Sequence[str] = ()
+) -> None:
+    """Check (and create) the output paths given by the flags ``files`` / ``folders`` (argparse
+    dests) before any work; '-' (stdout) and unset flags are skipped."""
+    from keepersim.outputs import check_output_file, check_output_folder
+
+    for dest in files:
+        value = getattr(args, dest, None)
+        if value is not None and value != "-":
+            check_output_file(value, "--" + dest.replace("_", "-"))
+    for dest in folders:
+        value = getattr(args, dest, None)
+        if value is not None:
+            check_output_folder(value, "--" + dest.replace("_", "-"))
 
 
 def _fmt(value: Any) -> str:
@@ -137,7 +158,7 @@ def add_simulate_command(subparsers: Any) -> None:
     )
     parser.add_argument("scenario", metavar="SCENARIO", help="built-in scenario name or file")
     parser.add_argument("--policy", default="gonka", help="health policy (default: gonka)")
-    parser.add_argument("--seed", type=int, default=None, help="run seed")
+    parser.add_argument("--seed", type=parse_seed, default=None, help="run seed")
     parser.add_argument(
         "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
     )
@@ -168,7 +189,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     if args.policy not in get_known_policies():
         raise UsageError(
-            f"unknown policy {args.policy!r}; known: {', '.join(get_known_policies())}"
+            f"--policy: unknown policy {args.policy!r}; known: {', '.join(get_known_policies())}"
         )
     if args.seed is not None and args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
@@ -186,6 +207,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                 f"{args.governance}: height {late[0]} is beyond the run's last block "
                 f"{scenario.blocks}"
             )
+    _check_output_args(args, files=("out", "trace_out"), folders=("store_dir",))
     result = run_scenario(
         scenario,
         args.policy,
@@ -259,15 +281,19 @@ def add_compare_command(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--policies",
+        type=parse_name_list,
         default=None,
         help="comma-separated policies (default: every registered policy)",
     )
     parser.add_argument(
-        "--seeds", type=int, default=DEFAULT_COMPARE_SEEDS, help="seeds per scenario"
+        "--seeds", type=get_int_type(1), default=DEFAULT_COMPARE_SEEDS, help="seeds per scenario"
     )
     parser.add_argument("--out", default=DEFAULT_REPORT_DIR, help="output folder")
     parser.add_argument(
-        "--jobs", type=int, default=None, help="worker processes (default: cores, at most 2)"
+        "--jobs",
+        type=get_int_type(1),
+        default=None,
+        help="worker processes (default: cores, at most 2)",
     )
     parser.add_argument(
         "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
@@ -283,16 +309,18 @@ def run_compare(args: argparse.Namespace) -> int:
     from keepersim.report.compare import compare
     from keepersim.sim.driver import get_known_policies
 
-    if args.policies is None:
-        policies = get_known_policies()
-    else:
-        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        if not policies:
-            raise UsageError("--policies is empty")
+    # parse_name_list: a non-empty list without empty names
+    policies = get_known_policies() if args.policies is None else args.policies
+    unknown = [p for p in policies if p not in get_known_policies()]
+    if unknown:
+        raise UsageError(
+            f"--policies: unknown policy {unknown[0]!r}; known: {', '.join(get_known_policies())}"
+        )
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    _check_output_args(args, folders=("out",))
     started = time.perf_counter()
     report = compare(
         args.scenarios or [DEFAULT_COMPARE_SCENARIO],
@@ -331,6 +359,8 @@ def _pair(kind: type[float] | type[int]) -> Callable[[str], tuple[float, float]]
 
 
 def add_scenarios_command(subparsers: Any) -> None:
+    from keepersim.sim import scenario as lim
+
     parser = subparsers.add_parser(
         "scenarios", help="list the built-in scenarios or generate a new one"
     )
@@ -346,21 +376,37 @@ def add_scenarios_command(subparsers: Any) -> None:
             "it as a scenario file; or save a built-in scenario with --builtin."
         ),
     )
-    gen.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
+    gen.add_argument("--seed", type=parse_seed, default=1, help="generator seed (default 1)")
     gen.add_argument("--out", default="-", help="output file (default: stdout)")
     gen.add_argument("--builtin", default=None, help="save this built-in scenario instead")
     gen.add_argument("--name", default="generated", help="scenario name")
-    gen.add_argument("--participants", type=int, default=150)
-    gen.add_argument("--blocks", type=int, default=12000)
-    gen.add_argument("--epoch-length", type=int, default=4000)
-    gen.add_argument("--arrivals", type=float, default=4.6, help="requests per block")
-    gen.add_argument("--degraded-share", type=float, default=0.1, help="weight share degraded")
+    gen.add_argument("--participants", type=get_int_type(1, lim.MAX_PARTICIPANTS), default=150)
+    gen.add_argument("--blocks", type=get_int_type(1, lim.MAX_BLOCKS), default=12000)
+    gen.add_argument("--epoch-length", type=get_int_type(1, lim.MAX_EPOCH_LENGTH), default=4000)
+    gen.add_argument(
+        "--arrivals",
+        type=get_float_type(0, lim.MAX_ARRIVALS_PER_BLOCK),
+        default=4.6,
+        help="requests per block",
+    )
+    gen.add_argument(
+        "--degraded-share", type=get_float_type(0, 1), default=0.1, help="weight share degraded"
+    )
     gen.add_argument("--degraded-miss", type=_pair(float), default=(0.15, 0.3), metavar="LO,HI")
     gen.add_argument("--healthy-miss", type=_pair(float), default=(0.005, 0.02), metavar="LO,HI")
-    gen.add_argument("--outage-share", type=float, default=0.0, help="weight share with outages")
-    gen.add_argument("--capacity", type=int, default=None, help="in-flight capacity per node")
+    gen.add_argument(
+        "--outage-share", type=get_float_type(0, 1), default=0.0, help="weight share with outages"
+    )
+    gen.add_argument(
+        "--capacity",
+        type=get_int_type(1, lim.MAX_CAPACITY),
+        default=None,
+        help="in-flight capacity per node",
+    )
     gen.add_argument("--latency", type=_pair(int), default=(1, 8), metavar="LO,HI")
-    gen.add_argument("--expiration-blocks", type=int, default=150)
+    gen.add_argument(
+        "--expiration-blocks", type=get_int_type(1, lim.MAX_EXPIRATION_BLOCKS), default=150
+    )
     gen.set_defaults(handler=run_scenarios_generate)
 
 
@@ -379,10 +425,12 @@ def run_scenarios_list(args: argparse.Namespace) -> int:
 
 
 def run_scenarios_generate(args: argparse.Namespace) -> int:
+    from keepersim.outputs import write_text_atomic
     from keepersim.sim.generate import generate_scenario
     from keepersim.sim.scenario import format_scenario_json
     from keepersim.sim.suite import get_builtin_scenario
 
+    _check_output_args(args, files=("out",))
     if args.builtin is not None:
         scenario = get_builtin_scenario(args.builtin, args.seed)
     else:
@@ -408,7 +456,7 @@ def run_scenarios_generate(args: argparse.Namespace) -> int:
     if args.out == "-":
         sys.stdout.write(text)
     else:
-        Path(args.out).write_text(text, encoding="utf-8")
+        write_text_atomic(args.out, text)
         print(f"wrote {args.out}: {scenario.name}, {len(scenario.participants)} participants")
     return 0
 
@@ -432,6 +480,15 @@ COMMANDS: list[CommandAdder] = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the command's one-line error style: ``keepersim: error: argument --port:
+    expected ...``, exit status 2 (subcommand parsers inherit the class)."""
+
+    def error(self, message: str) -> Any:  # argparse's signature: NoReturn
+        print(f"keepersim: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def register_command(adder: CommandAdder) -> CommandAdder:
     """Decorator: add a subcommand (``adder(subparsers)``) to the registry."""
     if adder not in COMMANDS:
@@ -440,7 +497,7 @@ def register_command(adder: CommandAdder) -> CommandAdder:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keepersim",
         description="Deterministic simulator of the Gonka chain's inference module.",
     )

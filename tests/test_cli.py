@@ -107,7 +107,7 @@ def test_simulate_seed_and_governance(tiny: Path, tmp_path: Path, capsys: Any) -
         (["simulate", "{tiny}", "--governance", "{late}"], "beyond the run's last block 120"),
         (["simulate", "{tiny}", "--store", "memory", "--store-dir", "x"], "--store-dir needs"),
         (["compare", "{tiny}", "--policies", "gonka,bogus"], "unknown policy 'bogus'"),
-        (["compare", "{tiny}", "--seeds", "0"], "--seeds must be >= 1"),
+        (["compare", "{tiny}", "--seeds", "0"], "argument --seeds: expected an integer >= 1"),
         (["compare", "nowhere.json"], "neither a built-in"),
         (["scenarios", "generate", "--participants", "0"], "participants"),
     ],

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from keepersim.argtypes import get_float_type, get_int_type
+from keepersim.outputs import check_output_file, write_text_atomic
 from keepersim.progress import PROGRESS_HELP
 
 __all__ = ["add_export_command", "run_export"]
@@ -37,27 +38,38 @@ def add_export_command(subparsers: Any) -> None:
     parser.add_argument("--epochs", required=True, metavar="A-B", help="epoch range, e.g. 3-5")
     parser.add_argument("--out", required=True, metavar="TRACE", help="trace file to write")
     parser.add_argument(
-        "--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="worker threads (default 4)"
+        "--concurrency",
+        type=get_int_type(1),
+        default=DEFAULT_CONCURRENCY,
+        help="worker threads (default 4)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, help="request timeout, s (60)"
+        "--timeout",
+        type=get_float_type(0, lo_open=True),
+        default=DEFAULT_TIMEOUT_SECONDS,
+        help="request timeout, s (60)",
     )
     parser.add_argument(
-        "--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, help="attempts per request (3)"
+        "--max-attempts",
+        type=get_int_type(1),
+        default=DEFAULT_MAX_ATTEMPTS,
+        help="attempts per request (3)",
     )
     parser.add_argument(
         "--backoff-base",
-        type=float,
+        type=get_float_type(0),
         default=DEFAULT_BACKOFF_BASE_SECONDS,
         help="pause after a retryable failure, s, doubled per consecutive failure (5)",
     )
     parser.add_argument(
         "--backoff-cap",
-        type=float,
+        type=get_float_type(0),
         default=DEFAULT_BACKOFF_CAP_SECONDS,
         help="longest pause, s (120)",
     )
-    parser.add_argument("--page-limit", type=int, default=100, help="pagination.limit (100)")
+    parser.add_argument(
+        "--page-limit", type=get_int_type(1, 1000), default=100, help="pagination.limit (100)"
+    )
     parser.add_argument("--restart", action="store_true", help="ignore a previous run's progress")
     parser.add_argument("--result", default="-", help="write the result JSON here ('-': stdout)")
     parser.add_argument(
@@ -74,7 +86,7 @@ def _write_result(path: str, data: dict[str, Any]) -> None:
     if path == "-":
         sys.stdout.write(text)
     else:
-        Path(path).write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -102,6 +114,9 @@ def run_export(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if not args.node.startswith(("http://", "https://")):
         raise UsageError(f"--node must be an http(s) URL, got {args.node!r}")
+    check_output_file(args.out, "--out")
+    if args.result != "-":
+        check_output_file(args.result, "--result")
     try:
         result = export_trace(args.node, epochs, args.out, options=options)
     except ExportError as exc:

@@ -70,6 +70,7 @@ from keepersim.export.fetch import (
     ExportFetchError,
     Fetcher,
 )
+from keepersim.outputs import write_text_atomic
 from keepersim.sim.trace_writer import TRACE_VERSION, message_to_json
 from keepersim.types.pb.params_pb2 import Params
 from keepersim.types.pb.types_pb2 import EpochPerformanceSummary, Inference, Participant
@@ -195,10 +196,7 @@ def _dumps(obj: Any) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{threading.get_ident()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
 
 
 # --------------------------------------------------------------------------------------------

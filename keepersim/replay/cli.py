@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from keepersim.argtypes import get_int_type, parse_name_list, parse_seed
+from keepersim.outputs import check_output_folder, get_atomic_path, write_text_atomic
 from keepersim.progress import PROGRESS_HELP
 
 if TYPE_CHECKING:
@@ -54,10 +56,16 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
         "--mode", choices=("as-recorded", "what-if"), default="as-recorded", help="replay mode"
     )
     parser.add_argument(
-        "--policies", default="gonka", help="comma-separated policy names (default: gonka)"
+        "--policies",
+        type=parse_name_list,
+        default="gonka",
+        help="comma-separated policy names (default: gonka)",
     )
     parser.add_argument(
-        "--seed", type=int, default=None, help="what-if seed (default: the trace's seed, or 0)"
+        "--seed",
+        type=parse_seed,
+        default=None,
+        help="what-if seed (default: the trace's seed, or 0)",
     )
     parser.add_argument(
         "--store", choices=("leveldb", "memory"), default="memory", help="chain store"
@@ -80,7 +88,10 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", default=None, help="folder for report.json and exclusions.png")
     parser.add_argument(
-        "--window-blocks", type=int, default=1000, help="what-if estimator window (blocks)"
+        "--window-blocks",
+        type=get_int_type(1),
+        default=1000,
+        help="what-if estimator window (blocks)",
     )
     parser.add_argument(
         "--prior", default="1,30", help="what-if Beta prior a,b of miss probabilities"
@@ -95,13 +106,14 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _parse_policies(text: str) -> list[str]:
+def _parse_policies(value: str | list[str]) -> list[str]:
+    """The --policies list (already checked by parse_name_list when it came from argparse)."""
     from keepersim.replay.common import ReplayError
 
-    policies = [p.strip() for p in text.split(",") if p.strip()]
-    if not policies:
-        raise ReplayError("--policies names no policy")
-    return policies
+    try:
+        return value if isinstance(value, list) else parse_name_list(value)
+    except argparse.ArgumentTypeError as exc:
+        raise ReplayError(f"--policies: {exc}") from None
 
 
 def _parse_prior(text: str) -> BetaPrior:
@@ -163,9 +175,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from keepersim.replay.what_if import replay_what_if
 
     policies = _parse_policies(args.policies)
-    out_dir = Path(args.out) if args.out else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = check_output_folder(args.out, "--out") if args.out else None
+    if args.store_dir:
+        check_output_folder(args.store_dir, "--store-dir")
     store_dir = args.store_dir or (str(out_dir / "stores") if out_dir else None)
     if args.store == "leveldb" and store_dir is None:
         raise ReplayError("--store leveldb needs --store-dir or --out")
@@ -241,7 +253,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def _pct(part: int, whole: int) -> str:
@@ -349,7 +361,8 @@ def plot_exclusions(
         ax.set_xlabel("start height")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with get_atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
 
 

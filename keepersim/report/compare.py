@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import csv
-import json
 import math
 import multiprocessing
 import os
@@ -29,6 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from keepersim.outputs import (
+    check_output_folder,
+    get_atomic_path,
+    write_json_atomic,
+    write_text_atomic,
+)
 from keepersim.progress import make_progress
 from keepersim.report.inaction import compute_inaction_note
 from keepersim.report.stats import (
@@ -335,7 +340,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         for key in row:
             if key not in columns:
                 columns.append(key)
-    with path.open("w", newline="", encoding="utf-8") as f:
+    with get_atomic_path(path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
@@ -369,6 +374,7 @@ def compare(
         raise CompareError(f"jobs must be an integer >= 1, got {jobs!r}")
     if not scenarios:
         raise CompareError("no scenario given")
+    folder = None if out_dir is None else check_output_folder(out_dir, "out_dir")
     ordered = order_policies(policies)
     try:
         sources = resolve_scenarios(scenarios)
@@ -410,20 +416,14 @@ def compare(
     table = format_summary_table(report["summary"])
     out = sys.stdout if stream is None else stream
     out.write(table + "\n")
-    if out_dir is not None:
-        folder = Path(out_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "report.json").write_text(
-            json.dumps(report, indent=1, allow_nan=False) + "\n", encoding="utf-8"
-        )
+    if folder is not None:
+        write_json_atomic(folder / "report.json", report)
         _write_csv(folder / "runs.csv", [_flatten(r) for r in report["runs"]])
         _write_csv(folder / "summary.csv", [_flatten(r) for r in report["summary"]])
-        (folder / "table.txt").write_text(table + "\n", encoding="utf-8")
+        write_text_atomic(folder / "table.txt", table + "\n")
         if plots:
             from keepersim.report.plots import write_plots
 
             report["plots"] = [p.name for p in write_plots(report, folder)]
-            (folder / "report.json").write_text(
-                json.dumps(report, indent=1, allow_nan=False) + "\n", encoding="utf-8"
-            )
+            write_json_atomic(folder / "report.json", report)
     return report

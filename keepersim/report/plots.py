@@ -45,8 +45,11 @@ def safe_name(label: str) -> str:
 
 
 def _save(fig: Any, path: Path) -> Path:
+    from keepersim.outputs import get_atomic_path
+
     fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
+    with get_atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=_DPI)
     plt.close(fig)
     return path
 

@@ -319,12 +319,20 @@ def _parse_bool(params: Mapping[str, str], name: str) -> bool:
 
 
 def _parse_uint(value: str, name: str) -> int:
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):  # str.isdigit alone accepts '²
         raise ApiError(400, f"invalid {name}: expected an unsigned integer, got {value!r}")
     n = int(value)
     if n > keys.U64_MAX:
         raise ApiError(400, f"invalid {name}: {value} does not fit in a uint64")
     return n
+
+
+def _parse_model(params: Mapping[str, str], name: str) -> str:
+    """A model id query parameter (default ""): any text without a NUL byte (a store key)."""
+    value = params.get(name, "")
+    if "\x00" in value:
+        raise ApiError(400, f"invalid {name}: expected a model id without NUL bytes, got {value!r}")
+    return value
 
 
 def _decode_key(text: str) -> bytes:
@@ -500,7 +508,7 @@ def _height_headers(height: int) -> dict[str, str]:
 
 
 def _q_random_executor(state: ServerState, params: Mapping[str, str]) -> Answer:
-    model = params.get("model", "")
+    model = _parse_model(params, "model")
     request_id = params.get("request_id") or state.next_request_id()
     table = state.get_table(model)
     seed = compute_selection_seed(state.chain.chain_id, table.height, model, request_id)
@@ -567,7 +575,7 @@ def _q_summaries(state: ServerState, epoch_text: str) -> Answer:
 
 def _q_epoch_group(state: ServerState, epoch_text: str, params: Mapping[str, str]) -> Answer:
     epoch = _parse_uint(epoch_text, "epoch_index")
-    model = params.get("model_id", "")
+    model = _parse_model(params, "model_id")
     with state.chain.read() as k:
         height = state.chain.height
         group = k.get_epoch_group(epoch, model)
@@ -653,7 +661,7 @@ def _k_policy(state: ServerState, address: str) -> Answer:
 
 
 def _k_selection(state: ServerState, params: Mapping[str, str]) -> Answer:
-    table = state.get_table(params.get("model", ""))
+    table = state.get_table(_parse_model(params, "model"))
     return table_to_json(table), _height_headers(table.height)
 
 

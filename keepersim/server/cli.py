@@ -20,6 +20,9 @@ import argparse
 import sys
 from typing import Any
 
+from keepersim.argtypes import get_float_type, get_int_type, parse_port, parse_seed
+from keepersim.outputs import check_output_folder
+
 __all__ = ["add_serve_command", "run_serve"]
 
 
@@ -38,16 +41,21 @@ def add_serve_command(subparsers: Any) -> None:
     source.add_argument(
         "--policy", default="gonka", help="health policy of --scenario (default gonka)"
     )
-    source.add_argument("--seed", type=int, default=None, help="run seed of --scenario")
+    source.add_argument("--seed", type=parse_seed, default=None, help="run seed of --scenario")
     source.add_argument(
-        "--blocks", type=int, default=None, help="stop --scenario after this many blocks"
+        "--blocks",
+        type=get_int_type(1),
+        default=None,
+        help="stop --scenario after this many blocks",
     )
     source.add_argument("--trace", metavar="FILE", default=None, help="replay a trace")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="listen port (default 8000)")
+    parser.add_argument(
+        "--port", type=parse_port, default=8000, help="listen port, 1..65535 (default 8000)"
+    )
     parser.add_argument(
         "--block-rate",
-        type=float,
+        type=get_float_type(0, lo_open=True),
         default=None,
         metavar="R",
         help="blocks per second (default: as fast as possible for --scenario/--trace)",
@@ -58,21 +66,24 @@ def add_serve_command(subparsers: Any) -> None:
         metavar="SPEC",
         help="inject faults, e.g. 429=0.1,503=0.2,slow=0.05:200,drop=0.02,badjson=0.01",
     )
-    parser.add_argument("--fault-seed", type=int, default=0, help="fault injection seed")
+    parser.add_argument(
+        "--fault-seed", type=get_int_type(0), default=0, help="fault injection seed"
+    )
     parser.add_argument(
         "--fault-max-streak",
-        type=int,
+        type=get_int_type(0),
         default=2,
         help="most failing answers in a row per URL (0: no limit; default 2)",
     )
     parser.add_argument(
         "--cold-wait",
-        type=float,
+        type=get_float_type(0),
         default=5.0,
         help="seconds a query waits for a cold cache computation before a 503 (default 5)",
     )
     parser.add_argument(
         "--log-level",
+        choices=("critical", "error", "warning", "info", "debug", "trace"),
         default="warning",
         help="log level of uvicorn and keepersim (runner failures are errors; default warning)",
     )
@@ -108,6 +119,11 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(f"--genesis does not go with --{mode} (it builds its own)")
     rate = args.block_rate
     if mode == "scenario":
+        from keepersim.sim.driver import get_known_policies
+
+        if args.policy not in get_known_policies():
+            known = ", ".join(get_known_policies())
+            raise UsageError(f"--policy: unknown policy {args.policy!r}; known: {known}")
         scenario, seed = _load_scenario_arg(args.scenario, args.seed)
         chain = open_scenario_chain(scenario, args.policy, path=args.chain)
         return chain, lambda sink: ScenarioRunner(
@@ -172,6 +188,8 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UsageError(f"--faults: {exc}") from exc
     if not args.cold_wait >= 0:
         raise UsageError(f"--cold-wait must be >= 0, got {args.cold_wait}")
+    if args.chain is not None:  # the LevelDB store is written: check it like an output
+        check_output_folder(args.chain, "--chain")
     try:
         chain, make_runner = _open(args)
     except RunnerError as exc:

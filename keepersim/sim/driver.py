@@ -72,11 +72,13 @@ from __future__ import annotations
 import hashlib
 import heapq
 import os
+import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal as PyDecimal
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -792,10 +794,7 @@ def _set_dotted(data: dict[str, Any], path: str, value: Any, where: str) -> None
                 and isinstance(value, str | int | float)
                 and not isinstance(value, bool)
             ):
-                try:
-                    dec = compute_decimal(str(value))
-                except (ValueError, ArithmeticError) as exc:
-                    raise GovernanceError(f"{where}: {path}: {exc}") from exc
+                dec = _get_decimal_arg(value, f"{where}: {path}")
                 value = {"value": str(dec.value), "exponent": dec.exponent}
             node[part] = value
             return
@@ -807,6 +806,71 @@ def _set_dotted(data: dict[str, Any], path: str, value: Any, where: str) -> None
             node[part] = child
         node = child
         descriptor = message_type
+
+
+def _get_decimal_arg(value: str | int | float, where: str) -> Any:
+    """A chain Decimal from a governance value, or a GovernanceError saying what was expected."""
+    expected = 'expected a decimal string with at most 12 fractional digits (e.g. "0.05")'
+    text = str(value).strip()
+    try:
+        finite = PyDecimal(text).is_finite()
+    except ArithmeticError:
+        finite = False
+    if not finite:
+        raise GovernanceError(f"{where}: {expected}, got {value!r}")
+    try:
+        return compute_decimal(text)
+    except (ValueError, ArithmeticError) as exc:
+        raise GovernanceError(f"{where}: {expected}, got {value!r} ({exc})") from exc
+
+
+def _get_parse_error_text(text: str) -> str:
+    """The protobuf JSON parser's nested "Failed to parse x field: ..." as ``params.x: ...``."""
+    path = ["params"]
+    while True:
+        match = re.match(r"Failed to parse (\w+) field: ", text)
+        if match is None:
+            break
+        path.append(match.group(1))
+        text = text[match.end() :]
+    reason = text.split("\n")[0].rstrip(".")
+    return f"{'.'.join(path)}: expected Params JSON (as /params returns): {reason}"
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    return "null" if value is None else type(value).__name__
+
+
+def _check_params_patch(patch: Mapping[str, Any], descriptor: Any, where: str) -> None:
+    """Name the first unknown field or non-object message value of a ``params`` patch (the
+    protobuf parser's own messages do not say which key of the file is wrong)."""
+    by_name = {fd.name: fd for fd in descriptor.fields}
+    by_name.update({fd.json_name: fd for fd in descriptor.fields})
+    for key, value in patch.items():
+        fd = by_name.get(key)
+        if fd is None:
+            known = ", ".join(sorted(fd.name for fd in descriptor.fields))
+            raise GovernanceError(f"{where}: unknown field {key!r} (fields: {known})")
+        message_type = None if _is_repeated(fd) else fd.message_type
+        if message_type is None:
+            continue
+        if not isinstance(value, Mapping):
+            what = 'a Decimal object {"value", "exponent"}'
+            if not message_type.full_name.endswith(".Decimal"):
+                what = f"an object ({message_type.name})"
+            raise GovernanceError(
+                f"{where}.{key}: expected {what}, got {_json_kind(value)} {value!r}"
+                + ('; use "set" for a decimal string' if "Decimal" in what else "")
+            )
+        _check_params_patch(value, message_type, f"{where}.{key}")
 
 
 def _is_repeated(fd: Any) -> bool:
@@ -848,6 +912,7 @@ def parse_governance(
             patch = entry["params"]
             if not isinstance(patch, Mapping):
                 raise GovernanceError(f"{where}: 'params' must be an object")
+            _check_params_patch(patch, Params.DESCRIPTOR, f"{where}: params")
             merged = _deep_merge(data_now, patch, "params")
         else:
             changes = entry["set"]
@@ -860,6 +925,8 @@ def parse_governance(
             new = params_from_dict(merged)
             validate_params(new)
         except InvalidParamsError as exc:
+            if exc.field == "params" and isinstance(exc.value, str):
+                raise GovernanceError(f"{where}: {_get_parse_error_text(exc.value)}") from exc
             raise GovernanceError(f"{where}: {exc}") from exc
         out.append((height, new))
         current = new

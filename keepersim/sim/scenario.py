@@ -15,8 +15,16 @@ experiment. keepersim accepts a few optional keys beyond the spec (each document
 
 Validation runs the JSON Schema first, then the semantic rules (unique addresses; ``miss`` starts
 at from_block 0 with strictly increasing from_blocks; latency ``[min, max]`` with min <= max;
-finite numbers). All problems found are reported together in one :class:`ScenarioError`, each
-with the JSON location (e.g. ``participants[3].miss[1][0]``) and what was expected.
+finite numbers; the limits below). All problems found are reported together in one
+:class:`ScenarioError`, each with the JSON location (e.g. ``participants[3].miss[1][0]``) and what
+was expected.
+
+Limits (``MAX_*`` below, also in the schema): a weight fits the chain's int32; a run holds at most
+``MAX_EXPECTED_REQUESTS`` expected requests (``blocks x arrivals_per_block``) and
+``MAX_PARTICIPANTS`` participants, so it finishes in about 10 minutes and well under 1 GB
+(measured: mainnet_like, 55,000 requests, 7 s and 66 MB; 200,000 requests, 19 s and 79 MB). They are checked before any work: a scenario beyond them is
+refused while it is read. Integers may be written as integral numbers (``1e3`` is 1000, as JSON
+Schema counts them).
 """
 
 from __future__ import annotations
@@ -41,6 +49,17 @@ __all__ = [
     "DEFAULT_MAX_RESELECTS",
     "DEFAULT_MODELS",
     "DEFAULT_PUSHBACK",
+    "MAX_ARRIVALS_PER_BLOCK",
+    "MAX_BLOCKS",
+    "MAX_CAPACITY",
+    "MAX_EPOCH_LENGTH",
+    "MAX_EXPECTED_REQUESTS",
+    "MAX_EXPIRATION_BLOCKS",
+    "MAX_LATENCY_BLOCKS",
+    "MAX_PARTICIPANTS",
+    "MAX_RESELECTS",
+    "MAX_SEED",
+    "MAX_WEIGHT",
     "ParticipantSpec",
     "Scenario",
     "ScenarioError",
@@ -58,6 +77,20 @@ DEFAULT_LATENCY_BLOCKS: Final = 2
 DEFAULT_MAX_RESELECTS: Final = 2
 DEFAULT_PUSHBACK: Final = False
 DEFAULT_MODELS: Final[tuple[str, ...]] = ("default",)
+
+#: The chain stores weights as int32.
+MAX_WEIGHT: Final = 2**31 - 1
+MAX_PARTICIPANTS: Final = 10_000
+MAX_BLOCKS: Final = 1_000_000
+#: ``blocks x arrivals_per_block``: about 90x mainnet_like, 40x overload (~10 min at 7,500-10,000/s).
+MAX_EXPECTED_REQUESTS: Final = 5_000_000
+MAX_ARRIVALS_PER_BLOCK: Final = 10_000
+MAX_EPOCH_LENGTH: Final = 1_000_000
+MAX_EXPIRATION_BLOCKS: Final = 100_000
+MAX_LATENCY_BLOCKS: Final = 10_000
+MAX_CAPACITY: Final = 1_000_000
+MAX_RESELECTS: Final = 100
+MAX_SEED: Final = 2**63 - 1
 
 _SCHEMA_FILE: Final = "scenario.schema.json"
 _MAX_LISTED_PROBLEMS: Final = 50
@@ -107,9 +140,13 @@ class ParticipantSpec:
             raise ScenarioError(f"{who}: address must be a non-empty string")
         if _is_bool(self.weight) or not isinstance(self.weight, int) or self.weight <= 0:
             raise ScenarioError(f"{who}: weight must be an integer > 0, got {self.weight!r}")
-        if not 1 <= self.latency_min <= self.latency_max:
+        if self.weight > MAX_WEIGHT:
             raise ScenarioError(
-                f"{who}: latency must satisfy 1 <= min <= max, "
+                f"{who}: weight {self.weight} is above the chain's int32 limit {MAX_WEIGHT}"
+            )
+        if not 1 <= self.latency_min <= self.latency_max <= MAX_LATENCY_BLOCKS:
+            raise ScenarioError(
+                f"{who}: latency must satisfy 1 <= min <= max <= {MAX_LATENCY_BLOCKS}, "
                 f"got [{self.latency_min}, {self.latency_max}]"
             )
         if not miss or miss[0][0] != 0:
@@ -124,6 +161,10 @@ class ParticipantSpec:
             _is_bool(self.capacity) or not isinstance(self.capacity, int) or self.capacity <= 0
         ):
             raise ScenarioError(f"{who}: capacity must be None or an integer > 0")
+        if self.capacity is not None and self.capacity > MAX_CAPACITY:
+            raise ScenarioError(
+                f"{who}: capacity {self.capacity} is above the limit {MAX_CAPACITY}"
+            )
         if not self.models or any(not isinstance(m, str) or not m for m in self.models):
             raise ScenarioError(f"{who}: models must be a non-empty tuple of non-empty strings")
         object.__setattr__(self, "_miss_from", tuple(b for b, _ in miss))
@@ -164,13 +205,27 @@ class Scenario:
                 raise ScenarioError(f"{who}: {knob} must be > 0, got {getattr(self, knob)!r}")
         if self.max_reselects < 0:
             raise ScenarioError(f"{who}: max_reselects must be >= 0, got {self.max_reselects}")
+        if self.seed < 0:
+            raise ScenarioError(f"{who}: seed must be >= 0, got {self.seed}")
+        for knob, limit in _SCENARIO_LIMITS:
+            if getattr(self, knob) > limit:
+                raise ScenarioError(
+                    f"{who}: {knob} {getattr(self, knob)} is above the limit {limit}"
+                )
         if not (math.isfinite(self.arrivals_per_block) and self.arrivals_per_block >= 0):
             raise ScenarioError(
                 f"{who}: arrivals_per_block must be a finite number >= 0, "
                 f"got {self.arrivals_per_block!r}"
             )
+        expected = self.blocks * self.arrivals_per_block
+        if expected > MAX_EXPECTED_REQUESTS:
+            raise ScenarioError(f"{who}: {_expected_requests_problem(self.blocks, expected)}")
         if not self.participants:
             raise ScenarioError(f"{who}: needs at least one participant")
+        if len(self.participants) > MAX_PARTICIPANTS:
+            raise ScenarioError(
+                f"{who}: {len(self.participants)} participants, above the limit {MAX_PARTICIPANTS}"
+            )
         seen: set[str] = set()
         for p in self.participants:
             if p.address in seen:
@@ -181,6 +236,23 @@ class Scenario:
     def get_total_weight(self) -> int:
         """Sum of all participants' weights."""
         return self._total_weight
+
+
+_SCENARIO_LIMITS: Final = (
+    ("seed", MAX_SEED),
+    ("blocks", MAX_BLOCKS),
+    ("epoch_length", MAX_EPOCH_LENGTH),
+    ("expiration_blocks", MAX_EXPIRATION_BLOCKS),
+    ("max_reselects", MAX_RESELECTS),
+    ("arrivals_per_block", MAX_ARRIVALS_PER_BLOCK),
+)
+
+
+def _expected_requests_problem(blocks: float, expected: float) -> str:
+    return (
+        f"blocks x arrivals_per_block = {expected:.6g} expected requests ({_show(blocks)} blocks), "
+        f"above the limit {MAX_EXPECTED_REQUESTS:,}; use fewer blocks or arrivals"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,6 +346,8 @@ def _pair_name(path: _Path) -> str | None:
 
 def _bounds(schema: Mapping[str, Any]) -> str:
     lo, hi = schema.get("minimum"), schema.get("maximum")
+    if hi is not None and hi > 1:
+        hi = None  # a size limit, reported on its own (see _schema_problems), not a range
     if lo is not None and hi is not None:
         return f" in [{lo}, {hi}]"
     if schema.get("exclusiveMinimum") is not None:
@@ -339,6 +413,12 @@ def _schema_problems(error: Any) -> list[_Problem]:
         ]
     if keyword == "type":
         return [(path, f"expected {_describe(schema, path)}, {got}")]
+    if keyword == "maximum" and not _is_bool(instance) and schema["maximum"] > 1:
+        reason = "the chain's int32 limit" if path and path[-1] == "weight" else "the limit"
+        return [(path, f"{_show(instance)} is above {reason} {schema['maximum']}")]
+    if keyword == "maxItems" and path == ("participants",):
+        n = len(instance) if isinstance(instance, Sized) else "?"
+        return [(path, f"{n} participants, above the limit {MAX_PARTICIPANTS}")]
     if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         return [(path, f"expected {_describe(schema, path)}, got {_show(instance)}")]
     if keyword in ("minItems", "maxItems", "items", "prefixItems"):
@@ -365,6 +445,20 @@ def _semantic_problems(obj: object) -> list[_Problem]:
     arrivals = obj.get("arrivals_per_block")
     if isinstance(arrivals, float) and not math.isfinite(arrivals):
         problems.append((("arrivals_per_block",), f"expected a finite number, got {arrivals!r}"))
+    seed = obj.get("seed")
+    if _is_int(seed) and not 0 <= seed <= MAX_SEED:  # type: ignore[operator]
+        problems.append((("seed",), f"expected an integer in [0, 2^63-1], got {_show(seed)}"))
+    blocks = obj.get("blocks")
+    if (
+        isinstance(blocks, int | float)
+        and _is_int(blocks)
+        and isinstance(arrivals, int | float)
+        and not _is_bool(arrivals)
+        and blocks <= MAX_BLOCKS  # else that limit is the one reported
+        and 0 <= arrivals <= MAX_ARRIVALS_PER_BLOCK
+        and blocks * arrivals > MAX_EXPECTED_REQUESTS
+    ):
+        problems.append((("blocks",), _expected_requests_problem(blocks, blocks * arrivals)))
     participants = obj.get("participants")
     if not isinstance(participants, list):
         return problems
@@ -472,6 +566,20 @@ def parse_scenario(obj: object, source: str) -> Scenario:
 
 def _parse(obj: object, source: str, problems: list[_Problem]) -> Scenario:
     problems = list(problems)
+    participants = obj.get("participants") if isinstance(obj, Mapping) else None
+    if (
+        isinstance(obj, Mapping)
+        and isinstance(participants, list)
+        and len(participants) > MAX_PARTICIPANTS
+    ):
+        # Refused at once: validating every item of a huge list would itself take long.
+        problems.append(
+            (
+                ("participants",),
+                f"{len(participants)} participants, above the limit {MAX_PARTICIPANTS}",
+            )
+        )
+        _raise_problems(source, problems + _semantic_problems({**obj, "participants": []}))
     for error in _validator().iter_errors(obj):
         problems.extend(_schema_problems(error))
     problems.extend(_semantic_problems(obj))
@@ -637,4 +745,6 @@ def save_scenario(s: Scenario, path: str | os.PathLike[str]) -> None:
     Saving matters for exactness: built-in and generated scenarios are reproducible only on the
     same numpy build; a saved file reproduces the same fleet everywhere.
     """
-    Path(path).write_text(format_scenario_json(s), encoding="utf-8")
+    from keepersim.outputs import write_text_atomic
+
+    write_text_atomic(path, format_scenario_json(s))

@@ -16,7 +16,7 @@ def test_registers_on_subparsers() -> None:
     parser = argparse.ArgumentParser(prog="keepersim")
     add_replay_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["replay", "t.jsonl", "--policies", "gonka,none", "--seed", "3"])
-    assert args.policies == "gonka,none" and args.seed == 3 and callable(args.handler)
+    assert args.policies == ["gonka", "none"] and args.seed == 3 and callable(args.handler)
 
 
 def test_as_recorded_writes_report_and_plot(

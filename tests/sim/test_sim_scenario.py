@@ -15,6 +15,11 @@ from hypothesis import strategies as st
 
 from keepersim.sim.scenario import (
     DEFAULT_MODELS,
+    MAX_ARRIVALS_PER_BLOCK,
+    MAX_BLOCKS,
+    MAX_EXPECTED_REQUESTS,
+    MAX_SEED,
+    MAX_WEIGHT,
     ParticipantSpec,
     Scenario,
     ScenarioError,
@@ -573,7 +578,7 @@ def participant_specs(draw: st.DrawFn, address: str) -> ParticipantSpec:
     )
     return ParticipantSpec(
         address=address,
-        weight=draw(st.integers(1, 10**12)),
+        weight=draw(st.integers(1, MAX_WEIGHT)),
         latency_min=lat_min,
         latency_max=lat_max,
         miss=miss,
@@ -594,13 +599,18 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     addresses = draw(
         st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=6, unique=True)
     )
+    blocks = draw(st.integers(1, MAX_BLOCKS))
     return Scenario(
         name=draw(st.text(max_size=20)),
-        seed=draw(st.integers(-(2**70), 2**70)),
-        blocks=draw(st.integers(1, 10**9)),
+        seed=draw(st.integers(0, MAX_SEED)),
+        blocks=blocks,
         epoch_length=draw(st.integers(1, 10**6)),
         expiration_blocks=draw(st.integers(1, 10**4)),
-        arrivals_per_block=draw(st.floats(min_value=0, max_value=1e6, allow_nan=False)),
+        arrivals_per_block=draw(
+            st.floats(
+                min_value=0, max_value=min(MAX_ARRIVALS_PER_BLOCK, MAX_EXPECTED_REQUESTS / blocks)
+            )
+        ),
         participants=tuple(draw(participant_specs(a)) for a in addresses),
         max_reselects=draw(st.integers(0, 10)),
         pushback=draw(st.booleans()),
