@@ -314,9 +314,10 @@ class Chain:
     ) -> BlockResult:
         """Begin block, the messages in order, end block, commit; return the events.
 
-        A message that breaks a rule is rejected alone (handlers check before they write) and
-        reported in ``tx_results``; with ``strict`` it fails the whole block instead. Any error
-        in the block's own logic discards the block: the store stays at the last commit.
+        A message that breaks a rule is rejected alone, in its own nested scope of the block's
+        buffer (nothing it wrote, emitted or touched stays), and reported in ``tx_results``;
+        with ``strict`` it fails the whole block instead. Any error in the block's own logic
+        discards the block: the store stays at the last commit.
         """
         with self._block_lock:
             if not self.has_genesis():
@@ -327,51 +328,78 @@ class Chain:
                 raise BlockError(
                     f"block height {h} does not follow the last committed {self.height}"
                 )
-            buffer = self._store.begin()
-            try:
-                keeper = Keeper(buffer, self._chain_id, self._params)
-                begin_block(keeper, h)
-                params = keeper.get_params()
-                policy = self.get_policy_object(params.health_params.policy)
-                ctx = BlockContext(keeper, policy, h)
-                results = []
-                registered = False  # a registration can change who has a PoC slot
-                for i, msg in enumerate(txs):
-                    kind = get_message_kind(msg)
-                    try:
-                        process_msg(ctx, msg)
-                    except KeepersimError as exc:
-                        if strict:
-                            raise BlockError(
-                                f"block {h}, tx {i} ({kind}): {exc}", height=h, tx_index=i
-                            ) from exc
-                        results.append(TxResult(i, kind, False, f"{type(exc).__name__}: {exc}"))
-                    else:
-                        results.append(TxResult(i, kind, True))
-                        registered = registered or kind in _REGISTRATION_KINDS
-                end_block(ctx)
-                reset = (
-                    keeper.params_changed
-                    or registered
-                    or any(
-                        isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events
+            msgs = list(txs)
+            rejected: dict[int, TxResult] = {}
+            while True:
+                result = self._deliver_once(msgs, h, strict, rejected)
+                if result is not None:
+                    return result
+                # A rejected message had reached the policy: the block again, without it.
+
+    def _deliver_once(
+        self, msgs: list[Message], h: int, strict: bool, rejected: dict[int, TxResult]
+    ) -> BlockResult | None:
+        """Build and commit block ``h`` (the block lock held), leaving out the messages of
+        ``rejected``; None (nothing committed) if a message is rejected after the policy saw
+        it (it joins ``rejected``)."""
+        buffer = self._store.begin()
+        try:
+            keeper = Keeper(buffer, self._chain_id, self._params)
+            begin_block(keeper, h)
+            params = keeper.get_params()
+            policy = self.get_policy_object(params.health_params.policy)
+            ctx = BlockContext(keeper, policy, h)
+            results = []
+            registered = False  # a registration can change who has a PoC slot
+            for i, msg in enumerate(msgs):
+                known = rejected.get(i)
+                if known is not None:
+                    results.append(known)
+                    continue
+                kind = get_message_kind(msg)
+                # Its own scope: a rejected message leaves no write, event or touched mark.
+                buffer.begin_nested()
+                ctx.begin_message()
+                try:
+                    process_msg(ctx, msg)
+                except KeepersimError as exc:
+                    buffer.discard_nested()
+                    if strict:
+                        raise BlockError(
+                            f"block {h}, tx {i} ({kind}): {exc}", height=h, tx_index=i
+                        ) from exc
+                    failed = TxResult(i, kind, False, f"{type(exc).__name__}: {exc}")
+                    if not ctx.discard_message():
+                        rejected[i] = failed
+                        buffer.discard()
+                        return None
+                    results.append(failed)
+                else:
+                    buffer.merge_nested()
+                    ctx.merge_message()
+                    results.append(TxResult(i, kind, True))
+                    registered = registered or kind in _REGISTRATION_KINDS
+            end_block(ctx)
+            reset = (
+                keeper.params_changed
+                or registered
+                or any(isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events)
+            )
+            with self._rw.write():
+                app_hash = self._store.commit(buffer, h)
+                self._params = keeper.get_params()
+                with self._index_lock:
+                    self._index.process_commit(
+                        keeper.touched
+                        if policy.verdict_reads_participants
+                        else keeper.verdict_touched,
+                        reset,
+                        ctx.policy_ctx.verdicts,
                     )
-                )
-                with self._rw.write():
-                    app_hash = self._store.commit(buffer, h)
-                    self._params = keeper.get_params()
-                    with self._index_lock:
-                        self._index.process_commit(
-                            keeper.touched
-                            if policy.verdict_reads_participants
-                            else keeper.verdict_touched,
-                            reset,
-                            ctx.policy_ctx.verdicts,
-                        )
-            except BaseException:
-                buffer.discard()
-                raise
-            return BlockResult(h, app_hash, tuple(keeper.events), tuple(results))
+        except BaseException:
+            buffer.discard()
+            raise
+        return BlockResult(h, app_hash, tuple(keeper.events), tuple(results))
 
     # queries (read the last committed block)
     @contextmanager

@@ -37,6 +37,7 @@ def process_outcome(
     else:
         stats.declined_requests += 1
     keeper.set_participant(participant)
+    ctx.policy_calls += 1
     ctx.policy.process_outcome(ctx.policy_ctx, address, outcome, inference)
 
 

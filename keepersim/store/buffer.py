@@ -1,5 +1,9 @@
 """Per-block write buffer: keeper code reads and writes here; nothing reaches the backend
 until CommitStore commits it, so a block that fails midway is dropped with ``discard()``.
+
+A message runs in a nested scope of the block's buffer (``begin_nested``): its writes land in
+the block's pending writes at once, each with the value it replaced, so merging on success costs
+nothing and ``discard_nested`` puts back exactly what the block held before the message.
 """
 
 from __future__ import annotations
@@ -42,20 +46,22 @@ class KVStore(Protocol):
 
 
 _EMPTY: tuple[tuple[bytes, bytes], ...] = ()
+_ABSENT = object()  # in a nested scope's undo list: the block had no pending write of the key
 
 
 class BlockBuffer:
     """KVStore over a KVBackend that holds writes in a dict until commit.
 
     ``_pending`` maps key -> value, or -> None as the tombstone of a delete. Keys are never
-    removed from it before ``discard()``, so dict insertion order lets ``iterate`` keep a
-    sorted key list up to date by sorting in only the keys added since its last call.
+    removed from it before ``discard()`` (but by ``discard_nested``, which then resets the
+    sorted list), so dict insertion order lets ``iterate`` keep a sorted key list up to date by
+    sorting in only the keys added since its last call.
 
     The user keyspace is ``[b"", b"\\xff")``: reserved keys cannot be written or deleted and
     never show up in ``iterate``; ``get`` does not check (one compare fewer per read).
     """
 
-    __slots__ = ("backend", "_pending", "_sorted", "_origin")
+    __slots__ = ("backend", "_pending", "_sorted", "_origin", "_undo")
 
     def __init__(self, backend: KVBackend) -> None:
         self.backend = backend
@@ -64,6 +70,9 @@ class BlockBuffer:
         # Backend values read before this block wrote them: commit needs each written key's old
         # value for the app hash, and most writes follow a read of the same key.
         self._origin: dict[bytes, bytes | None] = {}
+        # In a nested scope: (key, the pending value the write replaced, or _ABSENT), in write
+        # order; None outside a scope.
+        self._undo: list[tuple[bytes, object]] | None = None
 
     def get(self, key: bytes) -> bytes | None:
         """Own pending write (or tombstone) first, else the backend."""
@@ -98,7 +107,11 @@ class BlockBuffer:
             raise TypeError(f"key and value must be bytes, got {type(key)}, {type(value)}")
         if key >= RESERVED_PREFIX:
             raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
-        self._pending[key] = value
+        pending = self._pending
+        undo = self._undo
+        if undo is not None:
+            undo.append((key, pending.get(key, _ABSENT)))
+        pending[key] = value
 
     def delete(self, key: bytes) -> None:
         """Buffer a delete as a tombstone (also hides a value the backend has)."""
@@ -106,7 +119,36 @@ class BlockBuffer:
             raise TypeError(f"key must be bytes, got {type(key)}")
         if key >= RESERVED_PREFIX:
             raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
-        self._pending[key] = None
+        pending = self._pending
+        undo = self._undo
+        if undo is not None:
+            undo.append((key, pending.get(key, _ABSENT)))
+        pending[key] = None
+
+    def begin_nested(self) -> None:
+        """Start a nested scope (one message): its writes can be taken back as a whole."""
+        if self._undo is not None:
+            raise RuntimeError("a nested scope is already open")
+        self._undo = []
+
+    def merge_nested(self) -> None:
+        """End the scope keeping its writes: they already are the block's."""
+        self._undo = None
+
+    def discard_nested(self) -> None:
+        """End the scope taking back its writes: the block's pending writes are as before it."""
+        undo, self._undo = self._undo, None
+        if not undo:
+            return
+        pending = self._pending
+        removed = False
+        for key, old in reversed(undo):
+            if old is _ABSENT:
+                removed = pending.pop(key, _ABSENT) is not _ABSENT or removed
+            else:
+                pending[key] = old  # type: ignore[assignment]
+        if removed:
+            self._sorted = []  # keys left the dict: iterate sorts them in again
 
     def iterate(
         self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
@@ -155,6 +197,7 @@ class BlockBuffer:
         self._pending = {}
         self._sorted = []
         self._origin = {}
+        self._undo = None
 
     def is_dirty(self) -> bool:
         """Whether any write (including a delete of an absent key) is pending."""
