@@ -2,8 +2,8 @@
 until CommitStore commits it, so a block that fails midway is dropped with ``discard()``.
 
 A message runs in a nested scope of the block's buffer (``begin_nested``): its writes land in
-the block's pending writes at once, each with the value it replaced, so merging on success costs
-nothing and ``discard_nested`` puts back exactly what the block held before the message.
+the block's pending writes at once (the block's value of a key it overwrites is kept aside), so
+merging on success costs nothing and ``discard_nested`` puts back exactly what the block held.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ class KVStore(Protocol):
 
 
 _EMPTY: tuple[tuple[bytes, bytes], ...] = ()
-_ABSENT = object()  # in a nested scope's undo list: the block had no pending write of the key
 
 
 class BlockBuffer:
@@ -61,7 +60,7 @@ class BlockBuffer:
     never show up in ``iterate``; ``get`` does not check (one compare fewer per read).
     """
 
-    __slots__ = ("backend", "_pending", "_sorted", "_origin", "_undo")
+    __slots__ = ("backend", "_pending", "_sorted", "_origin", "_mark", "_saved")
 
     def __init__(self, backend: KVBackend) -> None:
         self.backend = backend
@@ -70,9 +69,11 @@ class BlockBuffer:
         # Backend values read before this block wrote them: commit needs each written key's old
         # value for the app hash, and most writes follow a read of the same key.
         self._origin: dict[bytes, bytes | None] = {}
-        # In a nested scope: (key, the pending value the write replaced, or _ABSENT), in write
-        # order; None outside a scope.
-        self._undo: list[tuple[bytes, object]] | None = None
+        # A nested scope: the number of pending keys when it began (-1: no scope), and the
+        # block's values of the keys it overwrote. Keys it wrote first come after the mark
+        # (dict order), so taking the scope back deletes those and restores the saved ones.
+        self._mark = -1
+        self._saved: dict[bytes, bytes | None] = {}
 
     def get(self, key: bytes) -> bytes | None:
         """Own pending write (or tombstone) first, else the backend."""
@@ -108,9 +109,8 @@ class BlockBuffer:
         if key >= RESERVED_PREFIX:
             raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
         pending = self._pending
-        undo = self._undo
-        if undo is not None:
-            undo.append((key, pending.get(key, _ABSENT)))
+        if self._mark >= 0 and key in pending and key not in self._saved:
+            self._saved[key] = pending[key]  # the block's value, before the scope wrote it
         pending[key] = value
 
     def delete(self, key: bytes) -> None:
@@ -120,35 +120,33 @@ class BlockBuffer:
         if key >= RESERVED_PREFIX:
             raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
         pending = self._pending
-        undo = self._undo
-        if undo is not None:
-            undo.append((key, pending.get(key, _ABSENT)))
+        if self._mark >= 0 and key in pending and key not in self._saved:
+            self._saved[key] = pending[key]
         pending[key] = None
 
     def begin_nested(self) -> None:
         """Start a nested scope (one message): its writes can be taken back as a whole."""
-        if self._undo is not None:
+        if self._mark >= 0:
             raise RuntimeError("a nested scope is already open")
-        self._undo = []
+        self._mark = len(self._pending)
 
     def merge_nested(self) -> None:
         """End the scope keeping its writes: they already are the block's."""
-        self._undo = None
+        self._mark = -1
+        if self._saved:
+            self._saved = {}
 
     def discard_nested(self) -> None:
         """End the scope taking back its writes: the block's pending writes are as before it."""
-        undo, self._undo = self._undo, None
-        if not undo:
-            return
+        mark, self._mark = self._mark, -1
         pending = self._pending
-        removed = False
-        for key, old in reversed(undo):
-            if old is _ABSENT:
-                removed = pending.pop(key, _ABSENT) is not _ABSENT or removed
-            else:
-                pending[key] = old  # type: ignore[assignment]
-        if removed:
-            self._sorted = []  # keys left the dict: iterate sorts them in again
+        saved, self._saved = self._saved, {}
+        pending.update(saved)
+        if len(pending) > mark:
+            for key in list(islice(pending, mark, None)):  # first written in the scope
+                del pending[key]
+            if len(self._sorted) > mark:
+                self._sorted = []  # it held keys that are gone: iterate sorts them in again
 
     def iterate(
         self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
@@ -197,7 +195,8 @@ class BlockBuffer:
         self._pending = {}
         self._sorted = []
         self._origin = {}
-        self._undo = None
+        self._mark = -1
+        self._saved = {}
 
     def is_dirty(self) -> bool:
         """Whether any write (including a delete of an absent key) is pending."""

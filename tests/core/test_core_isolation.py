@@ -18,6 +18,8 @@ import keepersim.chain as chain_module
 from keepersim.chain import BlockResult, Chain
 from keepersim.keeper.context import BlockContext
 from keepersim.module import msg_server
+from keepersim.store.kv import prefix_end
+from keepersim.types import keys
 from keepersim.types.errors import InvalidMessageError
 from keepersim.types.events import InferenceStarted
 from keepersim.types.params import get_default_params
@@ -48,6 +50,23 @@ def write_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
     raise InvalidMessageError("rejected half-way through its writes")
 
 
+def store_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
+    """Writes (new keys, an overwrite, a delete), changes a decoded participant in place without
+    storing it, emits an event, then is rejected: all of it taken back in the nested scope."""
+    keeper = ctx.keeper
+    participant = keeper.get_participant("p3")
+    assert participant is not None
+    participant.weight += 5
+    ghost = f"ghost-{msg.creator}"
+    keeper.set_inference(Inference(inference_id=ghost, status=STARTED))
+    keeper.set_timeout(ctx.height + 3, ghost)
+    keeper.set_effective_epoch_index(keeper.get_effective_epoch_index() + 9)
+    for key, _ in list(keeper.store.iterate(keys.INFERENCES, prefix_end(keys.INFERENCES)))[:1]:
+        keeper.delete_key(key)
+    keeper.emit(InferenceStarted(ctx.height, ghost, "p3"))
+    raise InvalidMessageError("rejected half-way through its writes")
+
+
 def reach_policy_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
     """Writes, lets the policy see a start and an outcome, then is rejected."""
     keeper = ctx.keeper
@@ -60,7 +79,11 @@ def reach_policy_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> 
     raise InvalidMessageError("rejected after the policy saw it")
 
 
-BAD_HANDLERS = {"write": write_then_raise, "policy": reach_policy_then_raise}
+BAD_HANDLERS = {
+    "store": store_then_raise,
+    "write": write_then_raise,
+    "policy": reach_policy_then_raise,
+}
 
 
 @pytest.fixture
@@ -69,6 +92,20 @@ def bad_handler(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
         monkeypatch.setitem(msg_server._HANDLERS, MsgSubmitNewParticipant, BAD_HANDLERS[kind])
 
     return use
+
+
+class Counter:
+    """Counts the attempts at building a block (Chain._deliver_once calls)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = Chain._deliver_once
+
+        def counted(chain: Chain, *args: Any) -> Any:
+            self.count += 1
+            return real(chain, *args)
+
+        monkeypatch.setattr(Chain, "_deliver_once", counted)
 
 
 @pytest.fixture
@@ -125,7 +162,9 @@ def test_rejected_half_way_leaves_nothing(
     kind: str,
     bad_handler: Callable[[str], None],
     end_block_spy: list[tuple[Any, ...]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    attempts = Counter(monkeypatch)
     bad_handler(kind)
     with_bad, without = [], []
     for h in range(1, 7):
@@ -133,19 +172,18 @@ def test_rejected_half_way_leaves_nothing(
         bad = [MsgSubmitNewParticipant(creator=f"x{h}-{i}") for i in range(2)]
         with_bad.append([bad[0], *good[:3], bad[1], *good[3:]])
         without.append(good)
-    spied = len(end_block_spy)
     a = list(run(policy, with_bad))
-    seen_with = end_block_spy[spied:]
-    spied = len(end_block_spy)
+    seen_with, built = list(end_block_spy), attempts.count
+    end_block_spy.clear()
     b = list(run(policy, without))
-    seen_without = end_block_spy[spied:]
+    seen_without = list(end_block_spy)
     assert a == b
     assert a[-1][1] is True  # the committed state matches its app hash
-    # The policy path builds its blocks again: only the last attempt's end block counts.
-    if kind == "write":
-        assert seen_with == seen_without
-    else:
-        assert seen_with[-1] == seen_without[-1]
+    # Each end block starts from the same touched sets and deferred policy work.
+    assert seen_with == seen_without
+    # Writes, events and decoded participants are taken back in place; touched marks and the
+    # policy's state by building the block again without the message.
+    assert built == (6 if kind == "store" else 6 * 3)
     # Every rejected message is reported, with its error.
     with open_chain(policy) as chain:
         result = chain.deliver_block(with_bad[0])
@@ -163,8 +201,8 @@ def mixed_blocks(draw: st.DrawFn) -> tuple[list[list[Any]], list[list[Any]]]:
         good = good_block(h, draw(st.integers(0, 5)))
         mixed: list[Any] = list(good)
         for k in range(draw(st.integers(0, 4))):
-            choice = draw(st.sampled_from(["write", "policy", "duplicate", "stranger"]))
-            if choice in ("write", "policy"):
+            choice = draw(st.sampled_from([*BAD_HANDLERS, "duplicate", "stranger"]))
+            if choice in BAD_HANDLERS:
                 bad: Any = MsgSubmitNewParticipant(creator=f"{choice}-{h}-{k}")
             elif choice == "duplicate" and good:
                 bad = good[0] if isinstance(good[0], MsgStartInference) else good[1]

@@ -122,7 +122,7 @@ BAD_LINES: list[tuple[dict[str, Any] | str, str, str]] = [
     ),
     (
         {"type": "params", "height": "0", "params": {"expiration_blocks": "0"}},
-        "params.params.authority",
+        "params.params.expiration_blocks",
         "breaks rule",
     ),
     (
