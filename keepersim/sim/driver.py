@@ -756,7 +756,8 @@ authority in block "height" and takes effect from the next block. Entries apply 
                                        dotted field paths; a Decimal field takes a decimal string
                                        or number
 Every resulting Params is validated before the run starts; an invalid entry fails with the rule
-it breaks."""
+it breaks. The signer is the x/gov module account (not a param), and health_params.policy takes a
+chain policy only (the oracle is the simulator's baseline, not a param)."""
 
 
 def _deep_merge(base: dict[str, Any], patch: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -126,6 +126,11 @@ BAD_LINES: list[tuple[dict[str, Any] | str, str, str]] = [
         "breaks rule",
     ),
     (
+        {"type": "params", "height": "0", "params": {"authority": "gonka1someoneelse"}},
+        "params.params.authority",
+        "unknown field",
+    ),
+    (
         {"type": "params", "height": "0", "params": {"expiration_blocks": 20}},
         "params.params.expiration_blocks",
         "expected an int64 string, got 20",
