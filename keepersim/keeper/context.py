@@ -11,6 +11,8 @@ from __future__ import annotations
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies.base import HealthPolicy, PolicyContext
 from keepersim.keeper.sprt import SprtConstants, compute_sprt_constants
+from keepersim.types.events import Outcome
+from keepersim.types.pb.types_pb2 import Inference
 
 
 class BlockContext:
@@ -22,8 +24,18 @@ class BlockContext:
         self.height = height
         self.policy_ctx = PolicyContext(keeper, policy, height)
         self._sprt: SprtConstants | None = None
-        # Calls of the policy's message hooks (process_start, process_outcome) so far.
+        # Calls of the policy's hooks so far (process_policy_start / process_policy_outcome).
         self.policy_calls = 0
+
+    def process_policy_start(self, address: str, inference: Inference) -> None:
+        """The policy's start hook (counted: a rejected message that reached it is rebuilt)."""
+        self.policy_calls += 1
+        self.policy.process_start(self.policy_ctx, address, inference)
+
+    def process_policy_outcome(self, address: str, outcome: Outcome, inference: Inference) -> None:
+        """The policy's outcome hook (counted like process_policy_start)."""
+        self.policy_calls += 1
+        self.policy.process_outcome(self.policy_ctx, address, outcome, inference)
 
     def get_message_mark(self) -> tuple[int, int, int, int]:
         """How far the block's in-memory state goes before a message (discard_message)."""

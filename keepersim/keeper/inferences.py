@@ -77,8 +77,7 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
     inference.max_tokens = msg.max_tokens
     inference.prompt_token_count = msg.prompt_token_count
     keeper.set_inference(inference)
-    ctx.policy_calls += 1
-    ctx.policy.process_start(ctx.policy_ctx, msg.assigned_to, inference)
+    ctx.process_policy_start(msg.assigned_to, inference)
     keeper.emit(InferenceStarted(height, msg.inference_id, msg.assigned_to))
 
 

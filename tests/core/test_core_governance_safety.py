@@ -18,7 +18,12 @@ from keepersim.keeper.policies import (
 )
 from keepersim.module.params_load import get_loaded_policy
 from keepersim.types.bech32 import compute_bech32, compute_module_address
-from keepersim.types.errors import BlockError, InvalidParamsError, UnauthorizedError
+from keepersim.types.errors import (
+    BlockError,
+    GenesisError,
+    InvalidParamsError,
+    UnauthorizedError,
+)
 from keepersim.types.events import ParamsRejected, ParamsUpdated
 from keepersim.types.params import GOV_AUTHORITY, POLICY_NAMES, get_default_params
 from keepersim.types.pb.genesis_pb2 import GenesisState
@@ -186,3 +191,12 @@ def test_override_cannot_be_or_share_a_chain_policy(factory: Any, message: str) 
 
     with pytest.raises(ValueError, match="prefix .* is "):
         make_chain(policy_override=Clash)
+
+
+@pytest.mark.parametrize("field", ["params", "pending_params"])
+def test_genesis_params_must_load(field: str) -> None:
+    genesis = GenesisState(params=get_default_params(), chain_id="gov")
+    getattr(genesis, field).CopyFrom(get_default_params())
+    getattr(genesis, field).health_params.policy = "oracle"
+    with pytest.raises(GenesisError, match=f"genesis.{field}: .*health_params.policy='oracle'"):
+        Chain.open(memory=True, genesis=genesis)

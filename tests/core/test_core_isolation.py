@@ -74,8 +74,7 @@ def reach_policy_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> 
         inference_id=f"ghost-{msg.creator}", status=STARTED, assigned_to="p2", model=MODEL
     )
     keeper.set_inference(inference)
-    ctx.policy_calls += 1
-    ctx.policy.process_start(ctx.policy_ctx, "p2", inference)
+    ctx.process_policy_start("p2", inference)
     raise InvalidMessageError("rejected after the policy saw it")
 
 
