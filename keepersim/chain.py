@@ -344,14 +344,15 @@ class Chain:
                 result = self._deliver_once(msgs, h, strict, rejected)
                 if result is not None:
                     return result
-                # A rejected message had reached the policy: the block again, without it.
+                # A rejected message left what its scope cannot take back (touched marks, the
+                # policy's in-memory state): the block again, without it.
 
     def _deliver_once(
         self, msgs: list[Message], h: int, strict: bool, rejected: dict[int, TxResult]
     ) -> BlockResult | None:
         """Build and commit block ``h`` (the block lock held), leaving out the messages of
-        ``rejected``; None (nothing committed) if a message is rejected after the policy saw
-        it (it joins ``rejected``)."""
+        ``rejected``; None (nothing committed) if a message is rejected after it marked
+        addresses touched or reached the policy (it joins ``rejected``)."""
         buffer = self._store.begin()
         try:
             keeper = Keeper(buffer, self._chain_id, self._params)
