@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 
 from keepersim.keeper.context import BlockContext
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies import PolicyFactory, get_policy
+from keepersim.keeper.policies import PolicyFactory, get_override, get_policy
 from keepersim.keeper.policies.base import NEVER, Health, HealthPolicy, ParamsView, PolicyReader
 from keepersim.keeper.readonly import ReadOnlyStore
 from keepersim.keeper.selection import (
@@ -192,9 +192,9 @@ class _SelectionIndex:
 class Chain:
     """A keepersim chain: genesis, blocks, messages, queries, selection, events."""
 
-    def __init__(
-        self, backend: KVBackend, *, extra_policies: dict[str, PolicyFactory] | None = None
-    ) -> None:
+    def __init__(self, backend: KVBackend, *, policy_override: PolicyFactory | None = None) -> None:
+        """``policy_override``: a harness's policy (the simulator's oracle) that this chain runs
+        instead of the one its params name; not a param, so governance can never select it."""
         self._store = CommitStore(backend)
         self._block_lock = threading.Lock()
         self._rw = RWLock()
@@ -206,8 +206,8 @@ class Chain:
                 self.get_policy_object(params.health_params.policy), params
             )
         )
-        self._extra_policies = dict(extra_policies or {})
         self._policies: dict[str, HealthPolicy] = {}
+        self._override = None if policy_override is None else get_override(policy_override)
         self._chain_id = ""
         # Decoded params of the last commit (read-only; replaced, never mutated).
         self._params: Params | None = None
@@ -221,7 +221,7 @@ class Chain:
         *,
         memory: bool = False,
         genesis: GenesisState | None = None,
-        extra_policies: dict[str, PolicyFactory] | None = None,
+        policy_override: PolicyFactory | None = None,
     ) -> Chain:
         """Open (or create) a chain on a LevelDB folder (default ``./.keepersim/chain``), or in
         memory; apply ``genesis`` if the store has none yet."""
@@ -232,7 +232,7 @@ class Chain:
             folder = Path(path) if path is not None else DEFAULT_HOME / "chain"
             folder.mkdir(parents=True, exist_ok=True)
             backend = LevelDBBackend(folder)
-        chain = cls(backend, extra_policies=extra_policies)
+        chain = cls(backend, policy_override=policy_override)
         if genesis is not None and not chain.has_genesis():
             try:
                 chain.init_genesis(genesis)
@@ -299,11 +299,21 @@ class Chain:
         self.close()
 
     def get_policy_object(self, name: str) -> HealthPolicy:
+        """The policy the chain runs when its params name ``name``: the override if it has one."""
+        if self._override is not None:
+            return self._override
         policy = self._policies.get(name)
         if policy is None:
-            policy = get_policy(name, self._extra_policies)
+            policy = get_policy(name)
             self._policies[name] = policy
         return policy
+
+    def get_policy_name(self) -> str:
+        """The name of the policy in force (an override's own name)."""
+        if self._override is not None:
+            return self._override.name
+        with self.read() as k:
+            return k.get_params().health_params.policy
 
     def deliver_block(
         self,
@@ -314,9 +324,10 @@ class Chain:
     ) -> BlockResult:
         """Begin block, the messages in order, end block, commit; return the events.
 
-        A message that breaks a rule is rejected alone (handlers check before they write) and
-        reported in ``tx_results``; with ``strict`` it fails the whole block instead. Any error
-        in the block's own logic discards the block: the store stays at the last commit.
+        A message that breaks a rule is rejected alone, in its own nested scope of the block's
+        buffer (nothing it wrote, emitted or touched stays), and reported in ``tx_results``;
+        with ``strict`` it fails the whole block instead. Any error in the block's own logic
+        discards the block: the store stays at the last commit.
         """
         with self._block_lock:
             if not self.has_genesis():
@@ -327,51 +338,78 @@ class Chain:
                 raise BlockError(
                     f"block height {h} does not follow the last committed {self.height}"
                 )
-            buffer = self._store.begin()
-            try:
-                keeper = Keeper(buffer, self._chain_id, self._params)
-                begin_block(keeper, h)
-                params = keeper.get_params()
-                policy = self.get_policy_object(params.health_params.policy)
-                ctx = BlockContext(keeper, policy, h)
-                results = []
-                registered = False  # a registration can change who has a PoC slot
-                for i, msg in enumerate(txs):
-                    kind = get_message_kind(msg)
-                    try:
-                        process_msg(ctx, msg)
-                    except KeepersimError as exc:
-                        if strict:
-                            raise BlockError(
-                                f"block {h}, tx {i} ({kind}): {exc}", height=h, tx_index=i
-                            ) from exc
-                        results.append(TxResult(i, kind, False, f"{type(exc).__name__}: {exc}"))
-                    else:
-                        results.append(TxResult(i, kind, True))
-                        registered = registered or kind in _REGISTRATION_KINDS
-                end_block(ctx)
-                reset = (
-                    keeper.params_changed
-                    or registered
-                    or any(
-                        isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events
+            msgs = list(txs)
+            rejected: dict[int, TxResult] = {}
+            while True:
+                result = self._deliver_once(msgs, h, strict, rejected)
+                if result is not None:
+                    return result
+                # A rejected message left what its scope cannot take back (touched marks, the
+                # policy's in-memory state): the block again, without it.
+
+    def _deliver_once(
+        self, msgs: list[Message], h: int, strict: bool, rejected: dict[int, TxResult]
+    ) -> BlockResult | None:
+        """Build and commit block ``h`` (the block lock held), leaving out the messages of
+        ``rejected``; None (nothing committed) if a message is rejected after it marked
+        addresses touched or reached the policy (it joins ``rejected``)."""
+        buffer = self._store.begin()
+        try:
+            keeper = Keeper(buffer, self._chain_id, self._params)
+            begin_block(keeper, h)
+            params = keeper.get_params()
+            policy = self.get_policy_object(params.health_params.policy)
+            ctx = BlockContext(keeper, policy, h)
+            results = []
+            registered = False  # a registration can change who has a PoC slot
+            for i, msg in enumerate(msgs):
+                known = rejected.get(i)
+                if known is not None:
+                    results.append(known)
+                    continue
+                kind = get_message_kind(msg)
+                # Its own scope: a rejected message leaves no write, event or touched mark.
+                buffer.begin_nested()
+                mark = ctx.get_message_mark()
+                try:
+                    process_msg(ctx, msg)
+                except KeepersimError as exc:
+                    buffer.discard_nested()
+                    if strict:
+                        raise BlockError(
+                            f"block {h}, tx {i} ({kind}): {exc}", height=h, tx_index=i
+                        ) from exc
+                    failed = TxResult(i, kind, False, f"{type(exc).__name__}: {exc}")
+                    if not ctx.discard_message(mark):
+                        rejected[i] = failed
+                        buffer.discard()
+                        return None
+                    results.append(failed)
+                else:
+                    buffer.merge_nested()
+                    results.append(TxResult(i, kind, True))
+                    registered = registered or kind in _REGISTRATION_KINDS
+            end_block(ctx)
+            reset = (
+                keeper.params_changed
+                or registered
+                or any(isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events)
+            )
+            with self._rw.write():
+                app_hash = self._store.commit(buffer, h)
+                self._params = keeper.get_params()
+                with self._index_lock:
+                    self._index.process_commit(
+                        keeper.touched
+                        if policy.verdict_reads_participants
+                        else keeper.verdict_touched,
+                        reset,
+                        ctx.policy_ctx.verdicts,
                     )
-                )
-                with self._rw.write():
-                    app_hash = self._store.commit(buffer, h)
-                    self._params = keeper.get_params()
-                    with self._index_lock:
-                        self._index.process_commit(
-                            keeper.touched
-                            if policy.verdict_reads_participants
-                            else keeper.verdict_touched,
-                            reset,
-                            ctx.policy_ctx.verdicts,
-                        )
-            except BaseException:
-                buffer.discard()
-                raise
-            return BlockResult(h, app_hash, tuple(keeper.events), tuple(results))
+        except BaseException:
+            buffer.discard()
+            raise
+        return BlockResult(h, app_hash, tuple(keeper.events), tuple(results))
 
     # queries (read the last committed block)
     @contextmanager

@@ -69,7 +69,7 @@ def test_simulate_writes_the_result(tiny: Path, tmp_path: Path, capsys: Any) -> 
 
 def test_simulate_seed_and_governance(tiny: Path, tmp_path: Path, capsys: Any) -> None:
     gov = tmp_path / "gov.json"
-    gov.write_text(json.dumps([{"height": 50, "set": {"health_params.policy": "oracle"}}]))
+    gov.write_text(json.dumps([{"height": 50, "set": {"health_params.policy": "gonka"}}]))
     status, _, err = run(
         capsys,
         "simulate",
@@ -89,7 +89,27 @@ def test_simulate_seed_and_governance(tiny: Path, tmp_path: Path, capsys: Any) -
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["seed"] == 9
     assert result["governance_heights"] == [50]
-    assert result["excluded_weight_share"] > 0  # the oracle took over at 51
+    assert result["excluded_weight_share"] > 0  # gonka took over at 51
+
+
+@pytest.mark.parametrize(
+    ("entry", "named"),
+    [
+        ({"set": {"health_params.policy": "oracle"}}, "health_params.policy='oracle'"),
+        ({"set": {"authority": "gonka1someoneelse"}}, "no field 'authority'"),
+        ({"params": {"authority": "gonka1someoneelse"}}, "authority"),
+    ],
+)
+def test_simulate_governance_cannot_select_oracle_or_authority(
+    tiny: Path, tmp_path: Path, capsys: Any, entry: dict[str, Any], named: str
+) -> None:
+    """The oracle is the simulator's, the authority the module's: neither is a param."""
+    gov = tmp_path / "gov.json"
+    gov.write_text(json.dumps([{"height": 5, **entry}]))
+    argv = ["simulate", str(tiny), "--store", "memory", "--governance", str(gov)]
+    status, _, err = run(capsys, *argv)
+    assert status == 2
+    assert named in err and "gov.json[0]" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(

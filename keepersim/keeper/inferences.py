@@ -1,6 +1,7 @@
 """Inference lifecycle: start, finish (either order), decline (pushback) and expiry.
 
-Each handler checks everything before it writes, so a rejected message leaves no trace.
+Each handler checks everything before it writes and before it calls the policy (a rejected
+message's writes are taken back in any case: keepersim.keeper.context).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
     inference.max_tokens = msg.max_tokens
     inference.prompt_token_count = msg.prompt_token_count
     keeper.set_inference(inference)
-    ctx.policy.process_start(ctx.policy_ctx, msg.assigned_to, inference)
+    ctx.process_policy_start(msg.assigned_to, inference)
     keeper.emit(InferenceStarted(height, msg.inference_id, msg.assigned_to))
 
 

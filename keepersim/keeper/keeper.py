@@ -104,6 +104,11 @@ class Keeper:
         self._participants[participant.address] = participant
         self.touched.add(participant.address)
 
+    def discard_cached(self) -> None:
+        """Forget the decoded participants: after a rejected message they may hold its changes
+        (the store, which has them taken back, decodes them again)."""
+        self._participants = {}
+
     def iterate_participants(self) -> Iterator[Participant]:
         for key, raw in self.store.iterate(_P, prefix_end(_P)):
             cached = self._participants.get(key[1:].decode())

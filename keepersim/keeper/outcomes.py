@@ -37,7 +37,7 @@ def process_outcome(
     else:
         stats.declined_requests += 1
     keeper.set_participant(participant)
-    ctx.policy.process_outcome(ctx.policy_ctx, address, outcome, inference)
+    ctx.process_policy_outcome(address, outcome, inference)
 
 
 def process_sprt(ctx: BlockContext, participant: Participant, fails: int, passes: int) -> None:

@@ -8,13 +8,24 @@ from keepersim.keeper.context import BlockContext
 from keepersim.keeper.inferences import process_inference_expiry
 from keepersim.keeper.keeper import Keeper
 from keepersim.module.epoch import process_epoch_boundary
+from keepersim.module.params_load import get_loaded_policy
+from keepersim.types import keys
+from keepersim.types.events import ParamsRejected
 
 
 def process_pending_params(keeper: Keeper, height: int) -> None:
     """Params accepted by governance in the previous block take effect now; the keeper records
-    it (``params_changed``: every derived selection datum is then stale)."""
-    pending = keeper.get_pending_params()
-    if pending is None:
+    it (``params_changed``: every derived selection datum is then stale). Params that cannot
+    load are dropped instead (ParamsRejected says why): the old ones stay and the block goes on."""
+    if not keeper.store.has(keys.PENDING_PARAMS):
+        return
+    try:
+        pending = keeper.get_pending_params()
+        assert pending is not None
+        get_loaded_policy(pending)
+    except Exception as exc:  # whatever it is, these params cannot run: the chain must not stop
+        keeper.delete_pending_params()
+        keeper.emit(ParamsRejected(height, f"{type(exc).__name__}: {exc}"))
         return
     keeper.set_params(pending)
     keeper.delete_pending_params()

@@ -16,10 +16,10 @@ from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import BUILTIN_POLICIES
 from keepersim.keeper.policies.base import process_missing_wakeups
 from keepersim.module.epoch import process_new_epoch_group
+from keepersim.module.params_load import get_loaded_policy
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.errors import GenesisError, InvalidParamsError
-from keepersim.types.params import validate_params
 from keepersim.types.pb.genesis_pb2 import GenesisState, PolicyStateEntry
 from keepersim.types.pb.types_pb2 import ACTIVE
 
@@ -27,10 +27,12 @@ _POLICY_RANGES = (keys.POLICY_STATE, keys.POLICY_QUEUE, keys.POLICY_ITEMS, keys.
 
 
 def validate_genesis(genesis: GenesisState) -> None:
-    try:
-        validate_params(genesis.params)
-    except InvalidParamsError as exc:
-        raise GenesisError(f"genesis.params: {exc}") from exc
+    for name in ("params", "pending_params"):
+        if name == "params" or genesis.HasField(name):
+            try:
+                get_loaded_policy(getattr(genesis, name))
+            except InvalidParamsError as exc:
+                raise GenesisError(f"genesis.{name}: {exc}") from exc
     if not genesis.chain_id:
         raise GenesisError("genesis.chain_id is empty")
     seen: set[str] = set()
@@ -75,7 +77,6 @@ def init_genesis(keeper: Keeper, genesis: GenesisState) -> None:
         for name in sorted(BUILTIN_POLICIES):
             process_missing_wakeups(keeper.store, BUILTIN_POLICIES[name](), genesis.height)
     if genesis.HasField("pending_params"):
-        validate_params(genesis.pending_params)
         keeper.set_pending_params(genesis.pending_params)
     if genesis.epochs:
         for epoch in genesis.epochs:

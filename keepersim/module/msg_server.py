@@ -13,9 +13,10 @@ from keepersim.keeper.inferences import (
     process_finish_inference,
     process_start_inference,
 )
+from keepersim.module.params_load import get_loaded_policy
+from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import InvalidMessageError, UnauthorizedError
 from keepersim.types.events import ParamsUpdated
-from keepersim.types.params import validate_params
 from keepersim.types.pb.tx_pb2 import (
     MsgDeclineInference,
     MsgFinishInference,
@@ -28,16 +29,17 @@ from keepersim.types.pb.types_pb2 import ACTIVE, Participant
 
 
 def process_update_params(ctx: BlockContext, msg: MsgUpdateParams) -> None:
-    """Governance: authority checked, the whole params validated, effective from the next block."""
+    """Governance: signed by the x/gov module account (derived, not a param), the whole params
+    checked to load, effective from the next block."""
     keeper = ctx.keeper
-    authority = keeper.get_params().authority
-    if msg.authority != authority:
+    if msg.authority != GOV_AUTHORITY:
         raise UnauthorizedError(
-            f"MsgUpdateParams.authority {msg.authority!r} is not the governance account {authority!r}"
+            f"MsgUpdateParams.authority {msg.authority!r} is not the governance account "
+            f"{GOV_AUTHORITY!r}"
         )
     if not msg.HasField("params"):
         raise InvalidMessageError("MsgUpdateParams.params is missing")
-    validate_params(msg.params)
+    get_loaded_policy(msg.params)
     keeper.set_pending_params(msg.params)
     keeper.emit(ParamsUpdated(ctx.height, ctx.height + 1, msg.authority))
 

@@ -56,7 +56,6 @@ from typing import Any, Final
 from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain
-from keepersim.keeper.policies import PolicyFactory
 from keepersim.replay.common import (
     BlockFeeder,
     Governance,
@@ -678,7 +677,6 @@ def replay_as_recorded(
     skip_bad: bool = False,
     progress: bool = False,
     strict: bool = False,
-    extra_policies: dict[str, PolicyFactory] | None = None,
     max_listed: int = 50,
 ) -> ReplayReport:
     """Replay a trace's recorded traffic once per policy (in lockstep); see the module doc.
@@ -690,7 +688,7 @@ def replay_as_recorded(
     ``skip_bad``).
     """
     policies = list(policies)
-    check_policies(policies, extra_policies)
+    check_policies(policies)
     started = time.perf_counter()
     bad = BadLines(max_listed=max_listed)
     prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad)
@@ -717,7 +715,6 @@ def replay_as_recorded(
                 store=store,
                 store_dir=store_dir,
                 name=policy,
-                extra_policies=extra_policies,
             )
             lane = _Lane(PolicyShadow(policy), chain)
             lanes.append(lane)

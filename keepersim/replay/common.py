@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 
 from keepersim.chain import Chain
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies import PolicyFactory, get_policy
+from keepersim.keeper.policies import get_policy
 from keepersim.keeper.selection import get_candidates
 from keepersim.module.epoch import process_new_epoch_group
 from keepersim.module.genesis import export_genesis, init_genesis
@@ -42,6 +42,7 @@ from keepersim.replay.trace import (
 )
 from keepersim.store.committed import CommitStore
 from keepersim.store.memory import MemoryBackend
+from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.genesis_pb2 import GenesisState
 from keepersim.types.pb.params_pb2 import Params
@@ -136,14 +137,14 @@ def apply_policy(params: Params, policy: str, shadow: bool) -> Params:
     return out
 
 
-def check_policies(policies: Sequence[str], extra: dict[str, PolicyFactory] | None) -> None:
+def check_policies(policies: Sequence[str]) -> None:
     if not policies:
         raise ReplayError("no policy to replay")
     if len(set(policies)) != len(policies):
         raise ReplayError(f"a policy is listed twice: {list(policies)}")
     for name in policies:
         try:
-            get_policy(name, extra)
+            get_policy(name)
         except KeyError as exc:
             raise ReplayError(str(exc.args[0])) from None
 
@@ -199,14 +200,13 @@ def open_policy_chain(
     store: StoreKind,
     store_dir: str | os.PathLike[str] | None,
     name: str,
-    extra_policies: dict[str, PolicyFactory] | None = None,
 ) -> Chain:
     """A fresh chain for one replay, with the trace's genesis (:func:`build_genesis`) and
     ``policy`` (and ``shadow``) in force: in memory, or LevelDB under ``store_dir/name`` (which
     must not hold a chain yet)."""
     genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, shadow))
     if store == "memory":
-        return Chain.open(memory=True, genesis=genesis, extra_policies=extra_policies)
+        return Chain.open(memory=True, genesis=genesis)
     if store != "leveldb":
         raise ReplayError(f"unknown store {store!r}: expected 'leveldb' or 'memory'")
     if store_dir is None:
@@ -215,7 +215,7 @@ def open_policy_chain(
     if folder.exists() and any(folder.iterdir()):
         raise ReplayError(f"{folder} is not empty: a replay needs a fresh store")
     try:
-        return Chain.open(folder, genesis=genesis, extra_policies=extra_policies)
+        return Chain.open(folder, genesis=genesis)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -234,8 +234,8 @@ class Schedule:
     """Messages due at given heights (params changes, governance, participant updates).
 
     Bounded by the number of scheduled changes, never by the trace length. Parameter changes are
-    kept as Params and become MsgUpdateParams when their block is built, so the authority in force
-    at that time signs them and each chain gets its own policy override.
+    kept as Params and become MsgUpdateParams when their block is built, so each chain gets its
+    own policy override.
     """
 
     def __init__(self, max_listed: int = DEFAULT_MAX_LISTED) -> None:
@@ -395,15 +395,11 @@ def build_recorded_start(inference: Inference) -> MsgStartInference:
     )
 
 
-def get_authority(chain: Chain) -> str:
-    return chain.get_params().authority
-
-
 def build_scheduled_msg(item: Scheduled, chain: Chain, policy: str, shadow: bool) -> Message:
     """The message of a scheduled item for one chain (params get the chain's policy)."""
     if isinstance(item.msg, Params):
         return MsgUpdateParams(
-            authority=get_authority(chain), params=apply_policy(item.msg, policy, shadow)
+            authority=GOV_AUTHORITY, params=apply_policy(item.msg, policy, shadow)
         )
     return item.msg
 

@@ -38,7 +38,6 @@ from typing import Any, Final
 from google.protobuf.message import Message
 
 from keepersim.chain import Chain
-from keepersim.keeper.policies import PolicyFactory
 from keepersim.keeper.selection import get_candidates
 from keepersim.replay.common import (
     BlockFeeder,
@@ -281,7 +280,6 @@ def replay_what_if(
     skip_bad: bool = False,
     progress: bool = False,
     estimator: BehaviourEstimator | None = None,
-    extra_policies: dict[str, PolicyFactory] | None = None,
     max_listed: int = 50,
     on_request: RequestHook | None = None,
 ) -> dict[str, Any]:
@@ -294,7 +292,7 @@ def replay_what_if(
     ``on_request(height, inference_id, executor, latency)`` sees every assignment (latency None
     for a miss).
     """
-    check_policies([policy], extra_policies)
+    check_policies([policy])
     started = time.perf_counter()
     bad = BadLines(max_listed=max_listed)
     if estimator is None:
@@ -314,7 +312,6 @@ def replay_what_if(
         store=store,
         store_dir=store_dir,
         name=f"what-if-{policy}",
-        extra_policies=extra_policies,
     )
     try:
         schedule, tracker = start_schedule(prologue, governance, max_listed)

@@ -680,7 +680,7 @@ def _k_status(state: ServerState) -> Answer:
         "chain_id": chain.chain_id,
         "height": height,
         "app_hash": chain.app_hash.hex(),
-        "policy": chain.get_params().health_params.policy,
+        "policy": chain.get_policy_name(),
         "runner": runner,
         "blocks_delivered": state.sink.blocks,
         "caches": {

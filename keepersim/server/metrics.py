@@ -216,14 +216,14 @@ class ServerMetrics:
                     self._removed.add(event.address)
             elif isinstance(event, EpochSettled):
                 resync = True
-        if resync or chain.get_params().health_params.policy != self._policy:
+        if resync or chain.get_policy_name() != self._policy:
             self.sync_policy_states(chain)
 
     def sync_policy_states(self, chain: Chain) -> None:
         """Re-read every participant's state: members of the effective epoch group that are
         ACTIVE get their policy state, everyone else exported before gets -1."""
+        policy = chain.get_policy_name()
         with chain.read() as k:
-            policy = k.get_params().health_params.policy
             group = k.get_epoch_group(k.get_effective_epoch_index(), "")
             members: list[str] = []
             if group is not None:

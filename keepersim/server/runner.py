@@ -47,6 +47,7 @@ from google.protobuf.message import Message
 from keepersim.chain import BlockResult, Chain, Selection
 from keepersim.server.metrics import ServerMetrics
 from keepersim.sim.scenario import Scenario
+from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.genesis_pb2 import GenesisState
 from keepersim.types.pb.tx_pb2 import (
@@ -340,15 +341,15 @@ def open_scenario_chain(
     """A chain with the scenario's genesis, as ``keepersim simulate`` builds it (in memory
     unless ``path``; a store at ``path`` must not have a genesis yet)."""
     from keepersim.sim.driver import build_genesis, build_params, get_known_policies
-    from keepersim.sim.oracle import ORACLE_POLICY_NAME, make_oracle_factory
+    from keepersim.sim.oracle import get_policy_override
 
     if policy not in get_known_policies():
         raise RunnerError(f"unknown policy {policy!r}; known: {', '.join(get_known_policies())}")
     genesis = build_genesis(scenario, build_params(scenario, policy, shadow=shadow))
-    extra = {ORACLE_POLICY_NAME: make_oracle_factory(scenario)}
+    override = get_policy_override(policy, scenario)
     if path is None:
-        return Chain.open(memory=True, genesis=genesis, extra_policies=extra)
-    chain = Chain.open(path, extra_policies=extra)
+        return Chain.open(memory=True, genesis=genesis, policy_override=override)
+    chain = Chain.open(path, policy_override=override)
     if chain.has_genesis():
         chain.close()
         raise RunnerError(
@@ -513,7 +514,6 @@ class TraceRunner(Runner):
         finishes: dict[int, list[Message]] = {}
         declines: dict[int, list[Message]] = {}
         starts: dict[int, list[Message]] = {}
-        authority = self.source.params.authority
         records = self.source.iter_records()
         record = next(records, None)
 
@@ -532,9 +532,8 @@ class TraceRunner(Runner):
                         self.skipped_params += 1
                     else:
                         updates.setdefault(max(at, h), []).append(
-                            MsgUpdateParams(authority=authority, params=record.params)
+                            MsgUpdateParams(authority=GOV_AUTHORITY, params=record.params)
                         )
-                        authority = record.params.authority
                 elif isinstance(record, InferenceRecord):
                     inf = record.inference
                     start = inf.start_block_height

@@ -8,7 +8,8 @@ steps a chain through it too). Exactly:
 Params
     Unless ``params`` is given: the chain's code defaults (:func:`get_default_params`) with
     ``expiration_blocks`` and ``epoch_params.epoch_length`` from the scenario and the PoC stages
-    set to 0 (the whole epoch serves inference). ``health_params.policy`` is the run's policy.
+    set to 0 (the whole epoch serves inference). ``health_params.policy`` is the run's policy
+    (an ``oracle`` run's params name ``none``; its chain runs the oracle as a harness hook).
     SPRT: for every policy except ``sprt``, ``sprt_params.enabled`` is False, as on mainnet ("SPRT
     is explicitly disabled on mainnet"), so that a policy is measured alone; for ``sprt`` the
     code defaults stay (p0 0.10, p1 0.20, threshold 4) and SPRT deactivation is the whole policy.
@@ -98,7 +99,8 @@ from keepersim.sim.metrics import (
 from keepersim.sim.oracle import (
     HEALTHY_MISS_THRESHOLD,
     ORACLE_POLICY_NAME,
-    make_oracle_factory,
+    get_chain_policy_name,
+    get_policy_override,
 )
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.trace_writer import TraceWriter
@@ -113,6 +115,7 @@ from keepersim.types.events import (
     ParticipantDeactivated,
 )
 from keepersim.types.params import (
+    GOV_AUTHORITY,
     compute_decimal,
     get_default_params,
     params_from_dict,
@@ -213,7 +216,7 @@ def build_params(
         out.sprt_params.enabled = policy == "sprt"
     else:
         out.CopyFrom(params)
-    out.health_params.policy = policy
+    out.health_params.policy = get_chain_policy_name(policy)
     if shadow:
         out.health_params.shadow = True
     validate_params(out)
@@ -347,7 +350,7 @@ def run_scenario(
         raise SimulationError(f"run params: {exc}") from exc
     schedule = _check_governance(governance, scenario.blocks)
     genesis = build_genesis(scenario, initial)
-    extra = {ORACLE_POLICY_NAME: make_oracle_factory(scenario)}
+    override = get_policy_override(policy, scenario)
 
     tmp: str | None = None
     if store == "leveldb":
@@ -362,9 +365,9 @@ def run_scenario(
     started = time.perf_counter()
     try:
         chain = (
-            Chain.open(memory=True, genesis=genesis, extra_policies=extra)
+            Chain.open(memory=True, genesis=genesis, policy_override=override)
             if store == "memory"
-            else Chain.open(folder, genesis=genesis, extra_policies=extra)
+            else Chain.open(folder, genesis=genesis, policy_override=override)
         )
         with chain:
             if trace_out is not None:
@@ -476,12 +479,12 @@ class ScenarioStepper:
         return self.chain.height >= self.blocks
 
     def _read_params(self) -> tuple[int, str]:
-        """(expiration_blocks, authority) in force in the next block."""
+        """(expiration_blocks in force in the next block, the governance authority)."""
         with self.chain.read() as k:
             params = k.get_pending_params()
             if params is None:
                 params = k.get_params()
-            return params.expiration_blocks, params.authority
+            return params.expiration_blocks, GOV_AUTHORITY
 
     # one assignment ------------------------------------------------------------------------
 
@@ -552,7 +555,6 @@ class ScenarioStepper:
         txs: list[Any] = []
         for p in self.governance.get(h, ()):
             txs.append(MsgUpdateParams(authority=authority, params=p))
-            authority = p.authority
         txs.extend(self.finishes.pop(h, ()))
         txs.extend(self.declines.pop(h, ()))
         starts: list[MsgStartInference] = []
@@ -668,7 +670,7 @@ class _Run:
             s.blocks,
             enabled=progress,
             unit="blocks",
-            desc=f"{s.name}/{self.params.health_params.policy}",
+            desc=f"{s.name}/{chain.get_policy_name()}",
             mininterval=0.5,
             leave=False,
         )
@@ -762,7 +764,8 @@ authority in block "height" and takes effect from the next block. Entries apply 
                                        dotted field paths; a Decimal field takes a decimal string
                                        or number
 Every resulting Params is validated before the run starts; an invalid entry fails with the rule
-it breaks."""
+it breaks. The signer is the x/gov module account (not a param), and health_params.policy takes a
+chain policy only (the oracle is the simulator's baseline, not a param)."""
 
 
 def _deep_merge(base: dict[str, Any], patch: Mapping[str, Any], where: str) -> dict[str, Any]:

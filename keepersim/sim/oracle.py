@@ -9,11 +9,12 @@ Which height it looks at: the chain computes a selection table from the state co
 requests of block ``h`` before delivering it). So the oracle's verdict at query height ``H`` is
 about ``p(H + 1)``: the miss probability of the requests the table will actually assign.
 
-Use it by registering the factory when the chain is opened::
+It is not a chain policy (governance can never select it): a run hands its factory to the chain
+as a harness hook, and the params name a real chain policy (:data:`ORACLE_CHAIN_POLICY`)::
 
-    Chain.open(..., extra_policies={"oracle": make_oracle_factory(scenario)})
+    Chain.open(..., policy_override=make_oracle_factory(scenario))
 
-and setting ``params.health_params.policy = "oracle"``.
+:func:`get_policy_override` and :func:`get_chain_policy_name` say this for any run policy.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from keepersim.sim.scenario import ParticipantSpec, Scenario
 
 __all__ = [
     "HEALTHY_MISS_THRESHOLD",
+    "ORACLE_CHAIN_POLICY",
     "ORACLE_POLICY_NAME",
     "OraclePolicy",
+    "get_chain_policy_name",
+    "get_policy_override",
     "is_truly_healthy",
     "make_oracle_factory",
 ]
@@ -36,6 +40,8 @@ __all__ = [
 #: A participant whose true miss probability is at most this counts as healthy (spec value).
 HEALTHY_MISS_THRESHOLD = 0.05
 ORACLE_POLICY_NAME = "oracle"
+#: What the params of an oracle run name: the chain policy that adds no state of its own.
+ORACLE_CHAIN_POLICY = "none"
 
 
 def is_truly_healthy(spec: ParticipantSpec, height: int) -> bool:
@@ -87,9 +93,19 @@ class OraclePolicy(HealthPolicy):
 
 
 def make_oracle_factory(scenario: Scenario) -> PolicyFactory:
-    """A zero-argument factory for ``Chain.open(extra_policies={"oracle": ...})``."""
+    """A zero-argument factory for ``Chain.open(policy_override=...)``."""
 
     def factory() -> HealthPolicy:
         return OraclePolicy(scenario)
 
     return factory
+
+
+def get_chain_policy_name(policy: str) -> str:
+    """The policy a run's params name: the run's own, or the oracle's stand-in."""
+    return ORACLE_CHAIN_POLICY if policy == ORACLE_POLICY_NAME else policy
+
+
+def get_policy_override(policy: str, scenario: Scenario) -> PolicyFactory | None:
+    """The harness policy a run's chain runs instead of its params' (the oracle), if any."""
+    return make_oracle_factory(scenario) if policy == ORACLE_POLICY_NAME else None

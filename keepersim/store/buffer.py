@@ -1,5 +1,9 @@
 """Per-block write buffer: keeper code reads and writes here; nothing reaches the backend
 until CommitStore commits it, so a block that fails midway is dropped with ``discard()``.
+
+A message runs in a nested scope of the block's buffer (``begin_nested``): its writes land in
+the block's pending writes at once (the block's value of a key it overwrites is kept aside), so
+merging on success costs nothing and ``discard_nested`` puts back exactly what the block held.
 """
 
 from __future__ import annotations
@@ -48,14 +52,15 @@ class BlockBuffer:
     """KVStore over a KVBackend that holds writes in a dict until commit.
 
     ``_pending`` maps key -> value, or -> None as the tombstone of a delete. Keys are never
-    removed from it before ``discard()``, so dict insertion order lets ``iterate`` keep a
-    sorted key list up to date by sorting in only the keys added since its last call.
+    removed from it before ``discard()`` (but by ``discard_nested``, which then resets the
+    sorted list), so dict insertion order lets ``iterate`` keep a sorted key list up to date by
+    sorting in only the keys added since its last call.
 
     The user keyspace is ``[b"", b"\\xff")``: reserved keys cannot be written or deleted and
     never show up in ``iterate``; ``get`` does not check (one compare fewer per read).
     """
 
-    __slots__ = ("backend", "_pending", "_sorted", "_origin")
+    __slots__ = ("backend", "_pending", "_sorted", "_origin", "_mark", "_saved")
 
     def __init__(self, backend: KVBackend) -> None:
         self.backend = backend
@@ -64,6 +69,11 @@ class BlockBuffer:
         # Backend values read before this block wrote them: commit needs each written key's old
         # value for the app hash, and most writes follow a read of the same key.
         self._origin: dict[bytes, bytes | None] = {}
+        # A nested scope: the number of pending keys when it began (-1: no scope), and the
+        # block's values of the keys it overwrote. Keys it wrote first come after the mark
+        # (dict order), so taking the scope back deletes those and restores the saved ones.
+        self._mark = -1
+        self._saved: dict[bytes, bytes | None] = {}
 
     def get(self, key: bytes) -> bytes | None:
         """Own pending write (or tombstone) first, else the backend."""
@@ -98,7 +108,10 @@ class BlockBuffer:
             raise TypeError(f"key and value must be bytes, got {type(key)}, {type(value)}")
         if key >= RESERVED_PREFIX:
             raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
-        self._pending[key] = value
+        pending = self._pending
+        if self._mark >= 0 and key in pending and key not in self._saved:
+            self._saved[key] = pending[key]  # the block's value, before the scope wrote it
+        pending[key] = value
 
     def delete(self, key: bytes) -> None:
         """Buffer a delete as a tombstone (also hides a value the backend has)."""
@@ -106,7 +119,34 @@ class BlockBuffer:
             raise TypeError(f"key must be bytes, got {type(key)}")
         if key >= RESERVED_PREFIX:
             raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
-        self._pending[key] = None
+        pending = self._pending
+        if self._mark >= 0 and key in pending and key not in self._saved:
+            self._saved[key] = pending[key]
+        pending[key] = None
+
+    def begin_nested(self) -> None:
+        """Start a nested scope (one message): its writes can be taken back as a whole."""
+        if self._mark >= 0:
+            raise RuntimeError("a nested scope is already open")
+        self._mark = len(self._pending)
+
+    def merge_nested(self) -> None:
+        """End the scope keeping its writes: they already are the block's."""
+        self._mark = -1
+        if self._saved:
+            self._saved = {}
+
+    def discard_nested(self) -> None:
+        """End the scope taking back its writes: the block's pending writes are as before it."""
+        mark, self._mark = self._mark, -1
+        pending = self._pending
+        saved, self._saved = self._saved, {}
+        pending.update(saved)
+        if len(pending) > mark:
+            for key in list(islice(pending, mark, None)):  # first written in the scope
+                del pending[key]
+            if len(self._sorted) > mark:
+                self._sorted = []  # it held keys that are gone: iterate sorts them in again
 
     def iterate(
         self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
@@ -155,6 +195,8 @@ class BlockBuffer:
         self._pending = {}
         self._sorted = []
         self._origin = {}
+        self._mark = -1
+        self._saved = {}
 
     def is_dirty(self) -> bool:
         """Whether any write (including a delete of an absent key) is pending."""

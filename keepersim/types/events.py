@@ -82,6 +82,14 @@ class ParamsUpdated:
 
 
 @dataclass(frozen=True, slots=True)
+class ParamsRejected:
+    """Params accepted by governance could not be loaded when due: the old ones stay."""
+
+    height: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutorSelected:
     """A selection query's answer (queries write no state; the event goes to the caller)."""
 
@@ -102,4 +110,5 @@ Event = (
     | ParticipantDeactivated
     | EpochSettled
     | ParamsUpdated
+    | ParamsRejected
 )

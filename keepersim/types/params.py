@@ -11,6 +11,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from keepersim.types.bech32 import GOV_AUTHORITY as GOV_AUTHORITY  # re-exported
 from keepersim.types.errors import InvalidParamsError
 from keepersim.types.pb.params_pb2 import (
     CircuitBreakerParams,
@@ -25,20 +26,8 @@ from keepersim.types.pb.params_pb2 import (
     WindowedParams,
 )
 from keepersim.types.pb.types_pb2 import Decimal
+from keepersim.types.policies import POLICY_NAMES as POLICY_NAMES  # re-exported
 
-GOV_AUTHORITY = "gonka10d07y265gmmuvt4z0w9aw880jnsr700j2h5m33"
-POLICY_NAMES = (
-    "gonka",
-    "consecutive",
-    "trin-additive",
-    "trin-multiplicative",
-    "sprt",
-    "none",
-    "windowed",
-    # Simulation only: admits exactly the truly healthy; a Chain must be opened with it registered
-    # (keepersim.sim.oracle), or its first block fails.
-    "oracle",
-)
 PUSHBACK_OUTCOMES = ("declined", "miss")
 DECIMAL_EXPONENT = -12
 
@@ -58,7 +47,6 @@ def get_decimal_value(d: Decimal) -> PyDecimal:
 def get_default_params() -> Params:
     """The chain's code defaults (tiny epochs, SPRT at 0.10 / 0.20 / 4, breaker 25% / 4 / 50 / 500)."""
     return Params(
-        authority=GOV_AUTHORITY,
         expiration_blocks=20,
         epoch_params=EpochParams(
             epoch_length=40,
@@ -196,7 +184,6 @@ def _require(ok: bool, field: str, rule: str, value: object) -> None:
 
 def validate_params(params: Params) -> None:
     """Check every field; raise InvalidParamsError naming the first rule broken."""
-    _require(bool(params.authority), "authority", "non-empty governance address", params.authority)
     _require(params.expiration_blocks > 0, "expiration_blocks", "> 0", params.expiration_blocks)
     validate_epoch_params(params.epoch_params)
     validate_reputation_params(params.reputation_params)

@@ -19,6 +19,7 @@ from keepersim.keeper.policies.gonka import GonkaBreaker
 from keepersim.store.kv import KVBackend, KVReader, prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition
+from keepersim.types.params import GOV_AUTHORITY
 from keepersim.types.pb.health_pb2 import CircuitBreakerEntry
 from keepersim.types.pb.tx_pb2 import (
     MsgDeclineInference,
@@ -209,7 +210,7 @@ def run_scenario(chain: Chain, blocks: int = 90, seed: int = 7) -> list[str]:
         if h == 33:
             params = chain.get_params()
             params.circuit_breaker_params.min_samples = 6
-            msgs.append(MsgUpdateParams(authority=params.authority, params=params))
+            msgs.append(MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
         rng.shuffle(msgs)
         result = chain.deliver_block(msgs)
         # A finish or decline that lost the race with its expiry is rejected; nothing else may be.

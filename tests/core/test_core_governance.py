@@ -49,7 +49,6 @@ OVR = HC + "overrides[0]."
 
 # (expected InvalidParamsError.field, mutation): one row per validation rule of types/params.py
 ROWS: list[tuple[str, Callable[[Params], None]]] = [
-    ("authority", setter("authority", "")),
     ("expiration_blocks", setter("expiration_blocks", 0)),
     ("epoch_params.epoch_length", setter("epoch_params.epoch_length", 0)),
     ("epoch_params.poc_stage_duration", setter("epoch_params.poc_stage_duration", -1)),

@@ -12,7 +12,7 @@ import pytest
 from core_helpers import MODEL, Driver
 
 from keepersim.keeper.reputation import compute_adjusted_weight, compute_reputation
-from keepersim.types.params import compute_decimal, get_default_params
+from keepersim.types.params import GOV_AUTHORITY, compute_decimal, get_default_params
 from keepersim.types.pb.params_pb2 import Params, ReputationParams
 from keepersim.types.pb.types_pb2 import EpochPerformanceSummary
 
@@ -164,7 +164,7 @@ def test_weighting_off_uses_raw_weights(rep_driver: Driver) -> None:
     params.reputation_params.reputation_weighting = False
     from keepersim.types.pb.tx_pb2 import MsgUpdateParams
 
-    d.add(1, MsgUpdateParams(authority=params.authority, params=params))
+    d.add(1, MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
     d.run_to(2)
     table = d.chain.get_selection_table(MODEL)
     assert _weights(table.cumulative) == [1000, 1000, 1000, 1000]

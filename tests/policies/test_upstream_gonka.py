@@ -521,7 +521,11 @@ def test_api_matches_upstreams_scan_of_every_entry(steps: list[tuple[object, ...
 
 
 class ExcludesA1AtBlock5(GonkaBreaker):
-    """The gonka policy, with one keeper call of its own in the end block of height 5."""
+    """The gonka policy, with one keeper call of its own in the end block of height 5 (a
+    harness override: its own name and prefix, since no override may pass for a chain policy)."""
+
+    name = "gonka-with-a1-excluded"
+    prefix = b"\x7e"
 
     def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
         if ctx.height == 5:
@@ -534,7 +538,7 @@ def test_api_inside_a_block(tmp_path: Path) -> None:
     exclusion made in block 5 is committed with it and its cooldown end promotes it."""
     genesis = make_policy_genesis(make_params("gonka"), {A1: 100, A2: 100})
     with Chain.open(
-        tmp_path / "a", genesis=genesis, extra_policies={"gonka": ExcludesA1AtBlock5}
+        tmp_path / "a", genesis=genesis, policy_override=ExcludesA1AtBlock5
     ) as chain:
         net = Net(chain)
         run_until(net, 5)

@@ -122,8 +122,13 @@ BAD_LINES: list[tuple[dict[str, Any] | str, str, str]] = [
     ),
     (
         {"type": "params", "height": "0", "params": {"expiration_blocks": "0"}},
-        "params.params.authority",
+        "params.params.expiration_blocks",
         "breaks rule",
+    ),
+    (
+        {"type": "params", "height": "0", "params": {"authority": "gonka1someoneelse"}},
+        "params.params.authority",
+        "unknown field",
     ),
     (
         {"type": "params", "height": "0", "params": {"expiration_blocks": 20}},

@@ -307,7 +307,7 @@ def test_governance_changes_params_at_the_given_height() -> None:
     base = build_params(s, "none")
     schedule = parse_governance(
         [
-            {"height": 100, "set": {"health_params.policy": "oracle", "expiration_blocks": 30}},
+            {"height": 100, "set": {"health_params.policy": "gonka", "expiration_blocks": 30}},
             {"height": 150, "params": {"circuit_breaker_params": {"min_samples": 9}}},
         ],
         base,
@@ -320,15 +320,24 @@ def test_governance_changes_params_at_the_given_height() -> None:
 
     result = run_scenario(s, "none", store="memory", governance=schedule, on_block=on_block)
     assert seen[100].health_params.policy == "none"
-    assert seen[101].health_params.policy == "oracle"
+    assert seen[101].health_params.policy == "gonka"
     assert seen[101].expiration_blocks == 30
     assert seen[150].circuit_breaker_params.min_samples == 4
     assert seen[151].circuit_breaker_params.min_samples == 9
-    assert seen[151].health_params.policy == "oracle"  # the patch applied to the params in force
+    assert seen[151].health_params.policy == "gonka"  # the patch applied to the params in force
     timeline = result.metrics["timeline"]
     assert timeline[0]["excluded_weight_share"] == 0.0  # blocks 1-100 under `none`
-    assert timeline[1]["excluded_weight_share"] > 0.0  # 101-200 under the oracle
+    assert timeline[1]["excluded_weight_share"] > 0.0  # 101-200 under gonka
     assert result.governance_heights == [100, 150]
+
+
+def test_governance_cannot_select_the_oracle() -> None:
+    """The oracle is the simulator's harness policy, not a chain param."""
+    s = make_scenario(blocks=200)
+    with pytest.raises(GovernanceError, match=r"governance\[0\].*health_params.policy='oracle'"):
+        parse_governance(
+            [{"height": 5, "set": {"health_params.policy": "oracle"}}], build_params(s, "none")
+        )
 
 
 def test_governance_errors_name_the_entry_and_rule() -> None:

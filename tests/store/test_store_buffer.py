@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keepersim.store import BlockBuffer, CommitStore, KVBackend, PrefixStore
+from keepersim.store.memory import MemoryBackend
 
 BASE = {b"a": b"1", b"b": b"2", b"c": b"3", b"d": b"4", b"e\x00": b"5"}
 
@@ -225,3 +228,67 @@ def test_prefix_store_over_committed_state(backend: KVBackend) -> None:
     view.set(b"new", b"2")
     view.delete(b"gone")
     assert list(view.iterate()) == [(b"new", b"2"), (b"old", b"1")]
+
+
+KEYS = st.sampled_from([b"a", b"b", b"c", b"x", b"y", b"e\x00"])
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), KEYS, st.binary(min_size=1, max_size=2)),
+        st.tuples(st.just("delete"), KEYS, st.just(b"")),
+        st.tuples(st.just("iterate"), st.just(b""), st.just(b"")),
+    ),
+    max_size=12,
+)
+
+
+def apply(buf: BlockBuffer, ops: list[tuple[str, bytes, bytes]]) -> None:
+    for op, key, value in ops:
+        if op == "set":
+            buf.set(key, value)
+        elif op == "delete":
+            buf.delete(key)
+        else:
+            list(buf.iterate())  # brings the sorted key list up to date mid-way
+
+
+def snapshot(buf: BlockBuffer) -> tuple[object, ...]:
+    keys = [b"a", b"b", b"c", b"x", b"y", b"e\x00", b"d"]
+    puts, deletes = buf.pending()
+    return (
+        list(buf.iterate()),
+        list(buf.iterate(reverse=True)),
+        list(buf.iterate(b"b", b"y")),
+        [buf.get(k) for k in keys],
+        puts,
+        sorted(deletes),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=OPS, inside=OPS, after=OPS, merge=st.booleans())
+def test_nested_scope_discard_restores_and_merge_keeps(
+    before: list[tuple[str, bytes, bytes]],
+    inside: list[tuple[str, bytes, bytes]],
+    after: list[tuple[str, bytes, bytes]],
+    merge: bool,
+) -> None:
+    """A discarded scope leaves the buffer exactly as before it; a merged one as if its writes
+    had been made without a scope; and the buffer keeps working after either."""
+    scoped, plain = BlockBuffer(MemoryBackend()), BlockBuffer(MemoryBackend())
+    for buf in (scoped, plain):
+        buf.backend.write_batch(BASE, [])
+        apply(buf, before)
+    scoped.begin_nested()
+    apply(scoped, inside)
+    if merge:
+        scoped.merge_nested()
+        apply(plain, inside)
+    else:
+        scoped.discard_nested()
+    assert snapshot(scoped) == snapshot(plain)
+    apply(scoped, after)
+    apply(plain, after)
+    assert snapshot(scoped) == snapshot(plain)
+    with pytest.raises(RuntimeError, match="already open"):
+        scoped.begin_nested()
+        scoped.begin_nested()

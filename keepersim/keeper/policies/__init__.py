@@ -1,8 +1,12 @@
-"""Health policies, selectable by name through ``Params.health_params.policy``."""
+"""Health policies, selectable by name through ``Params.health_params.policy``.
+
+The classes here are exactly the chain's policies of keepersim.types.policies (checked at
+import): params validation and loading cannot disagree.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from keepersim.keeper.policies.base import (
     ADMITTED,
@@ -16,6 +20,7 @@ from keepersim.keeper.policies.gonka import GonkaBreaker
 from keepersim.keeper.policies.trin_additive import TrinAdditive
 from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
 from keepersim.keeper.policies.windowed import WindowedBreaker
+from keepersim.types.policies import CHAIN_POLICIES, get_shared_prefixes
 
 
 class NoPolicy(HealthPolicy):
@@ -30,12 +35,12 @@ class SprtOnlyPolicy(HealthPolicy):
     participants INACTIVE and selection drops them; this policy adds no gate of its own."""
 
     name = "sprt"
-    prefix = b"\x00"
+    prefix = b"\x06"
 
 
 PolicyFactory = Callable[[], HealthPolicy]
 
-BUILTIN_POLICIES: dict[str, PolicyFactory] = {
+BUILTIN_POLICIES: dict[str, type[HealthPolicy]] = {
     "gonka": GonkaBreaker,
     "consecutive": ConsecutiveBreaker,
     "trin-additive": TrinAdditive,
@@ -46,12 +51,54 @@ BUILTIN_POLICIES: dict[str, PolicyFactory] = {
 }
 
 
-def get_policy(name: str, extra: dict[str, PolicyFactory] | None = None) -> HealthPolicy:
-    """Instantiate a policy by name; ``extra`` adds run-specific policies (the simulator's oracle)."""
-    factories = {**BUILTIN_POLICIES, **(extra or {})}
-    if name not in factories:
-        raise KeyError(f"unknown health policy {name!r}; known: {sorted(factories)}")
-    return factories[name]()
+def get_registry_problems(classes: Mapping[str, type[HealthPolicy]]) -> list[str]:
+    """How ``classes`` differ from the chain's registry (keepersim.types.policies): names,
+    each class's own name and prefix, prefixes owned twice. Empty: they agree."""
+    problems = []
+    if set(classes) != set(CHAIN_POLICIES):
+        problems.append(
+            f"policy classes {sorted(classes)} are not the chain's policies "
+            f"{sorted(CHAIN_POLICIES)}"
+        )
+    for name, cls in classes.items():
+        if cls.name != name:
+            problems.append(
+                f"{cls.__name__} is registered as {name!r} but names itself {cls.name!r}"
+            )
+        expected = CHAIN_POLICIES.get(name)
+        if expected is not None and cls.prefix != expected:
+            problems.append(f"{name}: prefix {cls.prefix!r}, the registry says {expected!r}")
+    prefixes = {name: cls.prefix for name, cls in classes.items()}
+    for prefix, names in get_shared_prefixes(prefixes).items():
+        problems.append(f"prefix {prefix!r} is owned by {', '.join(names)}")
+    return problems
+
+
+_PROBLEMS = get_registry_problems(BUILTIN_POLICIES)
+if _PROBLEMS:
+    raise RuntimeError("health policy registry: " + "; ".join(_PROBLEMS))
+
+
+def get_policy(name: str) -> HealthPolicy:
+    """Instantiate a chain policy by name (KeyError naming the known ones)."""
+    cls = BUILTIN_POLICIES.get(name)
+    if cls is None:
+        raise KeyError(f"unknown health policy {name!r}; known: {sorted(BUILTIN_POLICIES)}")
+    return cls()
+
+
+def get_override(factory: PolicyFactory) -> HealthPolicy:
+    """A harness's policy, built: not a chain policy's name, nor any chain policy's prefix (its
+    state must never mix with theirs)."""
+    policy = factory()
+    if policy.name in CHAIN_POLICIES:
+        raise ValueError(f"a policy override cannot be the chain policy {policy.name!r}")
+    owner = [name for name, prefix in CHAIN_POLICIES.items() if prefix == policy.prefix]
+    if owner:
+        raise ValueError(
+            f"policy override {policy.name!r}: prefix {policy.prefix!r} is {owner[0]}'s"
+        )
+    return policy
 
 
 __all__ = [
@@ -68,5 +115,8 @@ __all__ = [
     "TrinAdditive",
     "TrinMultiplicative",
     "WindowedBreaker",
+    "PolicyFactory",
+    "get_override",
     "get_policy",
+    "get_registry_problems",
 ]

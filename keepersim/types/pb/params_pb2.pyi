@@ -400,14 +400,12 @@ Global___HealthParams: _TypeAlias = HealthParams  # noqa: Y015
 class Params(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    AUTHORITY_FIELD_NUMBER: _builtins.int
     EXPIRATION_BLOCKS_FIELD_NUMBER: _builtins.int
     EPOCH_PARAMS_FIELD_NUMBER: _builtins.int
     REPUTATION_PARAMS_FIELD_NUMBER: _builtins.int
     SPRT_PARAMS_FIELD_NUMBER: _builtins.int
     CIRCUIT_BREAKER_PARAMS_FIELD_NUMBER: _builtins.int
     HEALTH_PARAMS_FIELD_NUMBER: _builtins.int
-    authority: _builtins.str
     expiration_blocks: _builtins.int
     @_builtins.property
     def epoch_params(self) -> Global___EpochParams: ...
@@ -422,7 +420,6 @@ class Params(_message.Message):
     def __init__(
         self,
         *,
-        authority: _builtins.str = ...,
         expiration_blocks: _builtins.int = ...,
         epoch_params: Global___EpochParams | None = ...,
         reputation_params: Global___ReputationParams | None = ...,
@@ -432,7 +429,7 @@ class Params(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["circuit_breaker_params", b"circuit_breaker_params", "epoch_params", b"epoch_params", "health_params", b"health_params", "reputation_params", b"reputation_params", "sprt_params", b"sprt_params"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["authority", b"authority", "circuit_breaker_params", b"circuit_breaker_params", "epoch_params", b"epoch_params", "expiration_blocks", b"expiration_blocks", "health_params", b"health_params", "reputation_params", b"reputation_params", "sprt_params", b"sprt_params"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["circuit_breaker_params", b"circuit_breaker_params", "epoch_params", b"epoch_params", "expiration_blocks", b"expiration_blocks", "health_params", b"health_params", "reputation_params", b"reputation_params", "sprt_params", b"sprt_params"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
