@@ -537,9 +537,7 @@ def test_api_inside_a_block(tmp_path: Path) -> None:
     """On the block's own policy context the API's writes and wake-ups are the block's: the
     exclusion made in block 5 is committed with it and its cooldown end promotes it."""
     genesis = make_policy_genesis(make_params("gonka"), {A1: 100, A2: 100})
-    with Chain.open(
-        tmp_path / "a", genesis=genesis, policy_override=ExcludesA1AtBlock5
-    ) as chain:
+    with Chain.open(tmp_path / "a", genesis=genesis, policy_override=ExcludesA1AtBlock5) as chain:
         net = Net(chain)
         run_until(net, 5)
         assert net.state(A1)["state"] == "excluded" and net.admitted() == {A2}
