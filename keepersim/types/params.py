@@ -59,7 +59,11 @@ def get_default_params() -> Params:
             epochs_to_max=30,
             miss_percentage_cutoff=compute_decimal("0.01"),
             miss_requests_penalty=compute_decimal("1.0"),
-            reputation_weighting=True,
+            # Upstream selects by weight alone (gonka-ai/gonka ee730031,
+            # x/inference/epochgroup/random.go selectRandomParticipant) and uses reputation only
+            # for validation sampling (calculations/should_validate.go). Selecting by weight x
+            # reputation is the fork's unmerged PR #8: an option, off as on the chain.
+            reputation_weighting=False,
         ),
         sprt_params=SprtParams(
             enabled=True,

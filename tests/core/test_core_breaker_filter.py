@@ -93,7 +93,7 @@ def test_filter_excludes_above_25pct_and_includes_healthy(make_filter_chain: Any
     # 4/7 and 3/13 (23%) vs 2/12 (17%): only p0 is above the threshold.
     assert table.excluded == ("p0",)
     assert table.addresses == ("p1", "p2", "p3")
-    assert table.total == 30  # reputation 0 at genesis: the floor weight / 100 each
+    assert table.total == 3000  # by weight alone (reputation plays no part by default)
     for i in range(200):
         assert chain.get_random_executor(MODEL, f"r{i}").address != "p0"
 

@@ -111,6 +111,7 @@ def rep_driver(
     params.reputation_params.epochs_to_max = 4
     params.health_params.policy = "none"
     params.sprt_params.enabled = False
+    params.reputation_params.reputation_weighting = True  # the fork's option, off by default
     return make_driver(params, n=4)
 
 

@@ -34,15 +34,16 @@ DRAWS = 20_000
 CHI2_CRITICAL_DF4_P001 = 18.467  # chi-square 0.999 quantile, 4 degrees of freedom
 
 
-@pytest.fixture
-def weighted_chain(
-    make_chain: Callable[..., Chain],
+def make_group_genesis(
     make_genesis: Callable[..., GenesisState],
     make_participant: Callable[..., Participant],
-) -> Chain:
+    *,
+    reputation_weighting: bool,
+) -> GenesisState:
     """Epoch 7's group given verbatim in genesis, with the reputations of MEMBERS."""
     participants = [make_participant(a, w) for a, (w, _, _) in MEMBERS.items()]
     genesis = make_genesis(participants=participants, height=50)
+    genesis.params.reputation_params.reputation_weighting = reputation_weighting
     genesis.epochs.append(Epoch(index=7, poc_start_block_height=0))
     genesis.effective_epoch_index = 7
     weights = [
@@ -56,7 +57,39 @@ def weighted_chain(
                 epoch_index=7, model_id=model, validation_weights=weights, total_weight=total
             )
         )
-    return make_chain(genesis)
+    return genesis
+
+
+@pytest.fixture
+def weighted_chain(
+    make_chain: Callable[..., Chain],
+    make_genesis: Callable[..., GenesisState],
+    make_participant: Callable[..., Participant],
+) -> Chain:
+    """MEMBERS' group with the fork's reputation-weighted selection turned on."""
+    return make_chain(make_group_genesis(make_genesis, make_participant, reputation_weighting=True))
+
+
+def test_default_selection_is_by_weight_alone(
+    make_chain: Callable[..., Chain],
+    make_genesis: Callable[..., GenesisState],
+    make_participant: Callable[..., Participant],
+) -> None:
+    """With the default params the draw follows the group weights and ignores reputation, as
+    upstream's selectRandomParticipant (gonka-ai/gonka ee730031, epochgroup/random.go)."""
+    assert not make_genesis().params.reputation_params.reputation_weighting
+    genesis = make_group_genesis(make_genesis, make_participant, reputation_weighting=False)
+    chain = make_chain(genesis)
+    table = chain.get_selection_table(MODEL)
+    raw = {a: w for a, (w, _, _) in MEMBERS.items()}
+    assert table.addresses == tuple(raw) and table.total == sum(raw.values())
+    counts: Counter[str] = Counter()
+    for i in range(DRAWS):
+        counts[chain.get_random_executor(MODEL, f"request-{i}").address] += 1
+    assert chi_square(counts, raw, DRAWS) < CHI2_CRITICAL_DF4_P001, counts
+    # The test has power: the reputation-adjusted weights are far off.
+    adjusted = {a: adj for a, (_, _, adj) in MEMBERS.items()}
+    assert chi_square(counts, adjusted, DRAWS) > 1000
 
 
 def chi_square(observed: Counter[str], weights: dict[str, int], n: int) -> float:
