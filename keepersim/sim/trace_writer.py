@@ -206,7 +206,7 @@ class TraceWriter:
         process is killed right after."""
         self._file.flush()
         scalars = {
-            "offset": self._file.buffer.tell(),
+            "offset": os.lseek(self._file.fileno(), 0, os.SEEK_CUR),
             "seq": self._seq,
             "unresolved": self._unresolved,
             "starts_heap": self._starts_heap,

@@ -62,7 +62,7 @@ def process_kill_point(height: int, phase: str) -> None:
     """A named point of a resumable run (``pre``: the checkpoint is built, the block not yet
     committed; ``post``: committed, its events not yet processed). Kill tests set
     :data:`KILL_AT_ENV` to die there with a real SIGKILL, at a reproducible instant."""
-    if _KILL_AT is not None and _KILL_AT == f"{height}:{phase}":
+    if _KILL_AT is not None and f"{height}:{phase}" == _KILL_AT:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
