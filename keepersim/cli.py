@@ -465,8 +465,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, so that it unwinds exactly like Ctrl-C does
+    (temporary stores removed, partial outputs aborted); :func:`main` exits 143 for it."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 2 bad input)."""
+    """Run the command line; returns the exit status (0 ok, 2 bad input, 130 interrupted,
+    143 terminated by SIGTERM)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _main(argv)
+    except Terminated:  # arrived outside the handler's own try (e.g. while parsing)
+        print("keepersim: terminated", file=sys.stderr)
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -482,6 +508,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(exc).strip() or type(exc).__name__
         print(f"keepersim: error: {message}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("keepersim: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("keepersim: interrupted", file=sys.stderr)
         return 130
