@@ -182,3 +182,56 @@ def test_sigterm_removes_the_temporary_store_and_exits_143(
     assert proc.returncode == 143, err
     assert "terminated" in err and "Traceback" not in err
     assert list(tmp.iterdir()) == []
+
+
+REPLAY_POLICIES = "gonka,windowed"
+
+
+def _replay_args(trace: Path, folder: Path) -> list[str]:
+    return [
+        "replay",
+        str(trace),
+        "--policies",
+        REPLAY_POLICIES,
+        "--store",
+        "leveldb",
+        "--out",
+        str(folder / "out"),
+    ]
+
+
+def _replay_report(folder: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((folder / "out" / "report.json").read_text("utf-8"))
+    for key in ("elapsed_seconds", "blocks_per_second"):
+        data["stats"].pop(key)
+    return data
+
+
+def test_replay_killed_and_resumed_ends_as_an_uninterrupted_replay(
+    reference: tuple[Any, bytes], tmp_path: Path
+) -> None:
+    """Kills before and after a lane's commit, the first lane ahead of the second included."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(reference[1])
+    whole = tmp_path / "whole"
+    done = _keepersim(*_replay_args(trace, whole))
+    assert done.returncode == 0, done.stderr
+    rng = random.Random(7)
+    middle = sorted(rng.sample(range(2, BLOCKS - 1), 3))
+    points = [
+        "1:post-gonka",
+        f"{middle[0]}:pre-windowed",
+        f"{middle[1]}:post-gonka",
+        f"{middle[2]}:post-windowed",
+        f"{BLOCKS}:pre-gonka",
+    ]
+    folder = tmp_path / "killed"
+    args = _replay_args(trace, folder)
+    for i, point in enumerate(points):
+        run = _keepersim(*args, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
+        assert run.returncode == -signal.SIGKILL, (point, run.stderr)
+    done = _keepersim(*args, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert _replay_report(folder) == _replay_report(whole)
+    other = _keepersim(*args, "--resume", "--strict")
+    assert other.returncode == 2 and "other inputs" in other.stderr

@@ -60,18 +60,18 @@ from keepersim.chain import BlockResult, Chain
 from keepersim.keeper.policies import PolicyFactory
 from keepersim.replay.common import (
     BlockFeeder,
-    Prologue,
-    compute_replay_fingerprint,
     Governance,
     IntervalTracker,
     Listed,
     ParticipantTracker,
+    Prologue,
     ReplayError,
     Schedule,
     StoreKind,
     build_recorded_start,
     build_scheduled_msg,
     check_policies,
+    compute_replay_fingerprint,
     format_app_hash,
     get_table_exclusions,
     make_progress,
@@ -99,7 +99,6 @@ from keepersim.store.checkpoint import (
     process_kill_point,
     read_checkpoint,
 )
-from keepersim.types.params import params_to_dict
 from keepersim.types.errors import BlockError
 from keepersim.types.events import (
     EpochSettled,
@@ -108,6 +107,7 @@ from keepersim.types.events import (
     InferenceExpired,
     InferenceFinished,
 )
+from keepersim.types.params import params_to_dict
 from keepersim.types.pb.tx_pb2 import MsgDeclineInference, MsgFinishInference
 from keepersim.types.pb.types_pb2 import (
     DECLINED,
