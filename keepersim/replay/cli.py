@@ -174,8 +174,6 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         raise ReplayError("--store leveldb needs --store-dir or --out")
     if args.resume and args.store != "leveldb":
         raise ReplayError("--resume needs --store leveldb (and --store-dir or --out)")
-    if args.resume and args.mode != "as-recorded":
-        raise ReplayError("--resume: only --mode as-recorded replays can be resumed so far")
     governance = None
     if args.governance:
         governance = load_governance_file(
@@ -223,6 +221,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             skip_bad=args.skip_bad,
             progress=progress,
             estimator=estimator,
+            resume=args.resume,
         )
         for policy in policies
     }
