@@ -235,3 +235,40 @@ def test_replay_killed_and_resumed_ends_as_an_uninterrupted_replay(
     assert _replay_report(folder) == _replay_report(whole)
     other = _keepersim(*args, "--resume", "--strict")
     assert other.returncode == 2 and "other inputs" in other.stderr
+
+
+def _what_if_report(folder: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((folder / "out" / "report.json").read_text("utf-8"))
+    for run in data["runs"].values():
+        run["stats"].pop("elapsed_seconds")
+    return data
+
+
+def test_what_if_replay_killed_and_resumed_ends_as_an_uninterrupted_one(
+    reference: tuple[Any, bytes], tmp_path: Path
+) -> None:
+    """Kills in the first policy's run (which a resume finishes) and in the second's."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(reference[1])
+    whole = tmp_path / "whole"
+    done = _keepersim(*_replay_args(trace, whole), "--mode", "what-if")
+    assert done.returncode == 0, done.stderr
+    rng = random.Random(8)
+    middle = sorted(rng.sample(range(2, BLOCKS - 1), 3))
+    points = [
+        "1:pre-gonka",
+        f"{middle[0]}:post-gonka",
+        f"{BLOCKS}:post-gonka",
+        f"{middle[1]}:pre-windowed",
+        f"{middle[2]}:post-windowed",
+    ]
+    folder = tmp_path / "killed"
+    args = [*_replay_args(trace, folder), "--mode", "what-if"]
+    for i, point in enumerate(points):
+        run = _keepersim(*args, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
+        assert run.returncode == -signal.SIGKILL, (point, run.stderr)
+    done = _keepersim(*args, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert _what_if_report(folder) == _what_if_report(whole)
+    other = _keepersim(*args, "--resume", "--seed", "12")
+    assert other.returncode == 2 and "other inputs" in other.stderr
