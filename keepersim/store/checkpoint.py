@@ -125,15 +125,19 @@ def decode_state(data: bytes) -> Any:
 
 class DictJournal:
     """Dicts of a run's state written incrementally, one meta entry per dict entry: per block
-    only the entries added, replaced or grown (lists that are appended to) since the last
-    checkpoint, and deletions for the removed ones. A full pickle of them every block would
-    cost more than the block."""
+    only the entries added, replaced or grown since the last checkpoint, and deletions for the
+    removed ones (a full pickle of them every block would cost more than the block).
+
+    A value counts as changed when it is another object or, for a list, has another length: the
+    values must be replaced, or be lists that are only appended to. The journal holds the
+    objects it last wrote, so an identity can never be recycled for a new object meanwhile.
+    """
 
     __slots__ = ("_seen",)
 
     def __init__(self) -> None:
-        # prefix -> key -> (id, len) of the value last written
-        self._seen: dict[bytes, dict[Any, tuple[int, int]]] = {}
+        # prefix -> key -> (value, len) last written
+        self._seen: dict[bytes, dict[Any, tuple[Any, int]]] = {}
 
     def get_delta(self, prefix: bytes, current: dict[Any, Any]) -> dict[bytes, bytes | None]:
         """Meta entries that bring the stored copy of ``current`` (under ``prefix``) up to
@@ -144,10 +148,11 @@ class DictJournal:
             out[prefix + encode_state(key)] = None
             del seen[key]
         for key, value in current.items():
-            sig = (id(value), len(value) if type(value) is list else -1)
-            if seen.get(key) != sig:
+            size = len(value) if type(value) is list else -1
+            last = seen.get(key)
+            if last is None or last[0] is not value or last[1] != size:
                 out[prefix + encode_state(key)] = encode_state(value)
-                seen[key] = sig
+                seen[key] = (value, size)
         return out
 
     def load(self, prefix: bytes, entries: list[tuple[bytes, bytes]]) -> dict[Any, Any]:
@@ -155,8 +160,7 @@ class DictJournal:
         takes it as written."""
         out = {decode_state(k[len(prefix) :]): decode_state(v) for k, v in entries}
         self._seen[prefix] = {
-            key: (id(value), len(value) if type(value) is list else -1)
-            for key, value in out.items()
+            key: (value, len(value) if type(value) is list else -1) for key, value in out.items()
         }
         return out
 
