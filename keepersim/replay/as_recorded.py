@@ -44,6 +44,7 @@ it; the store stays at the last committed block. Otherwise rejections are listed
 
 from __future__ import annotations
 
+import copy
 import heapq
 import os
 import re
@@ -94,11 +95,15 @@ from keepersim.replay.trace import (
     iterate_trace,
 )
 from keepersim.store.checkpoint import (
+    DictJournal,
     ResumeError,
+    decode_state,
     encode_checkpoint,
+    encode_state,
     process_kill_point,
     read_checkpoint,
 )
+from keepersim.store.committed import RUN_META_PREFIX
 from keepersim.types.errors import BlockError
 from keepersim.types.events import (
     EpochSettled,
@@ -326,15 +331,11 @@ class _Lane:
 
 _TX_INDEX = re.compile(r"block \d+, tx (\d+) ")
 # The run's own state (besides the report, schedule, tracker and lanes) a checkpoint holds.
-_RUN_STATE = (
-    "committed",
-    "gather_height",
-    "gather",
-    "pending",
-    "inflight",
-    "deferred",
-    "settled_at",
-)
+_RUN_STATE = ("committed", "gather_height", "gather", "pending", "deferred", "settled_at")
+# Meta keys of the parts checkpointed incrementally.
+_CK_INFLIGHT = RUN_META_PREFIX + b"inflight/"
+_CK_RECORDED = RUN_META_PREFIX + b"recorded/"
+_CK_TRACKER = RUN_META_PREFIX + b"tracker"
 
 
 class _AsRecordedRun(BlockFeeder[InferenceRecord]):
@@ -356,6 +357,10 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         self.cursor = cursor
         self.current: TraceRecord | None = None  # the record being processed (None: the end)
         self.block: tuple[int, list[Any], list[tuple[str, int, str]]] | None = None
+        # Per lane: what its store's checkpoint is missing since that lane's last commit.
+        self.journals = [DictJournal() for _ in lanes]
+        self.touched_participants: list[set[str]] = [set() for _ in lanes]
+        self.tracker_dirty = [True for _ in lanes]
         self.report = report
         self.lanes = lanes
         self.schedule = schedule
@@ -378,6 +383,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             self.check_summaries()
         elif isinstance(record, ParamsRecord | ParticipantsRecord):
             schedule_record(self.schedule, record, self.tracker, self.committed)
+            self.tracker_dirty = [True for _ in self.lanes]
 
     def process_inference(self, record: InferenceRecord) -> None:
         start = record.start_height
@@ -408,11 +414,13 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         key = _outcome_key(record.status)
         self.report.recorded["inferences"] += 1
         self.report.recorded[key] += 1
-        per = self.report.recorded_by_participant.setdefault(
-            record.inference.assigned_to, Counter()
-        )
+        address = record.inference.assigned_to
+        per = self.report.recorded_by_participant.setdefault(address, Counter())
         per["inferences"] += 1
         per[key] += 1
+        if self.fingerprint is not None:
+            for touched in self.touched_participants:
+                touched.add(address)
 
     # -- blocks -------------------------------------------------------------------------------
 
@@ -512,13 +520,28 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
 
     def get_checkpoint(self, index: int, result: BlockResult) -> dict[bytes, bytes | None]:
         """The replay's state as lane ``index`` commits block ``result.height`` (the lanes
-        before it have processed theirs), with the block and that lane's result."""
+        before it have processed theirs), with the block and that lane's result.
+
+        What is big and changes little goes in incrementally: the in-flight inferences and the
+        recorded counts per participant (only those touched since the last block), the
+        participant tracker (only after a participants line)."""
         assert self.fingerprint is not None
+        # Each lane's store gets its own increments: its journal is of what that store holds.
+        journal, touched = self.journals[index], self.touched_participants[index]
+        meta = journal.get_delta(_CK_INFLIGHT, self.inflight)
+        by_participant = self.report.recorded_by_participant
+        for address in touched:
+            meta[_CK_RECORDED + address.encode()] = encode_state(by_participant[address])
+        touched.clear()
+        if self.tracker_dirty[index]:
+            meta[_CK_TRACKER] = encode_state(self.tracker)
+            self.tracker_dirty[index] = False
+        report = copy.copy(self.report)
+        report.recorded_by_participant = {}
         state = {
-            "report": self.report,
+            "report": report,
             "run": {name: getattr(self, name) for name in _RUN_STATE},
             "schedule": self.schedule,
-            "tracker": self.tracker,
             "lanes": [(lane.shadow, lane.excluded) for lane in self.lanes],
             "block": self.block,
             "lane": index,
@@ -526,23 +549,38 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             "current": self.current,
             "cursor": self.cursor,
         }
-        meta = encode_checkpoint(self.fingerprint, state)
+        meta.update(encode_checkpoint(self.fingerprint, state))
         process_kill_point(result.height, f"pre-{self.lanes[index].shadow.policy}")
         return meta
 
     def process_checkpoint(self, state: dict[str, Any]) -> None:
         """Take a checkpoint's state back and finish its block through the remaining lanes."""
+        chain = self.lanes[state["lane"]].chain
         self.report = state["report"]
+        self.report.recorded_by_participant = {
+            key[len(_CK_RECORDED) :].decode(): decode_state(value)
+            for key, value in chain.iterate_meta(_CK_RECORDED)
+        }
         for name, value in state["run"].items():
             setattr(self, name, value)
+        self.inflight = self.journals[state["lane"]].load(
+            _CK_INFLIGHT, chain.iterate_meta(_CK_INFLIGHT)
+        )
+        # The other lanes' stores may hold other versions: they write everything afresh.
+        for i, journal in enumerate(self.journals):
+            if i != state["lane"]:
+                journal.load(_CK_INFLIGHT, self.lanes[i].chain.iterate_meta(_CK_INFLIGHT))
+            self.touched_participants[i].update(self.report.recorded_by_participant)
+            self.tracker_dirty[i] = True
         self.schedule = state["schedule"]
-        self.tracker = state["tracker"]
+        tracker = chain.get_meta(_CK_TRACKER)
+        if tracker is not None:
+            self.tracker = decode_state(tracker)
         for lane, (shadow, excluded) in zip(self.lanes, state["lanes"], strict=True):
             lane.shadow, lane.excluded = shadow, excluded
         height, items, meta = state["block"]
         index = state["lane"]
         events, tx_results = state["result"]
-        chain = self.lanes[index].chain
         recovered = BlockResult(height, chain.app_hash, events, tx_results)
         self.block = state["block"]
         self.deliver_lanes(height, items, meta, index, recovered)
