@@ -331,11 +331,12 @@ class _Lane:
 
 _TX_INDEX = re.compile(r"block \d+, tx (\d+) ")
 # The run's own state (besides the report, schedule, tracker and lanes) a checkpoint holds.
-_RUN_STATE = ("committed", "gather_height", "gather", "pending", "deferred", "settled_at")
+_RUN_STATE = ("committed", "gather_height", "gather", "pending", "settled_at")
 # Meta keys of the parts checkpointed incrementally.
 _CK_INFLIGHT = RUN_META_PREFIX + b"inflight/"
 _CK_RECORDED = RUN_META_PREFIX + b"recorded/"
 _CK_TRACKER = RUN_META_PREFIX + b"tracker"
+_CK_DEFERRED = RUN_META_PREFIX + b"deferred"
 
 
 class _AsRecordedRun(BlockFeeder[InferenceRecord]):
@@ -361,6 +362,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         self.journals = [DictJournal() for _ in lanes]
         self.touched_participants: list[set[str]] = [set() for _ in lanes]
         self.tracker_dirty = [True for _ in lanes]
+        self.deferred_dirty = [True for _ in lanes]
         self.report = report
         self.lanes = lanes
         self.schedule = schedule
@@ -380,6 +382,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             self.process_inference(record)
         elif isinstance(record, EpochSummaryRecord):
             self.deferred.append(record)
+            self.deferred_dirty = [True for _ in self.lanes]
             self.check_summaries()
         elif isinstance(record, ParamsRecord | ParticipantsRecord):
             schedule_record(self.schedule, record, self.tracker, self.committed)
@@ -524,7 +527,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
 
         What is big and changes little goes in incrementally: the in-flight inferences and the
         recorded counts per participant (only those touched since the last block), the
-        participant tracker (only after a participants line)."""
+        participant tracker and the deferred epoch summaries (only when they changed)."""
         assert self.fingerprint is not None
         # Each lane's store gets its own increments: its journal is of what that store holds.
         journal, touched = self.journals[index], self.touched_participants[index]
@@ -536,6 +539,9 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         if self.tracker_dirty[index]:
             meta[_CK_TRACKER] = encode_state(self.tracker)
             self.tracker_dirty[index] = False
+        if self.deferred_dirty[index]:
+            meta[_CK_DEFERRED] = encode_state(self.deferred)
+            self.deferred_dirty[index] = False
         report = copy.copy(self.report)
         report.recorded_by_participant = {}
         state = {
@@ -571,11 +577,14 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             if i != state["lane"]:
                 journal.load(_CK_INFLIGHT, self.lanes[i].chain.iterate_meta(_CK_INFLIGHT))
             self.touched_participants[i].update(self.report.recorded_by_participant)
-            self.tracker_dirty[i] = True
+            self.tracker_dirty[i] = self.deferred_dirty[i] = True
         self.schedule = state["schedule"]
         tracker = chain.get_meta(_CK_TRACKER)
         if tracker is not None:
             self.tracker = decode_state(tracker)
+        deferred = chain.get_meta(_CK_DEFERRED)
+        if deferred is not None:
+            self.deferred = decode_state(deferred)
         for lane, (shadow, excluded) in zip(self.lanes, state["lanes"], strict=True):
             lane.shadow, lane.excluded = shadow, excluded
         height, items, meta = state["block"]
@@ -697,6 +706,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
     def check_summaries(self) -> None:
         while self.deferred and self.deferred[0].height <= self.committed:
             self.compare_summaries(self.deferred.popleft())
+            self.deferred_dirty = [True for _ in self.lanes]
 
     def compare_summaries(self, record: EpochSummaryRecord) -> None:
         report = self.report
