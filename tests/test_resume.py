@@ -128,25 +128,27 @@ def test_simulate_killed_and_resumed_ends_as_an_uninterrupted_run(
 def test_simulate_killed_from_outside_at_a_random_instant_resumes(
     scenario_file: Path, reference: tuple[Any, bytes], tmp_path: Path
 ) -> None:
+    """SIGKILL from outside, as soon as the trace has grown past a random size (mid-run, at
+    whatever instant of a block the process is in)."""
+    report, trace = reference
+    threshold = random.Random(5).randrange(len(trace) // 10, len(trace) // 2)
     args = _simulate_args(scenario_file, tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "keepersim.cli", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    store = tmp_path / "store"
+    out = tmp_path / "trace.jsonl"
     deadline = time.monotonic() + 60
-    while not (store / "CURRENT").exists() and proc.poll() is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    time.sleep(random.Random(5).uniform(0.05, 0.4))
+    while not (out.exists() and out.stat().st_size > threshold):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.002)
     proc.kill()
-    proc.wait()
+    assert proc.wait() == -signal.SIGKILL
     done = _keepersim(*args, "--resume")
     assert done.returncode == 0, done.stderr
-    report, trace = reference
     assert _report(tmp_path / "out.json") == report
-    assert (tmp_path / "trace.jsonl").read_bytes() == trace
+    assert out.read_bytes() == trace
 
 
 def test_resume_refuses_a_store_of_other_inputs(scenario_file: Path, tmp_path: Path) -> None:
