@@ -15,9 +15,11 @@ carries a fingerprint of the run's inputs: a store from other inputs is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
+import operator
 import os
 import pickle
 import signal
@@ -41,6 +43,7 @@ __all__ = [
     "encode_state",
     "load_message",
     "read_checkpoint",
+    "rebuild_slots",
 ]
 
 CHECKPOINT_KEY = RUN_META_PREFIX + b"checkpoint"
@@ -95,9 +98,51 @@ def _reduce_message(msg: Message) -> tuple[Callable[[str, bytes], Message], tupl
 
 
 @cache
-def _get_dispatch_table() -> dict[type, Any]:
-    # Looked up by type in C for every pickled object: only messages cost a Python call.
-    return dict.fromkeys(_get_message_classes().values(), _reduce_message)
+def _get_slot_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def rebuild_slots(cls: type, values: tuple[Any, ...]) -> Any:
+    """A slots dataclass from its field values (the inverse of its reducer here)."""
+    obj: Any = object.__new__(cls)
+    for name, value in zip(_get_slot_names(cls), values, strict=True):
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _make_slots_reducer(cls: type) -> Callable[[Any], Any]:
+    names = _get_slot_names(cls)
+    get = operator.attrgetter(*names)
+    if len(names) == 1:
+        return lambda obj: (rebuild_slots, (cls, (get(obj),)))
+    return lambda obj: (rebuild_slots, (cls, get(obj)))
+
+
+def _reduce_default(obj: Any) -> Any:
+    return obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+
+
+class _DispatchTable(dict[type, Any]):
+    """Reducers by type, looked up by the C pickler for objects it has no fast path for:
+    protobuf messages as bytes; keepersim's slots dataclasses through one attrgetter (the
+    dataclass default recomputes its fields per object, the bulk of a checkpoint's cost)."""
+
+    def __missing__(self, cls: type) -> Any:
+        module = getattr(cls, "__module__", "") or ""
+        is_slots_dataclass = dataclasses.is_dataclass(cls) and "__slots__" in vars(cls)
+        if is_slots_dataclass and module.startswith("keepersim."):
+            reducer = _make_slots_reducer(cls)
+        else:
+            reducer = _reduce_default
+        self[cls] = reducer
+        return reducer
+
+
+@cache
+def _get_dispatch_table() -> _DispatchTable:
+    table = _DispatchTable()
+    table.update(dict.fromkeys(_get_message_classes().values(), _reduce_message))
+    return table
 
 
 class _Unpickler(pickle.Unpickler):
