@@ -324,6 +324,9 @@ _CK_STEPPER = RUN_META_PREFIX + b"stepper/"
 _CK_INTERVALS = RUN_META_PREFIX + b"intervals/"
 _CK_FLIGHT = RUN_META_PREFIX + b"flight/"
 _CK_TRACE = RUN_META_PREFIX + b"trace/"
+_CK_ADDRESS = RUN_META_PREFIX + b"address/"
+# Per-address counters of the metrics, checkpointed for the addresses a block touched.
+_METRICS_PER_ADDRESS = ("assigned", "resolved", "missed", "declined")
 
 
 def _get_fields(obj: object, inputs: frozenset[str]) -> dict[str, Any]:
@@ -721,6 +724,7 @@ class _Run:
         # A resumable run's bookkeeping of what changed since the last checkpoint.
         self.journal = None if fingerprint is None else DictJournal()
         self.flight_delta: dict[str, _InFlight | None] = {}
+        self.touched_addresses: set[str] = set()  # their per-address counts changed
         self.metrics = MetricsCollector(scenario, bucket_blocks=bucket_blocks)
         self.stepper = ScenarioStepper(
             scenario,
@@ -743,6 +747,8 @@ class _Run:
         self._kept: frozenset[str] = frozenset()
 
     def record_selection(self, height: int, sel: Selection, p_miss: float) -> None:
+        if self.journal is not None:
+            self.touched_addresses.add(sel.address)
         self.metrics.record_selection(
             sel.address,
             fallback=sel.fallback,
@@ -817,7 +823,14 @@ class _Run:
             trace, pending = self.trace.get_state()
             for key, line in pending.items():
                 meta[_CK_TRACE + encode_state(key)] = None if line is None else line.encode()
-        metrics = _get_fields(self.metrics, _METRICS_INPUTS | {"_intervals", "_buckets"})
+        counts = [getattr(self.metrics, name) for name in _METRICS_PER_ADDRESS]
+        for address in self.touched_addresses:
+            values = ",".join(str(c[address]) for c in counts)
+            meta[_CK_ADDRESS + address.encode()] = values.encode()
+        self.touched_addresses = set()
+        metrics = _get_fields(
+            self.metrics, _METRICS_INPUTS | {"_intervals", "_buckets", *_METRICS_PER_ADDRESS}
+        )
         metrics["_buckets"] = [[getattr(b, f) for f in b.__slots__] for b in self.metrics._buckets]
         state = {
             "stepper": _get_fields(self.stepper, _STEPPER_INPUTS | set(_STEPPER_JOURNALED)),
@@ -845,6 +858,11 @@ class _Run:
             for f, value in zip(bucket.__slots__, values, strict=True):
                 setattr(bucket, f, value)
         self.metrics._intervals = journal.load(_CK_INTERVALS, chain.iterate_meta(_CK_INTERVALS))
+        counts = [getattr(self.metrics, name) for name in _METRICS_PER_ADDRESS]
+        for key, value in chain.iterate_meta(_CK_ADDRESS):
+            address = key[len(_CK_ADDRESS) :].decode()
+            for c, n in zip(counts, value.split(b","), strict=True):
+                c[address] = int(n)
         self.in_flight = {}
         for key, value in chain.iterate_meta(_CK_FLIGHT):
             start, address = value.decode().split("/", 1)
@@ -940,8 +958,10 @@ class _Run:
                     trace.add_params(height + 1, pending)
             if kind is not None:
                 flight = self.in_flight.pop(rid)
-                if self.journal is not None and self.flight_delta.pop(rid, None) is None:
-                    self.flight_delta[rid] = None  # stored by an earlier checkpoint
+                if self.journal is not None:
+                    self.touched_addresses.add(flight.address)
+                    if self.flight_delta.pop(rid, None) is None:
+                        self.flight_delta[rid] = None  # stored by an earlier checkpoint
                 metrics.record_outcome(flight.address, flight.start, kind)
                 resolved.append(rid)
         if trace is not None and resolved:
