@@ -223,10 +223,12 @@ def open_policy_chain(
         raise ReplayError(
             f"{folder} is not empty: a replay needs a fresh store (--resume goes on with it)"
         )
+    fresh = not (folder.exists() and any(folder.iterdir()))
     try:
         return Chain.open(folder, genesis=genesis, extra_policies=extra_policies)
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        if fresh:  # never remove a store the replay was asked to go on with
+            shutil.rmtree(folder, ignore_errors=True)
         raise
 
 
