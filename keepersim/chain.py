@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +77,12 @@ class BlockResult:
 
     def get_failed(self) -> list[TxResult]:
         return [r for r in self.tx_results if not r.ok]
+
+
+MetaHook = Callable[[BlockResult], Mapping[bytes, bytes | None]]
+"""Called with a block's result (``app_hash`` still empty) just before its commit; returns
+unhashed entries (keys under ``RUN_META_PREFIX``; None deletes one) written in the block's own
+batch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +327,7 @@ class Chain:
         height: int | None = None,
         *,
         strict: bool = False,
+        meta: MetaHook | None = None,
     ) -> BlockResult:
         """Begin block, the messages in order, end block, commit; return the events.
 
@@ -328,6 +335,8 @@ class Chain:
         buffer (nothing it wrote, emitted or touched stays), and reported in ``tx_results``;
         with ``strict`` it fails the whole block instead. Any error in the block's own logic
         discards the block: the store stays at the last commit.
+
+        ``meta`` (a resumable run's checkpoint): see :data:`MetaHook`; not part of the app hash.
         """
         with self._block_lock:
             if not self.has_genesis():
@@ -341,14 +350,19 @@ class Chain:
             msgs = list(txs)
             rejected: dict[int, TxResult] = {}
             while True:
-                result = self._deliver_once(msgs, h, strict, rejected)
+                result = self._deliver_once(msgs, h, strict, rejected, meta)
                 if result is not None:
                     return result
                 # A rejected message left what its scope cannot take back (touched marks, the
                 # policy's in-memory state): the block again, without it.
 
     def _deliver_once(
-        self, msgs: list[Message], h: int, strict: bool, rejected: dict[int, TxResult]
+        self,
+        msgs: list[Message],
+        h: int,
+        strict: bool,
+        rejected: dict[int, TxResult],
+        meta: MetaHook | None,
     ) -> BlockResult | None:
         """Build and commit block ``h`` (the block lock held), leaving out the messages of
         ``rejected``; None (nothing committed) if a message is rejected after it marked
@@ -395,8 +409,13 @@ class Chain:
                 or registered
                 or any(isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events)
             )
+            extra = (
+                None
+                if meta is None
+                else meta(BlockResult(h, b"", tuple(keeper.events), tuple(results)))
+            )
             with self._rw.write():
-                app_hash = self._store.commit(buffer, h)
+                app_hash = self._store.commit(buffer, h, extra)
                 self._params = keeper.get_params()
                 with self._index_lock:
                     self._index.process_commit(
@@ -518,6 +537,16 @@ class Chain:
         table = self.get_selection_table(model)
         seed = compute_selection_seed(self._chain_id, table.height, model, request_id)
         return compute_draws(table, seed, k)
+
+    def get_meta(self, key: bytes) -> bytes | None:
+        """An entry committed through ``deliver_block(..., meta=...)`` (None if absent)."""
+        with self._rw.read():
+            return self._store.get_meta(key)
+
+    def iterate_meta(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """The committed meta entries whose keys start with ``prefix``."""
+        with self._rw.read():
+            return self._store.iterate_meta(prefix)
 
     def export_genesis(self) -> GenesisState:
         with self.read() as k:

@@ -74,6 +74,20 @@ def _add_progress_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_resume_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the run in --store-dir from its last committed block (same inputs; "
+        "an empty folder starts afresh); ends as an uninterrupted run would",
+    )
+
+
+def _check_resume_option(args: argparse.Namespace) -> None:
+    if args.resume and (args.store_dir is None or args.store != "leveldb"):
+        raise UsageError("--resume needs --store-dir (and --store leveldb): the run to go on with")
+
+
 def _load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
     """A built-in name (built with ``seed``, default 1) or a scenario file. Returns the scenario
     and the run seed override (None: the scenario's own seed)."""
@@ -170,6 +184,7 @@ def add_simulate_command(subparsers: Any) -> None:
     parser.add_argument("--trace-out", default=None, help="write the run's trace (JSON lines)")
     parser.add_argument("--out", default=None, help="write the full result JSON here ('-': stdout)")
     parser.add_argument("--governance", default=None, help="governance schedule file (see below)")
+    _add_resume_option(parser)
     parser.add_argument(
         "--shadow",
         action="store_true",
@@ -195,6 +210,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
     if args.store == "memory" and args.store_dir is not None:
         raise UsageError("--store-dir needs --store leveldb")
+    _check_resume_option(args)
     scenario, seed = _load_scenario_arg(args.scenario, args.seed)
     governance: list[Any] = []
     if args.governance is not None:
@@ -218,6 +234,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         trace_out=args.trace_out,
         progress=_progress(args),
         shadow=args.shadow,
+        resume=args.resume,
     )
     record = result.to_dict()
     if args.out is not None:
@@ -507,8 +524,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, so that it unwinds exactly like Ctrl-C does
+    (temporary stores removed, partial outputs aborted); :func:`main` exits 143 for it."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 2 bad input)."""
+    """Run the command line; returns the exit status (0 ok, 2 bad input, 130 interrupted,
+    143 terminated by SIGTERM)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _main(argv)
+    except Terminated:  # arrived outside the handler's own try (e.g. while parsing)
+        print("keepersim: terminated", file=sys.stderr)
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -524,6 +567,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(exc).strip() or type(exc).__name__
         print(f"keepersim: error: {message}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("keepersim: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("keepersim: interrupted", file=sys.stderr)
         return 130

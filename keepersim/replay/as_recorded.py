@@ -44,6 +44,7 @@ it; the store stays at the last committed block. Otherwise rejections are listed
 
 from __future__ import annotations
 
+import copy
 import heapq
 import os
 import re
@@ -51,6 +52,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from google.protobuf.message import Message
@@ -62,12 +64,14 @@ from keepersim.replay.common import (
     IntervalTracker,
     Listed,
     ParticipantTracker,
+    Prologue,
     ReplayError,
     Schedule,
     StoreKind,
     build_recorded_start,
     build_scheduled_msg,
     check_policies,
+    compute_replay_fingerprint,
     format_app_hash,
     get_table_exclusions,
     make_progress,
@@ -84,9 +88,21 @@ from keepersim.replay.trace import (
     InferenceRecord,
     ParamsRecord,
     ParticipantsRecord,
+    TraceCursor,
     TraceRecord,
     get_status_name,
+    iterate_trace,
 )
+from keepersim.store.checkpoint import (
+    DictJournal,
+    ResumeError,
+    decode_state,
+    encode_checkpoint,
+    encode_state,
+    process_kill_point,
+    read_checkpoint,
+)
+from keepersim.store.committed import RUN_META_PREFIX
 from keepersim.types.errors import BlockError
 from keepersim.types.events import (
     EpochSettled,
@@ -95,6 +111,7 @@ from keepersim.types.events import (
     InferenceExpired,
     InferenceFinished,
 )
+from keepersim.types.params import params_to_dict
 from keepersim.types.pb.tx_pb2 import MsgDeclineInference, MsgFinishInference
 from keepersim.types.pb.types_pb2 import (
     DECLINED,
@@ -330,6 +347,13 @@ class _Lane:
 
 
 _TX_INDEX = re.compile(r"block \d+, tx (\d+) ")
+# The run's own state (besides the report, schedule, tracker and lanes) a checkpoint holds.
+_RUN_STATE = ("committed", "gather_height", "gather", "pending", "settled_at")
+# Meta keys of the parts checkpointed incrementally.
+_CK_INFLIGHT = RUN_META_PREFIX + b"inflight/"
+_CK_RECORDED = RUN_META_PREFIX + b"recorded/"
+_CK_TRACKER = RUN_META_PREFIX + b"tracker"
+_CK_DEFERRED = RUN_META_PREFIX + b"deferred"
 
 
 class _AsRecordedRun(BlockFeeder[InferenceRecord]):
@@ -342,8 +366,20 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         *,
         strict: bool,
         progress: Any,
+        fingerprint: bytes | None = None,
+        cursor: TraceCursor | None = None,
     ) -> None:
         super().__init__(report.first_height, report.last_height)
+        # A resumable replay (leveldb): each lane's commit carries a checkpoint of the state.
+        self.fingerprint = fingerprint
+        self.cursor = cursor
+        self.current: TraceRecord | None = None  # the record being processed (None: the end)
+        self.block: tuple[int, list[Any], list[tuple[str, int, str]]] | None = None
+        # Per lane: what its store's checkpoint is missing since that lane's last commit.
+        self.journals = [DictJournal() for _ in lanes]
+        self.touched_participants: list[set[str]] = [set() for _ in lanes]
+        self.tracker_dirty = [True for _ in lanes]
+        self.deferred_dirty = [True for _ in lanes]
         self.report = report
         self.lanes = lanes
         self.schedule = schedule
@@ -363,9 +399,11 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             self.process_inference(record)
         elif isinstance(record, EpochSummaryRecord):
             self.deferred.append(record)
+            self.deferred_dirty = [True for _ in self.lanes]
             self.check_summaries()
         elif isinstance(record, ParamsRecord | ParticipantsRecord):
             schedule_record(self.schedule, record, self.tracker, self.committed)
+            self.tracker_dirty = [True for _ in self.lanes]
 
     def process_inference(self, record: InferenceRecord) -> None:
         start = record.start_height
@@ -396,11 +434,13 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         key = _outcome_key(record.status)
         self.report.recorded["inferences"] += 1
         self.report.recorded[key] += 1
-        per = self.report.recorded_by_participant.setdefault(
-            record.inference.assigned_to, Counter()
-        )
+        address = record.inference.assigned_to
+        per = self.report.recorded_by_participant.setdefault(address, Counter())
         per["inferences"] += 1
         per[key] += 1
+        if self.fingerprint is not None:
+            for touched in self.touched_participants:
+                touched.add(address)
 
     # -- blocks -------------------------------------------------------------------------------
 
@@ -462,14 +502,31 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
                 inference.end_block_height,
             )
         self.report.max_inflight = max(self.report.max_inflight, len(self.inflight))
-        for i, lane in enumerate(self.lanes):
-            msgs: list[Message] = [
-                build_scheduled_msg(x, lane.chain, lane.shadow.policy, True)
-                if not isinstance(x, Message)
-                else x
-                for x in items
-            ]
-            result = self.deliver_lane(lane, height, msgs, meta)
+        self.block = (height, items, meta)
+        self.deliver_lanes(height, items, meta, 0)
+
+    def deliver_lanes(
+        self,
+        height: int,
+        items: list[Any],
+        meta: list[tuple[str, int, str]],
+        first: int,
+        recovered: BlockResult | None = None,
+    ) -> None:
+        """Block ``height`` through the lanes from ``first`` on (``recovered``: the result of
+        lane ``first``, which committed it before a resume), then the block's bookkeeping."""
+        for i in range(first, len(self.lanes)):
+            lane = self.lanes[i]
+            if recovered is not None and i == first:
+                result = recovered
+            else:
+                msgs: list[Message] = [
+                    build_scheduled_msg(x, lane.chain, lane.shadow.policy, True)
+                    if not isinstance(x, Message)
+                    else x
+                    for x in items
+                ]
+                result = self.deliver_lane(lane, height, msgs, meta, i)
             if i == 0:
                 self.process_reference(result, meta)
             self.process_shadow(lane, result)
@@ -479,11 +536,95 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         self.check_summaries()
         self.progress.update(1)
 
+    # -- resuming -----------------------------------------------------------------------------
+
+    def get_checkpoint(self, index: int, result: BlockResult) -> dict[bytes, bytes | None]:
+        """The replay's state as lane ``index`` commits block ``result.height`` (the lanes
+        before it have processed theirs), with the block and that lane's result.
+
+        What is big and changes little goes in incrementally: the in-flight inferences and the
+        recorded counts per participant (only those touched since the last block), the
+        participant tracker and the deferred epoch summaries (only when they changed)."""
+        assert self.fingerprint is not None
+        # Each lane's store gets its own increments: its journal is of what that store holds.
+        journal, touched = self.journals[index], self.touched_participants[index]
+        meta = journal.get_delta(_CK_INFLIGHT, self.inflight)
+        by_participant = self.report.recorded_by_participant
+        for address in touched:
+            meta[_CK_RECORDED + address.encode()] = encode_state(by_participant[address])
+        touched.clear()
+        if self.tracker_dirty[index]:
+            meta[_CK_TRACKER] = encode_state(self.tracker)
+            self.tracker_dirty[index] = False
+        if self.deferred_dirty[index]:
+            meta[_CK_DEFERRED] = encode_state(self.deferred)
+            self.deferred_dirty[index] = False
+        report = copy.copy(self.report)
+        report.recorded_by_participant = {}
+        state = {
+            "report": report,
+            "run": {name: getattr(self, name) for name in _RUN_STATE},
+            "schedule": self.schedule,
+            "lanes": [(lane.shadow, lane.excluded) for lane in self.lanes],
+            "block": self.block,
+            "lane": index,
+            "result": (result.events, result.tx_results),
+            "current": self.current,
+            "cursor": self.cursor,
+        }
+        meta.update(encode_checkpoint(self.fingerprint, state))
+        process_kill_point(result.height, f"pre-{self.lanes[index].shadow.policy}")
+        return meta
+
+    def process_checkpoint(self, state: dict[str, Any]) -> None:
+        """Take a checkpoint's state back and finish its block through the remaining lanes."""
+        chain = self.lanes[state["lane"]].chain
+        self.report = state["report"]
+        self.report.recorded_by_participant = {
+            key[len(_CK_RECORDED) :].decode(): decode_state(value)
+            for key, value in chain.iterate_meta(_CK_RECORDED)
+        }
+        for name, value in state["run"].items():
+            setattr(self, name, value)
+        self.inflight = self.journals[state["lane"]].load(
+            _CK_INFLIGHT, chain.iterate_meta(_CK_INFLIGHT)
+        )
+        # The other lanes' stores may hold other versions: they write everything afresh.
+        for i, journal in enumerate(self.journals):
+            if i != state["lane"]:
+                journal.load(_CK_INFLIGHT, self.lanes[i].chain.iterate_meta(_CK_INFLIGHT))
+            self.touched_participants[i].update(self.report.recorded_by_participant)
+            self.tracker_dirty[i] = self.deferred_dirty[i] = True
+        self.schedule = state["schedule"]
+        tracker = chain.get_meta(_CK_TRACKER)
+        if tracker is not None:
+            self.tracker = decode_state(tracker)
+        deferred = chain.get_meta(_CK_DEFERRED)
+        if deferred is not None:
+            self.deferred = decode_state(deferred)
+        for lane, (shadow, excluded) in zip(self.lanes, state["lanes"], strict=True):
+            lane.shadow, lane.excluded = shadow, excluded
+        height, items, meta = state["block"]
+        index = state["lane"]
+        events, tx_results = state["result"]
+        recovered = BlockResult(height, chain.app_hash, events, tx_results)
+        self.block = state["block"]
+        self.deliver_lanes(height, items, meta, index, recovered)
+
     def deliver_lane(
-        self, lane: _Lane, height: int, msgs: list[Message], meta: list[tuple[str, int, str]]
+        self,
+        lane: _Lane,
+        height: int,
+        msgs: list[Message],
+        meta: list[tuple[str, int, str]],
+        index: int = 0,
     ) -> BlockResult:
+        hook = None if self.fingerprint is None else partial(self.get_checkpoint, index)
         try:
-            return lane.chain.deliver_block(msgs, height=height, strict=self.strict)
+            result = lane.chain.deliver_block(msgs, height=height, strict=self.strict, meta=hook)
+            if hook is not None:
+                process_kill_point(height, f"post-{lane.shadow.policy}")
+            return result
         except BlockError as exc:
             found = _TX_INDEX.search(str(exc))
             cause = exc.__cause__ or exc
@@ -582,6 +723,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
     def check_summaries(self) -> None:
         while self.deferred and self.deferred[0].height <= self.committed:
             self.compare_summaries(self.deferred.popleft())
+            self.deferred_dirty = [True for _ in self.lanes]
 
     def compare_summaries(self, record: EpochSummaryRecord) -> None:
         report = self.report
@@ -667,6 +809,42 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             lane.shadow.app_hash = format_app_hash(lane.chain.app_hash)
 
 
+def _read_lanes_checkpoint(
+    lanes: list[_Lane],
+    fingerprint: bytes,
+    prologue: Prologue,
+) -> dict[str, Any] | None:
+    """The checkpoint to resume from: the last lane that committed the highest block (the lanes
+    go through a block in order, so a kill leaves lanes 0..k-1 at H and the rest at H - 1).
+    None: nothing was committed yet (every store holds just this replay's genesis)."""
+    heights = [lane.chain.height for lane in lanes]
+    top = heights[0]
+    k = sum(1 for h in heights if h == top)
+    if heights != [top] * k + [top - 1] * (len(lanes) - k):
+        raise ResumeError(f"the replay's stores are at heights {heights}: not one replay's")
+    states = []
+    for lane in lanes:
+        where = f"store of the {lane.shadow.policy} replay"
+        states.append(read_checkpoint(lane.chain.get_meta, fingerprint, where))
+        if states[-1] is None:
+            fresh = open_policy_chain(
+                prologue,
+                lane.shadow.policy,
+                shadow=True,
+                store="memory",
+                store_dir=None,
+                name=lane.shadow.policy,
+            )
+            with fresh:
+                if (fresh.height, fresh.app_hash) != (lane.chain.height, lane.chain.app_hash):
+                    raise ResumeError(
+                        f"{where} holds another chain (height {lane.chain.height}, no "
+                        "checkpoint of this replay): cannot resume it"
+                    )
+    state: dict[str, Any] | None = states[k - 1]
+    return state
+
+
 def replay_as_recorded(
     trace_path: str | os.PathLike[str],
     *,
@@ -678,8 +856,14 @@ def replay_as_recorded(
     progress: bool = False,
     strict: bool = False,
     max_listed: int = 50,
+    resume: bool = False,
 ) -> ReplayReport:
     """Replay a trace's recorded traffic once per policy (in lockstep); see the module doc.
+
+    A leveldb replay is resumable: each lane's commit carries a checkpoint
+    (:mod:`keepersim.store.checkpoint`); ``resume`` goes on with the stores in ``store_dir``
+    from their last committed block (the lanes may be one block apart) and ends with the report
+    of an uninterrupted replay.
 
     ``store``: "memory", or "leveldb" with one fresh folder per policy under ``store_dir``.
     ``governance``: (height, Params) sent as MsgUpdateParams from the authority in block height
@@ -691,7 +875,8 @@ def replay_as_recorded(
     check_policies(policies)
     started = time.perf_counter()
     bad = BadLines(max_listed=max_listed)
-    prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad)
+    cursor = TraceCursor()
+    prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor)
     header = prologue.header
     report = ReplayReport(
         trace=os.fspath(trace_path),
@@ -705,6 +890,17 @@ def replay_as_recorded(
         status_mismatches=Listed(max_listed),
         tx_failures=Listed(max_listed),
     )
+    fingerprint = None
+    if store == "leveldb":
+        fingerprint = compute_replay_fingerprint(
+            trace_path,
+            mode="as-recorded",
+            policies=policies,
+            governance=[[h, params_to_dict(p)] for h, p in governance or ()],
+            skip_bad=skip_bad,
+            strict=strict,
+            max_listed=max_listed,
+        )
     lanes: list[_Lane] = []
     try:
         for policy in policies:
@@ -715,21 +911,50 @@ def replay_as_recorded(
                 store=store,
                 store_dir=store_dir,
                 name=policy,
+                resume=resume,
             )
             lane = _Lane(PolicyShadow(policy), chain)
             lanes.append(lane)
             excluded, _, _ = get_table_exclusions(chain, shadow=True)
             lane.excluded = excluded
             lane.shadow.intervals.observe(header.first_height, excluded)
+        state = None
+        if resume and fingerprint is not None:
+            state = _read_lanes_checkpoint(lanes, fingerprint, prologue)
         schedule, tracker = start_schedule(prologue, governance, max_listed)
         with make_progress(header, progress, "replay") as bar:
-            run = _AsRecordedRun(report, lanes, schedule, tracker, strict=strict, progress=bar)
-            for record in prologue.extra:
-                run.process(record)
+            run = _AsRecordedRun(
+                report,
+                lanes,
+                schedule,
+                tracker,
+                strict=strict,
+                progress=bar,
+                fingerprint=fingerprint,
+                cursor=cursor,
+            )
+            if state is None:
+                for record in prologue.extra:
+                    run.process(record)
+            else:
+                close = getattr(records, "close", None)
+                if close is not None:
+                    close()
+                bar.update(state["block"][0] - header.first_height)
+                run.process_checkpoint(state)
+                report = run.report
+                run.cursor = cursor = state["cursor"]
+                records = iterate_trace(
+                    trace_path, skip_bad=skip_bad, bad_lines=report.bad_lines, cursor=cursor
+                )
+                if state["current"] is not None:
+                    run.process(state["current"])
             for record in records:
+                run.current = record
                 run.process(record)
+            run.current = None
             run.finish()
-        report.late_scheduled = schedule.late
+        report.late_scheduled = run.schedule.late
         report.shadows = [lane.shadow for lane in lanes]
     finally:
         for lane in lanes:

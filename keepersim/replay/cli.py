@@ -76,6 +76,12 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
         help="folder for leveldb stores, one per policy (default: OUT/stores)",
     )
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --store leveldb: go on with the replay in the stores from their last "
+        "committed block (same trace and options); ends as an uninterrupted replay would",
+    )
+    parser.add_argument(
         "--skip-bad", action="store_true", help="skip malformed lines (listed in the report)"
     )
     parser.add_argument(
@@ -181,6 +187,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     store_dir = args.store_dir or (str(out_dir / "stores") if out_dir else None)
     if args.store == "leveldb" and store_dir is None:
         raise ReplayError("--store leveldb needs --store-dir or --out")
+    if args.resume and args.store != "leveldb":
+        raise ReplayError("--resume needs --store leveldb (and --store-dir or --out)")
     governance = None
     if args.governance:
         governance = load_governance_file(
@@ -197,6 +205,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             skip_bad=args.skip_bad,
             progress=progress,
             strict=args.strict,
+            resume=args.resume,
         )
         data = report.to_dict()
         print_as_recorded(report, out)
@@ -227,6 +236,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             skip_bad=args.skip_bad,
             progress=progress,
             estimator=estimator,
+            resume=args.resume,
         )
         for policy in policies
     }

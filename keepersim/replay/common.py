@@ -14,6 +14,7 @@ every participant whose weight, models, ML nodes or URL changed, and weight 0 fo
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import os
 import shutil
@@ -37,9 +38,11 @@ from keepersim.replay.trace import (
     Header,
     ParamsRecord,
     ParticipantsRecord,
+    TraceCursor,
     TraceRecord,
     iterate_trace,
 )
+from keepersim.store.checkpoint import compute_fingerprint
 from keepersim.store.committed import CommitStore
 from keepersim.store.memory import MemoryBackend
 from keepersim.types.bech32 import GOV_AUTHORITY
@@ -116,9 +119,13 @@ def read_prologue(records: Iterator[TraceRecord]) -> Prologue:
 
 
 def open_trace(
-    path: str | os.PathLike[str], *, skip_bad: bool, bad_lines: BadLines
+    path: str | os.PathLike[str],
+    *,
+    skip_bad: bool,
+    bad_lines: BadLines,
+    cursor: TraceCursor | None = None,
 ) -> tuple[Prologue, Iterator[TraceRecord]]:
-    records = iterate_trace(path, skip_bad=skip_bad, bad_lines=bad_lines)
+    records = iterate_trace(path, skip_bad=skip_bad, bad_lines=bad_lines, cursor=cursor)
     try:
         prologue = read_prologue(records)
     except StopIteration:
@@ -200,10 +207,11 @@ def open_policy_chain(
     store: StoreKind,
     store_dir: str | os.PathLike[str] | None,
     name: str,
+    resume: bool = False,
 ) -> Chain:
     """A fresh chain for one replay, with the trace's genesis (:func:`build_genesis`) and
     ``policy`` (and ``shadow``) in force: in memory, or LevelDB under ``store_dir/name`` (which
-    must not hold a chain yet)."""
+    must not hold a chain yet, unless ``resume``: then a chain in it is opened as it stands)."""
     genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, shadow))
     if store == "memory":
         return Chain.open(memory=True, genesis=genesis)
@@ -212,12 +220,16 @@ def open_policy_chain(
     if store_dir is None:
         raise ReplayError("a leveldb replay needs store_dir")
     folder = Path(store_dir) / name
-    if folder.exists() and any(folder.iterdir()):
-        raise ReplayError(f"{folder} is not empty: a replay needs a fresh store")
+    if not resume and folder.exists() and any(folder.iterdir()):
+        raise ReplayError(
+            f"{folder} is not empty: a replay needs a fresh store (--resume goes on with it)"
+        )
+    fresh = not (folder.exists() and any(folder.iterdir()))
     try:
         return Chain.open(folder, genesis=genesis)
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        if fresh:  # never remove a store the replay was asked to go on with
+            shutil.rmtree(folder, ignore_errors=True)
         raise
 
 
@@ -372,9 +384,9 @@ class BlockFeeder(Generic[T]):
         while self.committed < target:
             height = self.committed + 1
             starts = self.gather if height == self.gather_height else []
-            self.deliver(height, starts)
             if starts:
-                self.gather = []
+                self.gather = []  # before the block: a checkpoint taken in it has it gone
+            self.deliver(height, starts)
 
     def finish_blocks(self) -> None:
         if self.gather_height is not None:
@@ -462,6 +474,16 @@ class IntervalTracker:
             address: {"intervals": [list(i) for i in intervals], "blocks": self.blocks[address]}
             for address, intervals in sorted(self.closed.items())
         }
+
+
+def compute_replay_fingerprint(trace_path: str | os.PathLike[str], **inputs: Any) -> bytes:
+    """The fingerprint (:mod:`keepersim.store.checkpoint`) of a replay: the trace's bytes and
+    the replay's other inputs."""
+    digest = hashlib.sha256()
+    with open(trace_path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return compute_fingerprint({"trace_sha256": digest.hexdigest(), **inputs})
 
 
 def format_app_hash(app_hash: bytes) -> str:

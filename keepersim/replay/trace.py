@@ -75,6 +75,7 @@ __all__ = [
     "InferenceRecord",
     "ParamsRecord",
     "ParticipantsRecord",
+    "TraceCursor",
     "TraceError",
     "TraceRecord",
     "get_schema",
@@ -591,22 +592,41 @@ class _Reader:
         return EpochSummaryRecord(line, epoch_index, height, tuple(summaries))
 
 
+@dataclass(slots=True)
+class TraceCursor:
+    """Where :func:`iterate_trace` is: the reader's ordering state, and the byte offset and
+    number of the last line read. A copy taken between records resumes the stream there."""
+
+    reader: _Reader | None = None
+    offset: int = 0
+    line: int = 0
+
+
 def iterate_trace(
     path: str | os.PathLike[str],
     *,
     skip_bad: bool = False,
     bad_lines: BadLines | None = None,
+    cursor: TraceCursor | None = None,
 ) -> Iterator[TraceRecord]:
     """Stream a trace's records; the first one is always the :class:`Header`.
 
     Raises :class:`TraceError` on the first bad line, unless ``skip_bad``: then bad lines (other
-    than the header) are skipped and recorded in ``bad_lines``.
+    than the header) are skipped and recorded in ``bad_lines``. ``cursor`` is kept up to date
+    as lines are read; one holding a reader (a resumed replay's) continues after its line.
     """
     name = os.fspath(path)
-    reader = _Reader(name)
+    if cursor is None:
+        cursor = TraceCursor()
+    if cursor.reader is None:
+        cursor.reader = _Reader(name)
+    reader = cursor.reader
     with open(name, "rb") as handle:
-        number = 0
-        for number, raw in enumerate(handle, start=1):  # noqa: B007
+        handle.seek(cursor.offset)
+        number = cursor.line
+        for number, raw in enumerate(handle, start=cursor.line + 1):  # noqa: B007
+            cursor.offset += len(raw)
+            cursor.line = number
             try:
                 record = reader.parse(raw, number)
             except TraceError as exc:

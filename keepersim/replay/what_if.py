@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from google.protobuf.message import Message
 
-from keepersim.chain import Chain
+from keepersim.chain import BlockResult, Chain
 from keepersim.keeper.selection import get_candidates
 from keepersim.replay.common import (
     BlockFeeder,
@@ -49,6 +49,7 @@ from keepersim.replay.common import (
     StoreKind,
     build_scheduled_msg,
     check_policies,
+    compute_replay_fingerprint,
     format_app_hash,
     get_table_exclusions,
     make_progress,
@@ -64,9 +65,18 @@ from keepersim.replay.trace import (
     InferenceRecord,
     ParamsRecord,
     ParticipantsRecord,
+    TraceCursor,
+    iterate_trace,
+)
+from keepersim.store.checkpoint import (
+    ResumeError,
+    encode_checkpoint,
+    process_kill_point,
+    read_checkpoint,
 )
 from keepersim.types.errors import KeepersimError
 from keepersim.types.events import HealthTransition, InferenceExpired, InferenceFinished
+from keepersim.types.params import params_to_dict
 from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgStartInference
 from keepersim.types.pb.types_pb2 import EXPIRED
 
@@ -105,6 +115,29 @@ def _draw_outcome(
     return None if latency > expiration else latency
 
 
+# The run's own state (besides the schedule, tracker and bad lines) a checkpoint holds.
+_RUN_STATE = (
+    "committed",
+    "gather_height",
+    "gather",
+    "pending",
+    "max_pending",
+    "counts",
+    "recorded",
+    "by_participant",
+    "transitions",
+    "intervals",
+    "fallback_blocks",
+    "panic_blocks",
+    "false_exclusion_sum",
+    "excluded_share_sum",
+    "blocks",
+    "unserved",
+    "tx_failures",
+    "excluded",
+)
+
+
 class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
     """Requests gathered as (inference_id, model, requested_by) per start height."""
 
@@ -122,8 +155,16 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         progress: Any,
         max_listed: int,
         on_request: RequestHook | None = None,
+        fingerprint: bytes | None = None,
+        cursor: TraceCursor | None = None,
+        bad_lines: BadLines | None = None,
     ) -> None:
         super().__init__(first_height, last_height)
+        # A resumable replay (leveldb): each commit carries a checkpoint of the state.
+        self.fingerprint = fingerprint
+        self.cursor = cursor
+        self.bad_lines = bad_lines
+        self.current: InferenceRecord | ParamsRecord | ParticipantsRecord | None = None
         self.on_request = on_request
         self.chain = chain
         self.policy = policy
@@ -215,7 +256,14 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
                 heapq.heappush(self.pending, (height + latency, height, inference_id, executor))
                 self.max_pending = max(self.max_pending, len(self.pending))
         msgs.extend(same_block)
-        result = chain.deliver_block(msgs, height=height)
+        hook = None if self.fingerprint is None else self.get_checkpoint
+        result = chain.deliver_block(msgs, height=height, meta=hook)
+        if hook is not None:
+            process_kill_point(height, f"post-{self.policy}")
+        self.process_result(height, result)
+
+    def process_result(self, height: int, result: BlockResult) -> None:
+        """After block ``height`` committed: its rejections and events, the table's exclusions."""
         for tx in result.get_failed():
             self.tx_failures.add({"height": height, "kind": tx.kind, "error": tx.error})
         for event in result.events:
@@ -229,6 +277,37 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         self.blocks += 1
         self.observe_table(height)
         self.progress.update(1)
+
+    # -- resuming -----------------------------------------------------------------------------
+
+    def get_checkpoint(self, result: BlockResult) -> dict[bytes, bytes | None]:
+        """The replay's state just before ``result``'s block commits (its requests assigned),
+        with the block's result to finish it on resume."""
+        assert self.fingerprint is not None
+        state = {
+            "run": {name: getattr(self, name) for name in _RUN_STATE},
+            "schedule": self.schedule,
+            "tracker": self.tracker,
+            "bad_lines": self.bad_lines,
+            "height": result.height,
+            "result": (result.events, result.tx_results),
+            "current": self.current,
+            "cursor": self.cursor,
+        }
+        meta = encode_checkpoint(self.fingerprint, state)
+        process_kill_point(result.height, f"pre-{self.policy}")
+        return meta
+
+    def process_checkpoint(self, state: dict[str, Any]) -> None:
+        """Take a checkpoint's state back and finish its block."""
+        for name, value in state["run"].items():
+            setattr(self, name, value)
+        self.schedule = state["schedule"]
+        self.tracker = state["tracker"]
+        self.bad_lines = state["bad_lines"]
+        events, tx_results = state["result"]
+        height = state["height"]
+        self.process_result(height, BlockResult(height, self.chain.app_hash, events, tx_results))
 
     def observe_table(self, height: int) -> None:
         """Exclusions of the committed table, for the requests of the next height."""
@@ -262,6 +341,12 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         self.excluded_share_sum += out / total
         self.false_exclusion_sum += false_out / total
 
+    def process_record(self, record: InferenceRecord | ParamsRecord | ParticipantsRecord) -> None:
+        if isinstance(record, InferenceRecord):
+            self.process_inference(record)
+        else:
+            schedule_record(self.schedule, record, self.tracker, self.committed)
+
     def finish(self) -> None:
         self.finish_blocks()
         self.intervals.finish(self.last_height)
@@ -282,6 +367,7 @@ def replay_what_if(
     estimator: BehaviourEstimator | None = None,
     max_listed: int = 50,
     on_request: RequestHook | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Replay the recorded requests with ``policy`` choosing executors; see the module doc.
 
@@ -290,7 +376,8 @@ def replay_what_if(
     where they mean the same (``inferences``, ``misses``, ``miss_rate``, ``fallback_selections``,
     ``false_exclusion_weight_share`` - on estimated probabilities -, ``app_hash``).
     ``on_request(height, inference_id, executor, latency)`` sees every assignment (latency None
-    for a miss).
+    for a miss). A leveldb replay is resumable (see ``replay_as_recorded``): ``resume`` goes on
+    with the store ``store_dir/what-if-<policy>`` from its last committed block.
     """
     check_policies([policy])
     started = time.perf_counter()
@@ -303,17 +390,52 @@ def replay_what_if(
             skip_bad=skip_bad,
             bad_lines=BadLines(max_listed=max_listed),
         )
-    prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad)
+    cursor = TraceCursor()
+    prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor)
     header = prologue.header
+    fingerprint = None
+    if store == "leveldb":
+        a, b = prior if isinstance(prior, tuple) else (prior.a, prior.b)
+        fingerprint = compute_replay_fingerprint(
+            trace_path,
+            mode="what-if",
+            policy=policy,
+            seed=seed,
+            window_blocks=window_blocks,
+            prior=[a, b],
+            governance=[[h, params_to_dict(p)] for h, p in governance or ()],
+            skip_bad=skip_bad,
+            max_listed=max_listed,
+        )
+    name = f"what-if-{policy}"
     chain = open_policy_chain(
         prologue,
         policy,
         shadow=False,
         store=store,
         store_dir=store_dir,
-        name=f"what-if-{policy}",
+        name=name,
+        resume=resume,
     )
     try:
+        state = None
+        if resume and fingerprint is not None:
+            state = read_checkpoint(chain.get_meta, fingerprint, f"store {name}")
+            if state is None:
+                fresh = open_policy_chain(
+                    prologue,
+                    policy,
+                    shadow=False,
+                    store="memory",
+                    store_dir=None,
+                    name=name,
+                )
+                with fresh:
+                    if (fresh.height, fresh.app_hash) != (chain.height, chain.app_hash):
+                        raise ResumeError(
+                            f"store {name} holds another chain (height {chain.height}, no "
+                            "checkpoint of this replay): cannot resume it"
+                        )
         schedule, tracker = start_schedule(prologue, governance, max_listed)
         with make_progress(header, progress, f"what-if {policy}") as bar:
             run = _WhatIfRun(
@@ -328,18 +450,35 @@ def replay_what_if(
                 progress=bar,
                 max_listed=max_listed,
                 on_request=on_request,
+                fingerprint=fingerprint,
+                cursor=cursor,
+                bad_lines=bad,
             )
-            excluded, _, _ = get_table_exclusions(chain, shadow=False)
-            run.account_exclusions(header.first_height, excluded)
-            for record in prologue.extra:
-                assert isinstance(record, ParamsRecord | ParticipantsRecord)
-                schedule_record(schedule, record, tracker, run.committed)
-            for record in records:
-                if isinstance(record, InferenceRecord):
-                    run.process_inference(record)
-                elif isinstance(record, ParamsRecord | ParticipantsRecord):
+            if state is None:
+                excluded, _, _ = get_table_exclusions(chain, shadow=False)
+                run.account_exclusions(header.first_height, excluded)
+                for record in prologue.extra:
+                    assert isinstance(record, ParamsRecord | ParticipantsRecord)
                     schedule_record(schedule, record, tracker, run.committed)
+            else:
+                close = getattr(records, "close", None)
+                if close is not None:
+                    close()
+                bar.update(state["height"] - header.first_height)
+                run.process_checkpoint(state)
+                assert run.bad_lines is not None
+                bad = run.bad_lines
+                run.cursor = cursor = state["cursor"]
+                records = iterate_trace(trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor)
+                if state["current"] is not None:
+                    run.process_record(state["current"])
+            for record in records:
+                if isinstance(record, InferenceRecord | ParamsRecord | ParticipantsRecord):
+                    run.current = record
+                    run.process_record(record)
+            run.current = None
             run.finish()
+        schedule = run.schedule
         app_hash = format_app_hash(chain.app_hash)
     finally:
         chain.close()

@@ -87,7 +87,7 @@ from typing import Any, Literal
 import numpy as np
 
 from keepersim.chain import BlockResult, Chain, Selection
-from keepersim.keeper.policies import BUILTIN_POLICIES
+from keepersim.keeper.policies import BUILTIN_POLICIES, PolicyFactory
 from keepersim.keeper.selection import SelectionTable
 from keepersim.sim.metrics import (
     DECLINED,
@@ -102,8 +102,19 @@ from keepersim.sim.oracle import (
     get_chain_policy_name,
     get_policy_override,
 )
-from keepersim.sim.scenario import Scenario
+from keepersim.sim.scenario import Scenario, format_scenario_json
 from keepersim.sim.trace_writer import TraceWriter
+from keepersim.store.checkpoint import (
+    DictJournal,
+    ResumeError,
+    compute_fingerprint,
+    decode_state,
+    encode_checkpoint,
+    encode_state,
+    process_kill_point,
+    read_checkpoint,
+)
+from keepersim.store.committed import RUN_META_PREFIX
 from keepersim.types.errors import InvalidParamsError, KeepersimError, NoExecutorsError
 from keepersim.types.events import (
     EpochSettled,
@@ -294,6 +305,44 @@ class _InFlight:
     address: str
 
 
+# Attributes of the stepper and the metrics fixed by the run's inputs (not checkpointed): every
+# other attribute is state and goes into the checkpoint, so a counter added later is kept too.
+_STEPPER_INPUTS = frozenset(
+    {
+        "scenario",
+        "chain",
+        "seed",
+        "blocks",
+        "deliver",
+        "on_selection",
+        "on_start",
+        "counts",
+        "specs",
+        "models",
+        "governance",
+    }
+)
+_METRICS_INPUTS = frozenset({"scenario", "bucket_blocks", "_specs", "_weights", "_total_weight"})
+# Dicts of the stepper checkpointed incrementally (DictJournal), and the meta keys of a run.
+_STEPPER_JOURNALED = ("finishes", "declines", "reselects")
+_CK_STEPPER = RUN_META_PREFIX + b"stepper/"
+_CK_INTERVALS = RUN_META_PREFIX + b"intervals/"
+_CK_FLIGHT = RUN_META_PREFIX + b"flight/"
+_CK_TRACE = RUN_META_PREFIX + b"trace/"
+_CK_ADDRESS = RUN_META_PREFIX + b"address/"
+# Per-address counters of the metrics, checkpointed for the addresses a block touched.
+_METRICS_PER_ADDRESS = ("assigned", "resolved", "missed", "declined")
+
+
+def _get_fields(obj: object, inputs: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in vars(obj).items() if k not in inputs}
+
+
+def _set_fields(obj: object, fields: Mapping[str, Any]) -> None:
+    for key, value in fields.items():
+        setattr(obj, key, value)
+
+
 def _check_governance(
     governance: Sequence[tuple[int, Params]], blocks: int
 ) -> list[tuple[int, Params]]:
@@ -325,8 +374,15 @@ def run_scenario(
     shadow: bool = False,
     bucket_blocks: int = DEFAULT_BUCKET_BLOCKS,
     on_block: Callable[[Chain, int], None] | None = None,
+    resume: bool = False,
 ) -> RunResult:
     """Run ``scenario`` under ``policy``; see the module docstring for the exact semantics.
+
+    With ``store_dir`` the run is resumable: every block's commit carries a checkpoint of the
+    run's state (:mod:`keepersim.store.checkpoint`). ``resume`` accepts a ``store_dir`` that
+    already holds this run (same inputs; else :class:`ResumeError`) and goes on from its last
+    committed block: the app hash, the metrics and the trace (cut back to that block and
+    continued) end as an uninterrupted run's. An empty or missing ``store_dir`` starts afresh.
 
     ``seed`` overrides ``scenario.seed``. ``store_dir`` (LevelDB only) keeps the chain in that
     folder (it must not hold a chain yet); by default a temporary folder is used and removed.
@@ -359,8 +415,19 @@ def run_scenario(
             folder = Path(tmp) / "chain"
         else:
             folder = Path(store_dir)
-            if folder.exists() and any(folder.iterdir()):
-                raise SimulationError(f"store folder {folder} is not empty")
+            if not resume and folder.exists() and any(folder.iterdir()):
+                raise SimulationError(
+                    f"store folder {folder} is not empty (--resume goes on with the run in it)"
+                )
+    if resume and store_dir is None:
+        raise SimulationError("resume needs a store_dir (--store-dir) with the run to go on with")
+    fingerprint = (
+        None
+        if store_dir is None
+        else _compute_run_fingerprint(
+            scenario, policy, run_seed, initial, schedule, bucket_blocks, trace_out
+        )
+    )
     trace: TraceWriter | None = None
     started = time.perf_counter()
     try:
@@ -370,7 +437,19 @@ def run_scenario(
             else Chain.open(folder, genesis=genesis, policy_override=override)
         )
         with chain:
-            if trace_out is not None:
+            state = None
+            if fingerprint is not None:
+                state = _read_run_checkpoint(chain, fingerprint, genesis, override, folder)
+            if trace_out is not None and state is not None:
+                pending = [
+                    (decode_state(k[len(_CK_TRACE) :]), v.decode())
+                    for k, v in chain.iterate_meta(_CK_TRACE)
+                ]
+                try:
+                    trace = TraceWriter.reopen(trace_out, state["trace"], pending)
+                except (OSError, ValueError) as exc:
+                    raise ResumeError(f"--trace-out: cannot resume {trace_out}: {exc}") from exc
+            elif trace_out is not None:
                 trace = TraceWriter(
                     trace_out,
                     chain_id=chain.chain_id,
@@ -380,9 +459,19 @@ def run_scenario(
                     seed=run_seed,
                     policy=policy,
                 )
+                if fingerprint is not None:
+                    trace.track_pending()
             collector = _Run(
-                scenario, chain, run_seed, initial, schedule, trace, bucket_blocks, on_block
-            ).run(progress)
+                scenario,
+                chain,
+                run_seed,
+                initial,
+                schedule,
+                trace,
+                bucket_blocks,
+                on_block,
+                fingerprint,
+            ).run(progress, state)
             app_hash = chain.app_hash.hex()
             chain_id = chain.chain_id
     except BaseException:
@@ -407,6 +496,51 @@ def run_scenario(
         governance_heights=[h for h, _ in schedule],
         trace_path=None if trace_out is None else os.fspath(trace_out),
     )
+
+
+def _compute_run_fingerprint(
+    scenario: Scenario,
+    policy: str,
+    seed: int,
+    params: Params,
+    schedule: Sequence[tuple[int, Params]],
+    bucket_blocks: int,
+    trace_out: str | os.PathLike[str] | None,
+) -> bytes:
+    """The inputs that decide a run's blocks, metrics and trace (``--resume`` checks them)."""
+    return compute_fingerprint(
+        {
+            "command": "simulate",
+            "scenario": format_scenario_json(scenario),
+            "policy": policy,
+            "seed": seed,
+            "params": params_to_dict(params),
+            "governance": [[h, params_to_dict(p)] for h, p in schedule],
+            "bucket_blocks": bucket_blocks,
+            "trace": trace_out is not None,
+        }
+    )
+
+
+def _read_run_checkpoint(
+    chain: Chain,
+    fingerprint: bytes,
+    genesis: GenesisState,
+    override: PolicyFactory | None,
+    folder: Path,
+) -> dict[str, Any] | None:
+    """The checkpoint of the store's last block (None: the store holds the genesis only, which
+    must be this run's)."""
+    state: dict[str, Any] | None = read_checkpoint(chain.get_meta, fingerprint, f"store {folder}")
+    if state is not None:
+        return state
+    with Chain.open(memory=True, genesis=genesis, policy_override=override) as fresh:
+        if chain.height != fresh.height or chain.app_hash != fresh.app_hash:
+            raise ResumeError(
+                f"store {folder} holds another chain (at height {chain.height}, without a "
+                "checkpoint of this run): cannot resume it; use an empty --store-dir"
+            )
+    return None
 
 
 SelectionHook = Callable[[int, Selection, float], None]
@@ -583,12 +717,18 @@ class _Run:
         trace: TraceWriter | None,
         bucket_blocks: int,
         on_block: Callable[[Chain, int], None] | None,
+        fingerprint: bytes | None = None,
     ) -> None:
         self.s = scenario
         self.chain = chain
         self.params = params
         self.trace = trace
         self.on_block = on_block
+        self.fingerprint = fingerprint
+        # A resumable run's bookkeeping of what changed since the last checkpoint.
+        self.journal = None if fingerprint is None else DictJournal()
+        self.flight_delta: dict[str, _InFlight | None] = {}
+        self.touched_addresses: set[str] = set()  # their per-address counts changed
         self.metrics = MetricsCollector(
             scenario,
             bucket_blocks=bucket_blocks,
@@ -601,6 +741,7 @@ class _Run:
             chain,
             seed=seed,
             governance=schedule,
+            deliver=None if fingerprint is None else self.deliver_with_checkpoint,
             on_selection=self.record_selection,
             on_start=self.record_start,
         )
@@ -616,6 +757,8 @@ class _Run:
         self._kept: frozenset[str] = frozenset()
 
     def record_selection(self, height: int, sel: Selection, p_miss: float) -> None:
+        if self.journal is not None:
+            self.touched_addresses.add(sel.address)
         self.metrics.record_selection(
             sel.address,
             fallback=sel.fallback,
@@ -624,7 +767,9 @@ class _Run:
         )
 
     def record_start(self, height: int, inference_id: str, address: str) -> None:
-        self.in_flight[inference_id] = _InFlight(height, address)
+        flight = self.in_flight[inference_id] = _InFlight(height, address)
+        if self.journal is not None:
+            self.flight_delta[inference_id] = flight
         if self.trace is not None:
             self.trace.add_started(height)
 
@@ -657,11 +802,99 @@ class _Run:
         self._kept = frozenset(kept)
         return self._kept
 
-    def run(self, progress: bool) -> MetricsCollector:
+    # resuming ------------------------------------------------------------------------------
+
+    def deliver_with_checkpoint(self, txs: list[Any]) -> BlockResult:
+        """The stepper's delivery in a resumable run: the block commits with a checkpoint."""
+        result = self.chain.deliver_block(txs, strict=True, meta=self.get_checkpoint)
+        process_kill_point(result.height, "post")
+        return result
+
+    def get_checkpoint(self, result: BlockResult) -> dict[bytes, bytes | None]:
+        """The run's state just before ``result``'s block commits (every assignment of the block
+        made, none of its events seen yet), with the block's events to finish it on resume.
+
+        The large parts go in incrementally (only what changed since the last block): the
+        in-flight inferences, the stepper's pending messages, the kept-out intervals and the
+        trace's pending lines; the rest is one small record."""
+        assert self.fingerprint is not None and self.journal is not None
+        journal = self.journal
+        meta: dict[bytes, bytes | None] = {}
+        for name in _STEPPER_JOURNALED:
+            meta.update(journal.get_delta(_CK_STEPPER + name.encode(), getattr(self.stepper, name)))
+        meta.update(journal.get_delta(_CK_INTERVALS, self.metrics._intervals))
+        for rid, flight in self.flight_delta.items():
+            meta[_CK_FLIGHT + rid.encode()] = (
+                None if flight is None else f"{flight.start}/{flight.address}".encode()
+            )
+        self.flight_delta = {}
+        trace = None
+        if self.trace is not None:
+            trace, pending = self.trace.get_state()
+            for key, line in pending.items():
+                meta[_CK_TRACE + encode_state(key)] = None if line is None else line.encode()
+        counts = [getattr(self.metrics, name) for name in _METRICS_PER_ADDRESS]
+        for address in self.touched_addresses:
+            values = ",".join(str(c[address]) for c in counts)
+            meta[_CK_ADDRESS + address.encode()] = values.encode()
+        self.touched_addresses = set()
+        metrics = _get_fields(
+            self.metrics, _METRICS_INPUTS | {"_intervals", "_buckets", *_METRICS_PER_ADDRESS}
+        )
+        metrics["_buckets"] = [[getattr(b, f) for f in b.__slots__] for b in self.metrics._buckets]
+        state = {
+            "stepper": _get_fields(self.stepper, _STEPPER_INPUTS | set(_STEPPER_JOURNALED)),
+            "metrics": metrics,
+            "inactive": self.inactive,
+            "trace": trace,
+            "events": result.events,
+        }
+        meta.update(encode_checkpoint(self.fingerprint, state))
+        process_kill_point(result.height, "pre")
+        return meta
+
+    def process_checkpoint(self, state: dict[str, Any]) -> None:
+        """Take the state of :meth:`get_checkpoint` back and finish its block."""
+        chain, journal = self.chain, self.journal
+        assert journal is not None
+        stepper = self.stepper
+        _set_fields(stepper, state["stepper"])
+        for name in _STEPPER_JOURNALED:
+            prefix = _CK_STEPPER + name.encode()
+            setattr(stepper, name, journal.load(prefix, chain.iterate_meta(prefix)))
+        buckets = state["metrics"].pop("_buckets")
+        _set_fields(self.metrics, state["metrics"])
+        for bucket, values in zip(self.metrics._buckets, buckets, strict=True):
+            for f, value in zip(bucket.__slots__, values, strict=True):
+                setattr(bucket, f, value)
+        self.metrics._intervals = journal.load(_CK_INTERVALS, chain.iterate_meta(_CK_INTERVALS))
+        counts = [getattr(self.metrics, name) for name in _METRICS_PER_ADDRESS]
+        for key, value in chain.iterate_meta(_CK_ADDRESS):
+            address = key[len(_CK_ADDRESS) :].decode()
+            for c, n in zip(counts, value.split(b","), strict=True):
+                c[address] = int(n)
+        self.in_flight = {}
+        for key, value in chain.iterate_meta(_CK_FLIGHT):
+            start, address = value.decode().split("/", 1)
+            self.in_flight[key[len(_CK_FLIGHT) :].decode()] = _InFlight(int(start), address)
+        self.inactive = state["inactive"]
+        self.process_block(self.chain.height, state["events"])
+
+    def process_block(self, height: int, events: Sequence[object]) -> None:
+        """After block ``height`` committed: its events, the trace, the caller's hook."""
+        self.process_events(height, events)
+        if self.trace is not None:
+            self.trace.flush(height)
+        if self.on_block is not None:
+            self.on_block(self.chain, height)
+
+    def run(self, progress: bool, resume: dict[str, Any] | None = None) -> MetricsCollector:
         from keepersim.progress import make_progress
 
         s, chain, metrics, trace = self.s, self.chain, self.metrics, self.trace
-        if trace is not None:
+        if resume is not None:
+            self.process_checkpoint(resume)
+        elif trace is not None:
             trace.add_params(0, self.params)
             with chain.read() as k:
                 trace.add_participants(0, 0, list(k.iterate_participants()))
@@ -674,6 +907,8 @@ class _Run:
             mininterval=0.5,
             leave=False,
         )
+        if chain.height:  # a resumed run: the blocks already committed
+            bar.update(chain.height)
         pending_bar = 0
         stepper = self.stepper
         try:
@@ -681,11 +916,7 @@ class _Run:
                 h = chain.height + 1
                 metrics.record_block(h, self.get_kept_out())
                 result = stepper.step()
-                self.process_events(h, result.events)
-                if trace is not None:
-                    trace.flush(h)
-                if self.on_block is not None:
-                    self.on_block(chain, h)
+                self.process_block(h, result.events)
                 pending_bar += 1
                 if pending_bar >= 100:
                     bar.update(pending_bar)
@@ -738,6 +969,10 @@ class _Run:
                     trace.add_params(height + 1, pending)
             if kind is not None:
                 flight = self.in_flight.pop(rid)
+                if self.journal is not None:
+                    self.touched_addresses.add(flight.address)
+                    if self.flight_delta.pop(rid, None) is None:
+                        self.flight_delta[rid] = None  # stored by an earlier checkpoint
                 metrics.record_outcome(flight.address, flight.start, kind)
                 resolved.append(rid)
         if trace is not None and resolved:

@@ -75,6 +75,8 @@ class TraceWriter:
         self._unresolved: dict[int, int] = {}
         self._starts_heap: list[int] = []
         self._closed = False
+        # Pending lines added (the line) / written (None) since the last get_state; None: off.
+        self._journal: dict[tuple[int, int, str], str | None] | None = None
         self.lines = 0
         header: dict[str, Any] = {
             "type": "header",
@@ -138,14 +140,22 @@ class TraceWriter:
 
     def _push_inference(self, inference: Inference) -> None:
         line = {"type": "inference", **message_to_json(inference)}
-        heapq.heappush(
-            self._heap,
-            (inference.start_block_height, _RANK_INFERENCE, inference.inference_id, _dumps(line)),
+        entry = (
+            inference.start_block_height,
+            _RANK_INFERENCE,
+            inference.inference_id,
+            _dumps(line),
         )
+        heapq.heappush(self._heap, entry)
+        if self._journal is not None:
+            self._journal[entry[:3]] = entry[3]
 
     def _push(self, height: int, rank: int, line: dict[str, Any]) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (height, rank, f"{self._seq:012d}", _dumps(line)))
+        entry = (height, rank, f"{self._seq:012d}", _dumps(line))
+        heapq.heappush(self._heap, entry)
+        if self._journal is not None:
+            self._journal[entry[:3]] = entry[3]
 
     # writing -----------------------------------------------------------------------------
 
@@ -156,9 +166,12 @@ class TraceWriter:
             self._unresolved.pop(heapq.heappop(starts), None)
         watermark = starts[0] if starts else committed_height + 1
         limit = (watermark, _RANK_INFERENCE)
-        heap = self._heap
+        heap, journal = self._heap, self._journal
         while heap and (heap[0][0], heap[0][1]) < limit:
-            self._write(heapq.heappop(heap)[3])
+            entry = heapq.heappop(heap)
+            self._write(entry[3])
+            if journal is not None and journal.pop(entry[:3], None) is None:
+                journal[entry[:3]] = None  # stored by an earlier checkpoint: delete it
 
     def close(self, in_flight: Iterable[Inference] = ()) -> None:
         """Write the inferences still in flight (as given) and everything pending; close."""
@@ -179,6 +192,59 @@ class TraceWriter:
         if not self._closed:
             self._file.close()
             self._closed = True
+
+    # resuming -----------------------------------------------------------------------------
+
+    def track_pending(self) -> None:
+        """Record from now on which pending lines come and go (:meth:`get_state`)."""
+        self._journal = {}
+
+    def get_state(self) -> tuple[dict[str, Any], dict[tuple[int, int, str], str | None]]:
+        """What :meth:`reopen` needs to continue this trace: the scalars, and the pending lines
+        added (a line) or written out (None) since the last call (see :meth:`track_pending`).
+        Flushes the file to the OS first, so the recorded ``offset`` bytes exist even if the
+        process is killed right after."""
+        self._file.flush()
+        scalars = {
+            "offset": os.lseek(self._file.fileno(), 0, os.SEEK_CUR),
+            "seq": self._seq,
+            "unresolved": self._unresolved,
+            "starts_heap": self._starts_heap,
+            "lines": self.lines,
+        }
+        delta, self._journal = self._journal or {}, {}
+        return scalars, delta
+
+    @classmethod
+    def reopen(
+        cls,
+        path: str | os.PathLike[str],
+        scalars: dict[str, Any],
+        pending: Iterable[tuple[tuple[int, int, str], str]],
+    ) -> TraceWriter:
+        """Continue a trace from :meth:`get_state` (the scalars and every pending line): the
+        file is cut back to the recorded offset (lines written after it belong to blocks that
+        were never committed); pending lines stay tracked."""
+        offset = int(scalars["offset"])
+        size = os.path.getsize(path)
+        if size < offset:
+            raise ValueError(
+                f"it has {size} bytes, fewer than the {offset} written before the last "
+                "committed block: it was changed since"
+            )
+        self = cls.__new__(cls)
+        self._file = open(path, "r+", encoding="utf-8")  # noqa: SIM115
+        self._file.truncate(offset)
+        self._file.seek(offset)
+        self._heap = [(*key, line) for key, line in pending]
+        heapq.heapify(self._heap)
+        self._seq = scalars["seq"]
+        self._unresolved = scalars["unresolved"]
+        self._starts_heap = scalars["starts_heap"]
+        self._closed = False
+        self._journal = {}
+        self.lines = scalars["lines"]
+        return self
 
     def _write(self, line: str) -> None:
         self._file.write(line)

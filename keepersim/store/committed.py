@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from keepersim.store.apphash import (
     MODULUS,
     compute_app_hash,
@@ -19,6 +21,8 @@ STATE_SUM_KEY = META_PREFIX + b"state_sum"
 """AdHash state sum of the non-reserved keys, 32-byte big-endian."""
 APP_HASH_KEY = META_PREFIX + b"app_hash"
 """App hash of that state, stored so tools can read it without this module."""
+RUN_META_PREFIX = META_PREFIX + b"run/"
+"""Unhashed metadata a caller commits with a block (e.g. a resumable run's checkpoint)."""
 
 
 class CommitStore:
@@ -68,8 +72,13 @@ class CommitStore:
         """A new, empty buffer over the backend for the next block."""
         return BlockBuffer(self.backend)
 
-    def commit(self, buffer: BlockBuffer, height: int) -> bytes:
+    def commit(
+        self, buffer: BlockBuffer, height: int, meta: Mapping[bytes, bytes | None] | None = None
+    ) -> bytes:
         """Write the buffer's changes and the new metadata in one batch; return the app hash.
+
+        ``meta``: extra entries under :data:`RUN_META_PREFIX` (None deletes one), written in
+        the same batch and outside the hashed state, so they are exactly as durable as the block.
 
         The old term of each written key comes from one backend read per distinct key. The
         height must exceed the last committed one (any height >= 0 for the first commit). On
@@ -80,6 +89,9 @@ class CommitStore:
             raise ValueError("buffer belongs to a different backend")
         if height < 0 or (self._has_commit and height <= self._height):
             raise ValueError(f"height {height} must be above last committed {self._height}")
+        for key in meta or ():
+            if not key.startswith(RUN_META_PREFIX):
+                raise ValueError(f"meta key {key!r} must start with {RUN_META_PREFIX!r}")
         puts, deletes = buffer.pending()
         origin = buffer.get_origin()
         get = self.backend.get
@@ -101,6 +113,11 @@ class CommitStore:
         puts[HEIGHT_KEY] = height.to_bytes(8, "big")
         puts[STATE_SUM_KEY] = state_sum.to_bytes(32, "big")
         puts[APP_HASH_KEY] = app_hash
+        for key, meta_value in (meta or {}).items():
+            if meta_value is None:
+                deletes.append(key)
+            else:
+                puts[key] = meta_value
         self.backend.write_batch(puts, deletes)
         self._has_commit = True
         self._height = height
@@ -108,6 +125,17 @@ class CommitStore:
         self._app_hash = app_hash
         buffer.discard()
         return app_hash
+
+    def get_meta(self, key: bytes) -> bytes | None:
+        """A metadata entry committed with ``commit(..., meta=...)`` (None if absent)."""
+        return self.backend.get(key)
+
+    def iterate_meta(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """The metadata entries whose keys start with ``prefix`` (under RUN_META_PREFIX)."""
+        if not prefix.startswith(RUN_META_PREFIX):
+            raise ValueError(f"meta prefix {prefix!r} must start with {RUN_META_PREFIX!r}")
+        stop = (int.from_bytes(prefix, "big") + 1).to_bytes(len(prefix), "big")
+        return list(self.backend.iterate(prefix, stop))
 
     def verify_app_hash(self) -> bool:
         """Recompute the state sum from every non-reserved key and compare with the tracked one."""
