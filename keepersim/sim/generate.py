@@ -20,10 +20,10 @@ from typing import Final
 import numpy as np
 
 from keepersim.sim.scenario import ParticipantSpec, Scenario
+from keepersim.types.bech32 import ACCOUNT_ADDRESS_PREFIX, compute_bech32
 
 __all__ = [
     "ADDRESS_PREFIX",
-    "BECH32_CHARSET",
     "OUTAGE_BLOCKS",
     "SHARE_TOLERANCE",
     "WEIGHT_MEDIAN",
@@ -35,8 +35,7 @@ __all__ = [
     "weight_share",
 ]
 
-BECH32_CHARSET: Final = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
-ADDRESS_PREFIX: Final = "gonka"
+ADDRESS_PREFIX: Final = ACCOUNT_ADDRESS_PREFIX
 # PoC weights are large integers; at 10,000 the smallest of 150 lognormal nodes stays far above 100,
 # so the fork's reputation floor (weight // 100 while reputation is 0 in the first epoch) keeps
 # weights proportional instead of zeroing small nodes.
@@ -55,43 +54,10 @@ SHARE_TOLERANCE: Final = 0.05
 # --------------------------------------------------------------------------------------------
 
 
-def _bech32_polymod(values: Sequence[int]) -> int:
-    generator = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
-    chk = 1
-    for value in values:
-        top = chk >> 25
-        chk = (chk & 0x1FFFFFF) << 5 ^ value
-        for i in range(5):
-            chk ^= generator[i] if (top >> i) & 1 else 0
-    return chk
-
-
-def _bech32_checksum(hrp: str, data: Sequence[int]) -> list[int]:
-    expanded = [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
-    polymod = _bech32_polymod([*expanded, *data, 0, 0, 0, 0, 0, 0]) ^ 1
-    return [(polymod >> 5 * (5 - i)) & 31 for i in range(6)]
-
-
-def _to_5bit(data: bytes) -> list[int]:
-    acc = bits = 0
-    out: list[int] = []
-    for byte in data:
-        acc = (acc << 8) | byte
-        bits += 8
-        while bits >= 5:
-            bits -= 5
-            out.append((acc >> bits) & 31)
-    if bits:
-        out.append((acc << (5 - bits)) & 31)
-    return out
-
-
 def make_address(name: str, seed: int, index: int) -> str:
     """A deterministic, checksum-valid bech32 ``gonka1...`` address (44 characters)."""
     digest = hashlib.sha256(f"keepersim-address\x00{name}\x00{seed}\x00{index}".encode()).digest()
-    data = _to_5bit(digest[:20])
-    chars = data + _bech32_checksum(ADDRESS_PREFIX, data)
-    return ADDRESS_PREFIX + "1" + "".join(BECH32_CHARSET[c] for c in chars)
+    return compute_bech32(ADDRESS_PREFIX, digest[:20])
 
 
 # --------------------------------------------------------------------------------------------

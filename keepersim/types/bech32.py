@@ -57,6 +57,14 @@ def compute_bech32(hrp: str, data: bytes) -> str:
     return hrp + "1" + "".join(CHARSET[v] for v in values + checksum)
 
 
+def is_valid_bech32(address: str) -> bool:
+    """True iff ``address`` is a well-formed lower-case bech32 string with a valid checksum."""
+    hrp, sep, data = address.rpartition("1")
+    if not sep or not hrp or len(data) < 6 or any(c not in CHARSET for c in data):
+        return False
+    return _compute_polymod([*_expand_hrp(hrp), *(CHARSET.index(c) for c in data)]) == 1
+
+
 def compute_module_address(module: str, prefix: str = ACCOUNT_ADDRESS_PREFIX) -> str:
     """A Cosmos module account's address (``authtypes.NewModuleAddress(module)``)."""
     return compute_bech32(prefix, hashlib.sha256(module.encode()).digest()[:20])
