@@ -102,7 +102,7 @@ from keepersim.sim.oracle import (
     get_chain_policy_name,
     get_policy_override,
 )
-from keepersim.sim.scenario import Scenario, format_scenario_json
+from keepersim.sim.scenario import Scenario, format_scenario_json, get_json_type
 from keepersim.sim.trace_writer import TraceWriter
 from keepersim.store.checkpoint import (
     DictJournal,
@@ -1075,18 +1075,6 @@ def _get_parse_error_text(text: str) -> str:
     return f"{'.'.join(path)}: expected Params JSON (as /params returns): {reason}"
 
 
-def _json_kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, list):
-        return "a list"
-    return "null" if value is None else type(value).__name__
-
-
 def _check_params_patch(patch: Mapping[str, Any], descriptor: Any, where: str) -> None:
     """Name the first unknown field or non-object message value of a ``params`` patch (the
     protobuf parser's own messages do not say which key of the file is wrong)."""
@@ -1105,7 +1093,7 @@ def _check_params_patch(patch: Mapping[str, Any], descriptor: Any, where: str) -
             if not message_type.full_name.endswith(".Decimal"):
                 what = f"an object ({message_type.name})"
             raise GovernanceError(
-                f"{where}.{key}: expected {what}, got {_json_kind(value)} {value!r}"
+                f"{where}.{key}: expected {what}, got {get_json_type(value)} {value!r}"
                 + ('; use "set" for a decimal string' if "Decimal" in what else "")
             )
         _check_params_patch(value, message_type, f"{where}.{key}")

@@ -317,7 +317,8 @@ def _show(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _json_type(value: object) -> str:
+def get_json_type(value: object) -> str:
+    """How an error names a JSON value's kind ("an integer", "a list", ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -392,7 +393,7 @@ def _schema_problems(error: Any) -> list[_Problem]:
     keyword: str = error.validator
     schema: Mapping[str, Any] = error.schema
     instance: Any = error.instance
-    got = f"got {_json_type(instance)} {_show(instance)}"
+    got = f"got {get_json_type(instance)} {_show(instance)}"
     if keyword == "additionalProperties" and isinstance(instance, Mapping):
         allowed = sorted(schema.get("properties", {}))
         problems: list[_Problem] = []
