@@ -116,10 +116,19 @@ def _parse_policies(value: str | list[str]) -> list[str]:
     """The --policies list (already checked by parse_name_list when it came from argparse)."""
     from keepersim.replay.common import ReplayError
 
+    from keepersim.types.policies import POLICY_NAMES
+
     try:
-        return value if isinstance(value, list) else parse_name_list(value)
+        names = value if isinstance(value, list) else parse_name_list(value)
     except argparse.ArgumentTypeError as exc:
         raise ReplayError(f"--policies: {exc}") from None
+    unknown = [name for name in names if name not in POLICY_NAMES]
+    if unknown:
+        raise ReplayError(
+            f"--policies: unknown policy {unknown[0]!r}; expected names from "
+            f"{', '.join(POLICY_NAMES)}"
+        )
+    return names
 
 
 def _parse_prior(text: str) -> BetaPrior:

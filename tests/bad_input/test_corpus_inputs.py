@@ -192,7 +192,7 @@ FLAG_CASES: list[tuple[list[str], tuple[str, ...]]] = [
     (["replay", "{trace}", "--window-blocks", "0"], ("--window-blocks",)),
     (["replay", "{trace}", "--mode", "what-if", "--prior", "x"], ("--prior",)),
     (["replay", "{trace}", "--seed", "-3"], ("--seed",)),
-    (["replay", "{trace}", "--policies", "bogus"], ("bogus",)),
+    (["replay", "{trace}", "--policies", "bogus"], ("--policies", "bogus")),
     (
         [
             "export",
