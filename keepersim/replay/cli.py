@@ -115,7 +115,6 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
 def _parse_policies(value: str | list[str]) -> list[str]:
     """The --policies list (already checked by parse_name_list when it came from argparse)."""
     from keepersim.replay.common import ReplayError
-
     from keepersim.types.policies import POLICY_NAMES
 
     try:
