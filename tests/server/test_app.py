@@ -24,9 +24,9 @@ from keepersim.server.faults import (
 )
 from keepersim.sim.trace_writer import message_to_json
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgStartInference
-from keepersim.types.pb.types_pb2 import Inference, MLNodeInfo, Participant
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.inference.inference.types_pb2 import Inference, MLNodeInfo, Participant
 
 P = "/productscience/inference/inference"
 N_PARTICIPANTS = 7

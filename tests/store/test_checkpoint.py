@@ -21,7 +21,7 @@ from keepersim.store.checkpoint import (
     read_checkpoint,
 )
 from keepersim.store.committed import RUN_META_PREFIX, CommitStore
-from keepersim.types.pb.tx_pb2 import MsgFinishInference
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference
 
 
 def _commit(store: CommitStore, height: int, puts: dict[bytes, bytes], meta: Any = None) -> bytes:
