@@ -50,9 +50,9 @@ from keepersim.types.events import (
     Event,
     ParticipantDeactivated,
 )
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.types_pb2 import Inference, Participant
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import Inference, Participant
 
 DEFAULT_HOME = Path(os.environ.get("KEEPERSIM_HOME", ".keepersim"))
 

@@ -13,9 +13,9 @@ import pytest
 
 from keepersim.chain import Chain
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.types_pb2 import MLNodeInfo, Participant
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
 
 TEST_CHAIN_ID = "keepersim-test"
 TEST_MODEL = "m"

@@ -72,8 +72,12 @@ from keepersim.export.fetch import (
 )
 from keepersim.outputs import write_text_atomic
 from keepersim.sim.trace_writer import TRACE_VERSION, message_to_json
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.types_pb2 import EpochPerformanceSummary, Inference, Participant
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import (
+    EpochPerformanceSummary,
+    Inference,
+    Participant,
+)
 
 __all__ = [
     "CHAIN_PREFIX",

@@ -12,7 +12,7 @@ from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies.base import HealthPolicy, PolicyContext
 from keepersim.keeper.sprt import SprtConstants, compute_sprt_constants
 from keepersim.types.events import Outcome
-from keepersim.types.pb.types_pb2 import Inference
+from keepersim.types.pb.inference.inference.types_pb2 import Inference
 
 
 class BlockContext:

@@ -23,12 +23,8 @@ from keepersim.types.events import (
     InferenceStarted,
     Outcome,
 )
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
-    MsgFinishInference,
-    MsgStartInference,
-)
-from keepersim.types.pb.types_pb2 import (
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.inference.inference.types_pb2 import (
     DECLINED,
     EXPIRED,
     FINISHED,
@@ -36,6 +32,7 @@ from keepersim.types.pb.types_pb2 import (
     Inference,
     InferenceStatus,
 )
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 
 def _require_field(value: str, msg_name: str, field: str) -> None:

@@ -12,8 +12,8 @@ from keepersim.store.buffer import KVStore
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.events import Event
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.types_pb2 import (
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import (
     Epoch,
     EpochGroupData,
     EpochPerformanceSummary,

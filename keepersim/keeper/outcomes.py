@@ -11,7 +11,7 @@ from keepersim.keeper.sprt import (
 )
 from keepersim.types.errors import UnknownParticipantError
 from keepersim.types.events import Outcome, ParticipantDeactivated
-from keepersim.types.pb.types_pb2 import (
+from keepersim.types.pb.inference.inference.types_pb2 import (
     ACTIVE,
     INACTIVE,
     ExcludedParticipant,

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from keepersim.types.params import get_decimal_value
-from keepersim.types.pb.params_pb2 import ReputationParams
-from keepersim.types.pb.types_pb2 import EpochPerformanceSummary
+from keepersim.types.pb.inference.inference.types_pb2 import EpochPerformanceSummary
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ReputationParams
 
 
 def compute_reputation(

@@ -17,8 +17,8 @@ from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies.base import Health, HealthPolicy
 from keepersim.keeper.reputation import compute_adjusted_weight
 from keepersim.types.errors import NoExecutorsError, UnknownModelError
-from keepersim.types.pb.params_pb2 import EpochParams, Params
-from keepersim.types.pb.types_pb2 import ACTIVE, Participant
+from keepersim.types.pb.inference.inference.params_pb2 import EpochParams, Params
+from keepersim.types.pb.inference.inference.types_pb2 import ACTIVE, Participant
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ from decimal import Decimal as PyDecimal
 from functools import lru_cache
 
 from keepersim.types.params import DECIMAL_EXPONENT, get_decimal_value
-from keepersim.types.pb.params_pb2 import SprtParams
-from keepersim.types.pb.types_pb2 import Decimal
+from keepersim.types.pb.inference.inference.types_pb2 import Decimal
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import SprtParams
 
 _CTX = Context(prec=40, rounding=ROUND_HALF_EVEN)
 _QUANTUM = PyDecimal(1).scaleb(DECIMAL_EXPONENT)

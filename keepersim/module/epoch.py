@@ -11,7 +11,7 @@ from keepersim.keeper.context import BlockContext
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.reputation import compute_reputation
 from keepersim.types.events import EpochSettled
-from keepersim.types.pb.types_pb2 import (
+from keepersim.types.pb.inference.inference.types_pb2 import (
     ACTIVE,
     INACTIVE,
     CurrentEpochStats,

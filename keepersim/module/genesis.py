@@ -20,8 +20,9 @@ from keepersim.module.params_load import get_loaded_policy
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.errors import GenesisError, InvalidParamsError
-from keepersim.types.pb.genesis_pb2 import GenesisState, PolicyStateEntry
-from keepersim.types.pb.types_pb2 import ACTIVE
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.types_pb2 import ACTIVE
+from keepersim.types.pb.keepersim.v1.health_pb2 import PolicyStateEntry
 
 _POLICY_RANGES = (keys.POLICY_STATE, keys.POLICY_QUEUE, keys.POLICY_ITEMS, keys.POLICY_LOG)
 

@@ -17,15 +17,14 @@ from keepersim.module.params_load import get_loaded_policy
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import InvalidMessageError, UnauthorizedError
 from keepersim.types.events import ParamsUpdated
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
+from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
     MsgSubmitNewParticipant,
     MsgUpdateParams,
-    Tx,
 )
-from keepersim.types.pb.types_pb2 import ACTIVE, Participant
+from keepersim.types.pb.inference.inference.types_pb2 import ACTIVE, Participant
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, Tx
 
 
 def process_update_params(ctx: BlockContext, msg: MsgUpdateParams) -> None:

@@ -8,7 +8,7 @@ from keepersim.keeper.selection import get_pipeline_rules
 from keepersim.keeper.sprt import compute_sprt_constants
 from keepersim.types.errors import InvalidParamsError
 from keepersim.types.params import validate_params
-from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.inference.inference.params_pb2 import Params
 
 
 def get_loaded_policy(params: Params) -> HealthPolicy:

@@ -112,12 +112,9 @@ from keepersim.types.events import (
     InferenceFinished,
 )
 from keepersim.types.params import params_to_dict
-from keepersim.types.pb.tx_pb2 import MsgDeclineInference, MsgFinishInference
-from keepersim.types.pb.types_pb2 import (
-    DECLINED,
-    EXPIRED,
-    STARTED,
-)
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference
+from keepersim.types.pb.inference.inference.types_pb2 import DECLINED, EXPIRED, STARTED
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 __all__ = [
     "COMPARED_FIELDS",

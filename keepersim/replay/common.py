@@ -47,10 +47,14 @@ from keepersim.store.committed import CommitStore
 from keepersim.store.memory import MemoryBackend
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import KeepersimError
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.tx_pb2 import MsgStartInference, MsgSubmitNewParticipant, MsgUpdateParams
-from keepersim.types.pb.types_pb2 import (
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.tx_pb2 import (
+    MsgStartInference,
+    MsgSubmitNewParticipant,
+    MsgUpdateParams,
+)
+from keepersim.types.pb.inference.inference.types_pb2 import (
     ACTIVE,
     INACTIVE,
     CurrentEpochStats,

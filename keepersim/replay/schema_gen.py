@@ -20,8 +20,12 @@ from typing import Any, Final
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.types_pb2 import EpochPerformanceSummary, Inference, Participant
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import (
+    EpochPerformanceSummary,
+    Inference,
+    Participant,
+)
 
 SCHEMA_PATH: Final = Path(__file__).resolve().parent / "schema" / "trace.schema.json"
 

@@ -52,8 +52,8 @@ from google.protobuf.message import Message
 from keepersim.replay.fastpath import Check, FastParseError, MessageBuilder, SchemaCompiler
 from keepersim.types.errors import InvalidParamsError
 from keepersim.types.params import validate_params
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.types_pb2 import (
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import (
     DECLINED,
     FINISHED,
     INVALIDATED,

@@ -103,14 +103,18 @@ from keepersim.types.errors import (
     NoExecutorsError,
     UnknownModelError,
 )
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
+from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
     MsgSubmitNewParticipant,
     MsgUpdateParams,
 )
-from keepersim.types.pb.types_pb2 import EpochPerformanceSummary, Inference, Participant
+from keepersim.types.pb.inference.inference.types_pb2 import (
+    EpochPerformanceSummary,
+    Inference,
+    Participant,
+)
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 __all__ = [
     "CHAIN_PREFIX",

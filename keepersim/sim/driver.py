@@ -133,15 +133,20 @@ from keepersim.types.params import (
     params_to_dict,
     validate_params,
 )
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
     MsgUpdateParams,
 )
-from keepersim.types.pb.types_pb2 import STARTED, Inference, MLNodeInfo, Participant
+from keepersim.types.pb.inference.inference.types_pb2 import (
+    STARTED,
+    Inference,
+    MLNodeInfo,
+    Participant,
+)
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 __all__ = [
     "REQUESTER",

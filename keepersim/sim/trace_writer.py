@@ -29,8 +29,12 @@ from typing import IO, Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.types_pb2 import EpochPerformanceSummary, Inference, Participant
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import (
+    EpochPerformanceSummary,
+    Inference,
+    Participant,
+)
 
 __all__ = ["TRACE_VERSION", "TraceWriter", "message_to_json"]
 

@@ -13,19 +13,18 @@ from google.protobuf import json_format
 
 from keepersim.types.bech32 import GOV_AUTHORITY as GOV_AUTHORITY  # re-exported
 from keepersim.types.errors import InvalidParamsError
-from keepersim.types.pb.params_pb2 import (
+from keepersim.types.pb.inference.inference.params_pb2 import EpochParams, Params
+from keepersim.types.pb.inference.inference.types_pb2 import Decimal
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import (
     CircuitBreakerParams,
     ConsecutiveParams,
-    EpochParams,
     HealthParams,
-    Params,
     ReputationParams,
     SprtParams,
     TrinAdditiveParams,
     TrinMultiplicativeParams,
     WindowedParams,
 )
-from keepersim.types.pb.types_pb2 import Decimal
 from keepersim.types.policies import POLICY_NAMES as POLICY_NAMES  # re-exported
 
 PUSHBACK_OUTCOMES = ("declined", "miss")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from core_helpers import Driver
 
-from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.inference.inference.params_pb2 import Params
 
 
 @pytest.fixture

@@ -20,15 +20,15 @@ from keepersim.store.kv import KVBackend, KVReader, prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition
 from keepersim.types.params import GOV_AUTHORITY
-from keepersim.types.pb.health_pb2 import CircuitBreakerEntry
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
+from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
     MsgSubmitNewParticipant,
     MsgUpdateParams,
 )
-from keepersim.types.pb.types_pb2 import Participant
+from keepersim.types.pb.inference.inference.types_pb2 import Participant
+from keepersim.types.pb.keepersim.v1.health_pb2 import CircuitBreakerEntry
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 MODEL = "m"
 GONKA_STATE = keys.POLICY_STATE + GonkaBreaker.prefix
@@ -224,8 +224,8 @@ def make_scenario_genesis_json() -> str:
     """The scenario's genesis as JSON (so a subprocess builds exactly the same one)."""
     from keepersim.module.genesis import genesis_to_json
     from keepersim.types.params import get_default_params
-    from keepersim.types.pb.genesis_pb2 import GenesisState
-    from keepersim.types.pb.types_pb2 import MLNodeInfo
+    from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+    from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo
 
     params = get_default_params()
     params.epoch_params.epoch_length = 30

@@ -14,16 +14,15 @@ from keepersim.chain import Chain
 from keepersim.store.buffer import RESERVED_PREFIX
 from keepersim.types.errors import BlockError, GenesisError
 from keepersim.types.params import GOV_AUTHORITY
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
     MsgSubmitNewParticipant,
     MsgUpdateParams,
-    Tx,
 )
-from keepersim.types.pb.types_pb2 import EXPIRED, FINISHED, STARTED, Participant
+from keepersim.types.pb.inference.inference.types_pb2 import EXPIRED, FINISHED, STARTED, Participant
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, Tx
 
 
 def dump(chain: Chain) -> dict[bytes, bytes]:

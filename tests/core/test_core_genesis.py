@@ -11,10 +11,14 @@ from core_helpers import GONKA_QUEUE, GONKA_STATE, MODEL, Driver
 from keepersim.chain import Chain
 from keepersim.module.genesis import genesis_from_json, genesis_to_json
 from keepersim.types.params import GOV_AUTHORITY
-from keepersim.types.pb.health_pb2 import EXCLUDED, PROBE
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgSubmitNewParticipant, MsgUpdateParams
-from keepersim.types.pb.types_pb2 import INACTIVE, STARTED
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.tx_pb2 import (
+    MsgFinishInference,
+    MsgSubmitNewParticipant,
+    MsgUpdateParams,
+)
+from keepersim.types.pb.inference.inference.types_pb2 import INACTIVE, STARTED
+from keepersim.types.pb.keepersim.v1.health_pb2 import EXCLUDED, PROBE
 
 
 @pytest.fixture

@@ -15,8 +15,9 @@ from keepersim.chain import Chain
 from keepersim.types.errors import BlockError, InvalidParamsError, UnauthorizedError
 from keepersim.types.events import HealthTransition, ParamsUpdated
 from keepersim.types.params import GOV_AUTHORITY, compute_decimal, validate_params
-from keepersim.types.pb.params_pb2 import ConsecutiveOverride, Params
-from keepersim.types.pb.tx_pb2 import MsgStartInference, MsgUpdateParams
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference, MsgUpdateParams
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ConsecutiveOverride
 
 
 def setter(path: str, value: Any) -> Callable[[Params], None]:

@@ -19,10 +19,14 @@ from keepersim.keeper.policies import HealthPolicy
 from keepersim.module.params_load import get_loaded_policy
 from keepersim.types.events import ParamsRejected
 from keepersim.types.params import GOV_AUTHORITY, POLICY_NAMES, compute_decimal, get_default_params
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgStartInference, MsgUpdateParams
-from keepersim.types.pb.types_pb2 import MLNodeInfo, Participant
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.tx_pb2 import (
+    MsgFinishInference,
+    MsgStartInference,
+    MsgUpdateParams,
+)
+from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
 
 UNLOADABLE = 4242  # expiration_blocks that the patched begin-block loader refuses
 ADDRESSES = [f"p{i}" for i in range(4)]

@@ -10,8 +10,8 @@ from core_helpers import CountingBackend, Driver
 
 from keepersim.chain import Chain
 from keepersim.store.leveldb import LevelDBBackend
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.params_pb2 import Params
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.params_pb2 import Params
 
 
 def idle_block_counts(

@@ -23,13 +23,13 @@ from keepersim.types import keys
 from keepersim.types.errors import InvalidMessageError
 from keepersim.types.events import InferenceStarted
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.tx_pb2 import (
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
     MsgSubmitNewParticipant,
 )
-from keepersim.types.pb.types_pb2 import STARTED, Inference, Participant
+from keepersim.types.pb.inference.inference.types_pb2 import STARTED, Inference, Participant
 
 MODEL = "m"
 POLICIES = ("gonka", "windowed", "trin-multiplicative", "consecutive")

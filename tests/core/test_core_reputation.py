@@ -13,8 +13,9 @@ from core_helpers import MODEL, Driver
 
 from keepersim.keeper.reputation import compute_adjusted_weight, compute_reputation
 from keepersim.types.params import GOV_AUTHORITY, compute_decimal, get_default_params
-from keepersim.types.pb.params_pb2 import Params, ReputationParams
-from keepersim.types.pb.types_pb2 import EpochPerformanceSummary
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import EpochPerformanceSummary
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ReputationParams
 
 
 def summaries(*counts: tuple[int, int]) -> list[EpochPerformanceSummary]:
@@ -163,7 +164,7 @@ def test_weighting_off_uses_raw_weights(rep_driver: Driver) -> None:
     d = rep_driver
     params = d.chain.get_params()
     params.reputation_params.reputation_weighting = False
-    from keepersim.types.pb.tx_pb2 import MsgUpdateParams
+    from keepersim.types.pb.inference.inference.tx_pb2 import MsgUpdateParams
 
     d.add(1, MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
     d.run_to(2)

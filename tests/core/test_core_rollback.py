@@ -16,10 +16,10 @@ from keepersim.module import abci
 from keepersim.store.buffer import RESERVED_PREFIX
 from keepersim.store.leveldb import LevelDBBackend
 from keepersim.types.events import InferenceExpired
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.tx_pb2 import MsgStartInference
-from keepersim.types.pb.types_pb2 import EXPIRED, STARTED
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference
+from keepersim.types.pb.inference.inference.types_pb2 import EXPIRED, STARTED
 
 
 class Boom(RuntimeError):

@@ -12,9 +12,9 @@ from core_helpers import MODEL, Driver
 from keepersim.chain import Chain
 from keepersim.keeper.selection import compute_draw, compute_selection_seed
 from keepersim.types.errors import NoExecutorsError, UnknownModelError
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.tx_pb2 import MsgSubmitNewParticipant
-from keepersim.types.pb.types_pb2 import (
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgSubmitNewParticipant
+from keepersim.types.pb.inference.inference.types_pb2 import (
     Epoch,
     EpochGroupData,
     MLNodeInfo,

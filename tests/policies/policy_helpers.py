@@ -11,14 +11,11 @@ from collections.abc import Callable, Sequence
 from keepersim.chain import BlockResult, Chain
 from keepersim.types.events import HealthTransition
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
-    MsgFinishInference,
-    MsgStartInference,
-)
-from keepersim.types.pb.types_pb2 import MLNodeInfo, Participant
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 MODEL = "m"
 

@@ -33,12 +33,9 @@ from keepersim.keeper.selection import (
 )
 from keepersim.types.events import HealthTransition
 from keepersim.types.params import validate_params
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.tx_pb2 import (
-    MsgDeclineInference,
-    MsgFinishInference,
-    MsgStartInference,
-)
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 EXPIRY = 6
 ADDRESSES = ("p0", "p1", "p2", "p3", "p4")

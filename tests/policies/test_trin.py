@@ -18,14 +18,15 @@ from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
 from keepersim.types import keys
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
 from keepersim.types.params import GOV_AUTHORITY, validate_params
-from keepersim.types.pb.health_pb2 import (
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgUpdateParams
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import TrinAdditiveParams
+from keepersim.types.pb.keepersim.v1.health_pb2 import (
     ScoreDelta,
     TrinMultiplicativeEntry,
     TrinOffers,
     TrinScoreRecord,
 )
-from keepersim.types.pb.params_pb2 import Params, TrinAdditiveParams
-from keepersim.types.pb.tx_pb2 import MsgUpdateParams
 
 T = TypeVar("T")
 

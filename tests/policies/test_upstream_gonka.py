@@ -32,8 +32,13 @@ from keepersim.store.buffer import BlockBuffer
 from keepersim.store.leveldb import LevelDBBackend
 from keepersim.store.memory import MemoryBackend
 from keepersim.types import keys
-from keepersim.types.pb.genesis_pb2 import PolicyStateEntry
-from keepersim.types.pb.health_pb2 import EXCLUDED, HEALTHY, PROBE, CircuitBreakerEntry
+from keepersim.types.pb.keepersim.v1.health_pb2 import (
+    EXCLUDED,
+    HEALTHY,
+    PROBE,
+    CircuitBreakerEntry,
+    PolicyStateEntry,
+)
 
 CB = "gonka-ai/gonka 6a468b08 inference-chain/x/inference/keeper/circuit_breaker_test.go"
 EB = "gonka-ai/gonka 6a468b08 inference-chain/x/inference/keeper/circuit_breaker_endblock_test.go"

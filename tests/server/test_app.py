@@ -24,9 +24,9 @@ from keepersim.server.faults import (
 )
 from keepersim.sim.trace_writer import message_to_json
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.genesis_pb2 import GenesisState
-from keepersim.types.pb.tx_pb2 import MsgFinishInference, MsgStartInference
-from keepersim.types.pb.types_pb2 import Inference, MLNodeInfo, Participant
+from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.inference.inference.types_pb2 import Inference, MLNodeInfo, Participant
 
 P = "/productscience/inference/inference"
 N_PARTICIPANTS = 7
@@ -392,9 +392,12 @@ def test_post_blocks_updates_chain_and_metrics(make_genesis: Any) -> None:
 
 def test_parse_block_json_types() -> None:
     txs, strict = parse_block_json(
-        [{"@type": "/inference.inference.MsgDeclineInference", "creator": "p", "inference_id": "x"}]
+        [{"@type": "/keepersim.v1.MsgDeclineInference", "creator": "p", "inference_id": "x"}]
     )
     assert strict is False and type(txs[0]).__name__ == "MsgDeclineInference"
+    # The type URL keepersim's messages had before they left the chain's package still parses.
+    txs, _ = parse_block_json([{"@type": "/inference.inference.MsgDeclineInference"}])
+    assert type(txs[0]).__name__ == "MsgDeclineInference"
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from keepersim.chain import Chain
 from keepersim.keeper.selection import SelectionTable
 from keepersim.server.app import HEIGHT_HEADER, BackgroundServer, ServerConfig, create_app
-from keepersim.types.pb.tx_pb2 import MsgStartInference
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference
 
 P = "/productscience/inference/inference"
 CLIENTS = 16

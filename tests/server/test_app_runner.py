@@ -132,7 +132,7 @@ def test_removed_participants_are_minus_one(make_genesis: Any) -> None:
     """SPRT deactivation takes a participant out of the pool: -1 until the epoch boundary,
     where it is back in the new group (the gonka breaker resets too)."""
     from keepersim.chain import Chain
-    from keepersim.types.pb.tx_pb2 import MsgStartInference
+    from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference
 
     chain = Chain.open(memory=True, genesis=make_genesis(3))  # SPRT on: 6 misses trip it
     metrics = ServerMetrics()

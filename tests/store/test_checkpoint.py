@@ -18,10 +18,12 @@ from keepersim.store.checkpoint import (
     decode_state,
     encode_checkpoint,
     encode_state,
+    load_message,
     read_checkpoint,
 )
 from keepersim.store.committed import RUN_META_PREFIX, CommitStore
-from keepersim.types.pb.tx_pb2 import MsgFinishInference
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference
+from keepersim.types.pb.keepersim.v1.health_pb2 import OpenInference, WindowedEntry
 
 
 def _commit(store: CommitStore, height: int, puts: dict[bytes, bytes], meta: Any = None) -> bytes:
@@ -103,6 +105,18 @@ def test_state_round_trips_messages_and_refuses_foreign_classes() -> None:
 
     with pytest.raises(pickle.UnpicklingError, match="not allowed"):
         decode_state(pickle.dumps(Evil()))
+
+
+def test_messages_load_by_their_name_and_by_their_name_before_keepersim_v1() -> None:
+    """A checkpoint written before keepersim's own messages moved to keepersim.v1 names them
+    inference.inference.X: it still resumes. The chain's names are never aliased."""
+    entry = WindowedEntry(address="a", failure_bits=5, open=[OpenInference(inference_id="r")])
+    data = entry.SerializeToString()
+    assert load_message("keepersim.v1.WindowedEntry", data) == entry
+    assert load_message("inference.inference.WindowedEntry", data) == entry
+    assert load_message("inference.inference.MsgFinishInference", b"") == MsgFinishInference()
+    with pytest.raises(pickle.UnpicklingError, match="unknown message type"):
+        load_message("keepersim.v1.MsgFinishInference", b"")
 
 
 def test_read_checkpoint_refuses_another_runs_fingerprint() -> None:

@@ -20,8 +20,8 @@ from keepersim.store.buffer import BlockBuffer, KVStore
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition, Outcome
-from keepersim.types.pb.params_pb2 import Params
-from keepersim.types.pb.types_pb2 import Inference
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import Inference
 
 NEVER = (1 << 63) - 1
 M = TypeVar("M", bound=Message)

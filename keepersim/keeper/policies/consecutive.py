@@ -40,9 +40,10 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.health_pb2 import CLOSED, HALF_OPEN, OPEN, ConsecutiveEntry
-from keepersim.types.pb.params_pb2 import ConsecutiveParams, Params
-from keepersim.types.pb.types_pb2 import Inference
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import Inference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ConsecutiveParams
+from keepersim.types.pb.keepersim.v1.health_pb2 import CLOSED, HALF_OPEN, OPEN, ConsecutiveEntry
 
 STATE_NAMES = {CLOSED: "closed", OPEN: "open", HALF_OPEN: "half_open"}
 DEFAULT_PUSHBACK = frozenset({"declined"})

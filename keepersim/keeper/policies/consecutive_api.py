@@ -26,7 +26,7 @@ from keepersim.keeper.policies.consecutive import (
     process_timeouts,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.health_pb2 import CLOSED, OPEN, ConsecutiveEntry
+from keepersim.types.pb.keepersim.v1.health_pb2 import CLOSED, OPEN, ConsecutiveEntry
 
 
 class ConsecutiveBreakers:

@@ -24,14 +24,9 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.health_pb2 import (
-    EXCLUDED,
-    HEALTHY,
-    PROBE,
-    CircuitBreakerEntry,
-)
-from keepersim.types.pb.params_pb2 import CircuitBreakerParams
-from keepersim.types.pb.types_pb2 import CurrentEpochStats, Inference
+from keepersim.types.pb.inference.inference.types_pb2 import CurrentEpochStats, Inference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import CircuitBreakerParams
+from keepersim.types.pb.keepersim.v1.health_pb2 import EXCLUDED, HEALTHY, PROBE, CircuitBreakerEntry
 
 STATE_NAMES = {HEALTHY: "healthy", EXCLUDED: "excluded", PROBE: "probe"}
 

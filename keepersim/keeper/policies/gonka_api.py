@@ -26,7 +26,7 @@ from keepersim.keeper.policies.gonka import (
     process_promote,
     process_set_cb_entry,
 )
-from keepersim.types.pb.health_pb2 import CircuitBreakerEntry
+from keepersim.types.pb.keepersim.v1.health_pb2 import CircuitBreakerEntry
 
 
 class GonkaCBKeeper:

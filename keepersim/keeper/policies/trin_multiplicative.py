@@ -45,9 +45,10 @@ from keepersim.keeper.policies.base import (
     get_log_index,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.health_pb2 import TrinMultiplicativeEntry, TrinOffers
-from keepersim.types.pb.params_pb2 import Params, TrinMultiplicativeParams
-from keepersim.types.pb.types_pb2 import Inference
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import Inference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import TrinMultiplicativeParams
+from keepersim.types.pb.keepersim.v1.health_pb2 import TrinMultiplicativeEntry, TrinOffers
 
 HISTORY_BITS = 32
 HISTORY_MASK = (1 << HISTORY_BITS) - 1

@@ -72,7 +72,10 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.health_pb2 import (
+from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.pb.inference.inference.types_pb2 import STARTED, Inference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import WindowedParams
+from keepersim.types.pb.keepersim.v1.health_pb2 import (
     W_EXCLUDED,
     W_HEALTHY,
     W_PROBE,
@@ -80,8 +83,6 @@ from keepersim.types.pb.health_pb2 import (
     WindowedEntry,
     WindowedState,
 )
-from keepersim.types.pb.params_pb2 import Params, WindowedParams
-from keepersim.types.pb.types_pb2 import STARTED, Inference
 
 STATE_NAMES = {W_HEALTHY: "healthy", W_EXCLUDED: "excluded", W_PROBE: "probe"}
 RING_BITS = 64
