@@ -260,7 +260,7 @@ def compute_run_mechanisms(
             f"{name} {get_decimal_value(getattr(s, name)).normalize():f}"
             for name in ("p0", "p1", "threshold")
         )
-        sprt = f"only in {', '.join(sprt_on)} runs ({values})"
+        sprt = f"off except in {', '.join(sprt_on)} runs ({values})"
     return {"selection": get_selection_rule(built["none"]), "sprt": sprt}
 
 

@@ -279,8 +279,8 @@ def test_report_states_what_every_run_includes(
     )
     config = report["config"]
     assert config["selection"] == rule
-    assert config["sprt"].startswith("only in sprt runs (")
+    assert config["sprt"].startswith("off except in sprt runs (")
     assert config == json.loads((out / "report.json").read_text())["config"]
     first = (out / "table.txt").read_text().splitlines()[0]
     assert first == config["baselines"] == stream.getvalue().splitlines()[0]
-    assert words in first and "SPRT deactivation only in sprt runs" in first
+    assert words in first and "SPRT deactivation off except in sprt runs" in first

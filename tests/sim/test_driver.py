@@ -470,4 +470,6 @@ def test_run_mechanisms_are_read_from_the_built_params() -> None:
         assert stated["selection"] == rule
     sprt_runs = [p for p in get_known_policies() if build_params(s, p).sprt_params.enabled]
     assert sprt_runs == ["sprt"]
-    assert compute_run_mechanisms(s)["sprt"] == "only in sprt runs (p0 0.1, p1 0.2, threshold 4)"
+    assert (
+        compute_run_mechanisms(s)["sprt"] == "off except in sprt runs (p0 0.1, p1 0.2, threshold 4)"
+    )
