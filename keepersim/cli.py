@@ -83,6 +83,15 @@ def _add_resume_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_reputation_weighting_option(parser: Any) -> None:
+    parser.add_argument(
+        "--reputation-weighting",
+        action="store_true",
+        help="select executors by weight x reputation (the fork's PR #8) instead of by weight "
+        "alone as upstream (the default)",
+    )
+
+
 def _check_resume_option(args: argparse.Namespace) -> None:
     if args.resume and (args.store_dir is None or args.store != "leveldb"):
         raise UsageError("--resume needs --store-dir (and --store leveldb): the run to go on with")
@@ -185,6 +194,7 @@ def add_simulate_command(subparsers: Any) -> None:
     parser.add_argument("--out", default=None, help="write the full result JSON here ('-': stdout)")
     parser.add_argument("--governance", default=None, help="governance schedule file (see below)")
     _add_resume_option(parser)
+    _add_reputation_weighting_option(parser)
     parser.add_argument(
         "--shadow",
         action="store_true",
@@ -215,7 +225,12 @@ def run_simulate(args: argparse.Namespace) -> int:
     governance: list[Any] = []
     if args.governance is not None:
         data = _read_json(args.governance, "governance file")
-        base = build_params(scenario, args.policy, shadow=args.shadow)
+        base = build_params(
+            scenario,
+            args.policy,
+            shadow=args.shadow,
+            reputation_weighting=args.reputation_weighting,
+        )
         governance = parse_governance(data, base, source=args.governance)
         late = [h for h, _ in governance if h > scenario.blocks]
         if late:
@@ -235,6 +250,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         progress=_progress(args),
         shadow=args.shadow,
         resume=args.resume,
+        reputation_weighting=args.reputation_weighting,
     )
     record = result.to_dict()
     if args.out is not None:
@@ -244,6 +260,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             "scenario",
             "policy",
             "seed",
+            "selection",
             "blocks",
             "requests",
             "inferences",
@@ -316,6 +333,7 @@ def add_compare_command(subparsers: Any) -> None:
         "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    _add_reputation_weighting_option(parser)
     _add_progress_option(parser)
     parser.set_defaults(handler=run_compare)
 
@@ -348,6 +366,7 @@ def run_compare(args: argparse.Namespace) -> int:
         progress=_progress(args),
         jobs=args.jobs,
         plots=not args.no_plots,
+        reputation_weighting=args.reputation_weighting,
     )
     wall = time.perf_counter() - started
     print(

@@ -270,3 +270,55 @@ def test_commands_are_a_registry(capsys: Any) -> None:
         assert status == 0 and out == "hello world\n"
     finally:
         cli.COMMANDS.remove(add_hello_command)
+
+
+@pytest.mark.parametrize("weighting", [False, True])
+def test_simulate_reputation_weighting_reaches_the_chain(
+    tiny: Path, tmp_path: Path, capsys: Any, weighting: bool
+) -> None:
+    """The flag is in the stored chain's params, also after a governance update (which patches
+    the params the run starts with), and the run names its selection rule."""
+    from keepersim.chain import Chain
+    from keepersim.keeper.selection import SELECTION_BY_REPUTATION, SELECTION_BY_WEIGHT
+
+    gov = tmp_path / "gov.json"
+    gov.write_text(json.dumps([{"height": 50, "set": {"health_params.policy": "gonka"}}]))
+    store = tmp_path / "chain"
+    flag = ["--reputation-weighting"] if weighting else []
+    status, out, err = run(
+        capsys,
+        "simulate",
+        str(tiny),
+        "--policy",
+        "none",
+        "--store-dir",
+        str(store),
+        "--governance",
+        str(gov),
+        "--out",
+        str(tmp_path / "r.json"),
+        "--no-progress",
+        *flag,
+    )
+    assert status == 0, err
+    rule = SELECTION_BY_REPUTATION if weighting else SELECTION_BY_WEIGHT
+    assert json.loads((tmp_path / "r.json").read_text())["selection"] == rule
+    assert any(line.split(None, 1) == ["selection", rule] for line in out.splitlines())
+    with Chain.open(store) as chain:
+        params = chain.get_params()
+    assert params.health_params.policy == "gonka"  # the governance update was applied
+    assert params.reputation_params.reputation_weighting is weighting
+
+
+def test_compare_reputation_weighting_flag(tiny: Path, tmp_path: Path, capsys: Any) -> None:
+    from keepersim.keeper.selection import SELECTION_BY_REPUTATION
+
+    out_dir = tmp_path / "rep"
+    argv = ["compare", str(tiny), "--policies", "gonka", "--seeds", "1", "--jobs", "1"]
+    argv += ["--store", "memory", "--out", str(out_dir), "--no-plots", "--no-progress"]
+    status, out, err = run(capsys, *argv, "--reputation-weighting")
+    assert status == 0, err
+    report = json.loads((out_dir / "report.json").read_text())
+    assert report["config"]["selection"] == SELECTION_BY_REPUTATION
+    assert {r["selection"] for r in report["runs"]} == {SELECTION_BY_REPUTATION}
+    assert out.splitlines()[0] == report["config"]["baselines"]

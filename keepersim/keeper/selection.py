@@ -63,6 +63,20 @@ def has_poc_slot(participant: Participant, model: str) -> bool:
     )
 
 
+#: The selection rules, as reports name them: upstream's (gonka-ai/gonka ee730031,
+#: epochgroup/random.go, the default) and the fork's unmerged PR #8
+#: (``reputation_params.reputation_weighting``).
+SELECTION_BY_WEIGHT = "weight"
+SELECTION_BY_REPUTATION = "weight x reputation (fork PR #8)"
+
+
+def get_selection_rule(params: Params) -> str:
+    """The rule :func:`get_candidates` weighs candidates by under ``params``."""
+    if params.reputation_params.reputation_weighting:
+        return SELECTION_BY_REPUTATION
+    return SELECTION_BY_WEIGHT
+
+
 def get_candidates(keeper: Keeper, model: str, height: int) -> list[Candidate]:
     """Active members of the effective epoch group (or the model's sub-group)."""
     params = keeper.get_params()

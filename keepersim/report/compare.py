@@ -43,8 +43,14 @@ from keepersim.report.stats import (
     compute_wilson_interval,
     mean_or_none,
 )
-from keepersim.report.tables import format_summary_table
-from keepersim.sim.driver import StoreKind, build_params, get_known_policies, run_scenario
+from keepersim.report.tables import format_baselines_line, format_summary_table
+from keepersim.sim.driver import (
+    StoreKind,
+    build_params,
+    compute_run_mechanisms,
+    get_known_policies,
+    run_scenario,
+)
 from keepersim.sim.scenario import Scenario, ScenarioError, load_scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
 
@@ -106,6 +112,7 @@ class RunTask:
     policy: str
     seed: int
     store: StoreKind
+    reputation_weighting: bool = False
 
 
 def get_default_jobs() -> int:
@@ -154,7 +161,13 @@ def order_policies(policies: Sequence[str]) -> list[str]:
 
 
 def _run_task(task: RunTask) -> dict[str, Any]:
-    result = run_scenario(task.scenario, task.policy, seed=task.seed, store=task.store)
+    result = run_scenario(
+        task.scenario,
+        task.policy,
+        seed=task.seed,
+        store=task.store,
+        reputation_weighting=task.reputation_weighting,
+    )
     record = result.to_dict()
     record["scenario"] = task.label
     record["scenario_name"] = task.scenario.name
@@ -275,12 +288,13 @@ def _add_inaction(
     src: _ScenarioSource,
     mine: list[dict[str, Any]],
     scenario_records: list[dict[str, Any]],
+    reputation_weighting: bool,
 ) -> None:
     """``acted`` and ``inaction`` (the reason in words, or None) of a summary row."""
     policy = row["policy"]
     acted, note = policy != "none", None
     if policy not in BASELINES:
-        params = build_params(src.get(0)[0], policy)
+        params = build_params(src.get(0)[0], policy, reputation_weighting=reputation_weighting)
         base = [r for r in scenario_records if r["policy"] == "none"]
         acted, note = compute_inaction_note(policy, mine, base, params)
     row["acted"] = acted
@@ -358,6 +372,7 @@ def compare(
     jobs: int | None = None,
     plots: bool = True,
     stream: IO[str] | None = None,
+    reputation_weighting: bool = False,
 ) -> dict[str, Any]:
     """Run and compare; return the report (the content of ``report.json``).
 
@@ -365,7 +380,10 @@ def compare(
     policies to compare (``none`` and ``oracle`` are always added). ``out_dir``: where the files
     go (None: nothing is written). ``jobs``: worker processes (default
     :func:`get_default_jobs`; 1 runs in this process). The table goes to ``stream`` (default
-    stdout; pass ``io.StringIO()`` to silence it).
+    stdout; pass ``io.StringIO()`` to silence it). ``reputation_weighting``: every run, baselines
+    included, selects by weight x reputation (the fork's PR #8) instead of by weight alone; the
+    report's ``config`` states the selection rule and SPRT's use
+    (:func:`~keepersim.sim.driver.compute_run_mechanisms`), the table's first line says it in words.
     """
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise CompareError(f"seeds must be an integer >= 1, got {seeds!r}")
@@ -385,7 +403,12 @@ def compare(
         for i in range(seeds):
             scenario, seed = src.get(i)
             for policy in ordered:
-                tasks.append(RunTask(scenario, src.label, policy, seed, store))
+                tasks.append(
+                    RunTask(scenario, src.label, policy, seed, store, reputation_weighting)
+                )
+    mechanisms = compute_run_mechanisms(
+        sources[0].get(0)[0], reputation_weighting=reputation_weighting
+    )
     started = time.perf_counter()
     records = _execute(tasks, jobs, progress)
     wall = time.perf_counter() - started
@@ -397,7 +420,8 @@ def compare(
             mine = [r for r in records if r["scenario"] == src.label and r["policy"] == policy]
             efficiencies = [float(r["oracle_efficiency"]) for r in mine]
             row = _aggregate(src.label, policy, mine, efficiencies)
-            _add_inaction(row, src, mine, [r for r in records if r["scenario"] == src.label])
+            scenario_records = [r for r in records if r["scenario"] == src.label]
+            _add_inaction(row, src, mine, scenario_records, reputation_weighting)
             summary.append(row)
     report: dict[str, Any] = {
         "version": REPORT_VERSION,
@@ -407,13 +431,15 @@ def compare(
             "seeds": seeds,
             "store": store,
             "jobs": jobs,
+            **mechanisms,
+            "baselines": format_baselines_line(mechanisms),
         },
         "wall_seconds": wall,
         "summary": summary,
         "runs": records,
     }
     report = _json_safe(report)
-    table = format_summary_table(report["summary"])
+    table = format_summary_table(report["summary"], report["config"])
     out = sys.stdout if stream is None else stream
     out.write(table + "\n")
     if folder is not None:

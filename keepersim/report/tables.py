@@ -5,16 +5,43 @@ is, are defined in docs/metrics.md; the table ends with a line pointing there.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["METRICS_DOC_LINE", "SUMMARY_COLUMNS", "format_summary_table", "format_table"]
+from keepersim.keeper.selection import SELECTION_BY_REPUTATION, SELECTION_BY_WEIGHT
+
+__all__ = [
+    "METRICS_DOC_LINE",
+    "SUMMARY_COLUMNS",
+    "format_baselines_line",
+    "format_summary_table",
+    "format_table",
+]
 
 #: The last line of every summary table.
 METRICS_DOC_LINE = (
     "Columns, units, aggregation over seeds and intervals: docs/metrics.md "
     "(miss rate: percentile bootstrap over seeds; oracle eff.: t-interval)"
 )
+
+
+_SELECTION_WORDS = {
+    SELECTION_BY_WEIGHT: "by weight alone, as upstream",
+    SELECTION_BY_REPUTATION: (
+        "by weight x reputation (the fork's PR #8; reputation recomputed at every epoch's end)"
+    ),
+}
+
+
+def format_baselines_line(mechanisms: Mapping[str, Any]) -> str:
+    """What every run of a comparison has besides its policy, in words, from its ``selection``
+    and ``sprt`` (:func:`keepersim.sim.driver.compute_run_mechanisms`)."""
+    selection = str(mechanisms["selection"])
+    words = _SELECTION_WORDS.get(selection, selection)
+    return (
+        f"Every run, baselines included: executors drawn {words}; SPRT deactivation "
+        f"{mechanisms['sprt']}; nothing else keeps a participant out."
+    )
 
 
 def _pct(value: float | None, digits: int = 2) -> str:
@@ -84,16 +111,22 @@ def format_table(
     return "\n".join(out)
 
 
-def format_summary_table(summary: Sequence[dict[str, Any]]) -> str:
-    """The comparison table: one row per (scenario, policy), a blank line between scenarios,
-    then a ``note:`` line per row whose policy never acted (its ``inaction``), then
-    :data:`METRICS_DOC_LINE`."""
+def format_summary_table(
+    summary: Sequence[dict[str, Any]], config: Mapping[str, Any] | None = None
+) -> str:
+    """The comparison table: with a ``config`` that names its ``selection``, first its
+    :func:`format_baselines_line` and a blank line; one row per (scenario, policy), a blank line
+    between scenarios, then a ``note:`` line per row whose policy never acted (its
+    ``inaction``), then :data:`METRICS_DOC_LINE`."""
     headers = [c[0] for c in SUMMARY_COLUMNS]
     right = [c[1] for c in SUMMARY_COLUMNS]
     rows = [[c[2](row) for c in SUMMARY_COLUMNS] for row in summary]
     table = format_table(headers, rows, right)
     lines = table.split("\n")
-    out = lines[:2]
+    out = []
+    if config is not None and "selection" in config:
+        out.extend([format_baselines_line(config), ""])
+    out.extend(lines[:2])
     previous = None
     for row, text in zip(summary, lines[2:], strict=True):
         if previous is not None and row["scenario"] != previous:

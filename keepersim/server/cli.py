@@ -5,8 +5,9 @@ Where the chain comes from (one of):
 * ``--chain DIR``: a LevelDB store (``--genesis FILE`` initialises an empty one); blocks are
   posted to ``POST /keepersim/v1/blocks``, or empty blocks are delivered at ``--block-rate``;
 * ``--memory --genesis FILE``: the same in memory;
-* ``--scenario NAME_OR_FILE [--policy P] [--seed N] [--blocks N]``: the scenario runs as
-  ``keepersim simulate`` runs it (in memory, or in ``--chain DIR`` if given and empty);
+* ``--scenario NAME_OR_FILE [--policy P] [--seed N] [--blocks N] [--reputation-weighting]``:
+  the scenario runs as ``keepersim simulate`` runs it (in memory, or in ``--chain DIR`` if
+  given and empty);
 * ``--trace FILE``: the trace is replayed (in memory, or in an empty ``--chain DIR``).
 
 ``--block-rate R`` paces the runner at R blocks per second (default: as fast as possible; for
@@ -47,6 +48,11 @@ def add_serve_command(subparsers: Any) -> None:
         type=get_int_type(1),
         default=None,
         help="stop --scenario after this many blocks",
+    )
+    source.add_argument(
+        "--reputation-weighting",
+        action="store_true",
+        help="--scenario selects by weight x reputation (the fork's PR #8), not by weight alone",
     )
     source.add_argument("--trace", metavar="FILE", default=None, help="replay a trace")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
@@ -114,6 +120,8 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(f"--block-rate must be > 0, got {args.block_rate}")
     if args.scenario is None and (args.seed is not None or args.blocks is not None):
         raise UsageError("--seed and --blocks go with --scenario")
+    if args.scenario is None and args.reputation_weighting:
+        raise UsageError("--reputation-weighting goes with --scenario")
     mode = modes[0] if modes else "chain"
     if mode in ("scenario", "trace") and args.genesis is not None:
         raise UsageError(f"--genesis does not go with --{mode} (it builds its own)")
@@ -125,7 +133,9 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
             known = ", ".join(get_known_policies())
             raise UsageError(f"--policy: unknown policy {args.policy!r}; known: {known}")
         scenario, seed = _load_scenario_arg(args.scenario, args.seed)
-        chain = open_scenario_chain(scenario, args.policy, path=args.chain)
+        chain = open_scenario_chain(
+            scenario, args.policy, path=args.chain, reputation_weighting=args.reputation_weighting
+        )
         return chain, lambda sink: ScenarioRunner(
             sink, scenario, seed=seed, blocks=args.blocks, block_rate=rate
         )

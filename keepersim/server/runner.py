@@ -334,6 +334,7 @@ def open_scenario_chain(
     *,
     path: str | os.PathLike[str] | None = None,
     shadow: bool = False,
+    reputation_weighting: bool = False,
 ) -> Chain:
     """A chain with the scenario's genesis, as ``keepersim simulate`` builds it (in memory
     unless ``path``; a store at ``path`` must not have a genesis yet)."""
@@ -342,7 +343,10 @@ def open_scenario_chain(
 
     if policy not in get_known_policies():
         raise RunnerError(f"unknown policy {policy!r}; known: {', '.join(get_known_policies())}")
-    genesis = build_genesis(scenario, build_params(scenario, policy, shadow=shadow))
+    params = build_params(
+        scenario, policy, shadow=shadow, reputation_weighting=reputation_weighting
+    )
+    genesis = build_genesis(scenario, params)
     override = get_policy_override(policy, scenario)
     if path is None:
         return Chain.open(memory=True, genesis=genesis, policy_override=override)

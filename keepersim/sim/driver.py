@@ -13,7 +13,10 @@ Params
     SPRT: for every policy except ``sprt``, ``sprt_params.enabled`` is False, as on mainnet ("SPRT
     is explicitly disabled on mainnet"), so that a policy is measured alone; for ``sprt`` the
     code defaults stay (p0 0.10, p1 0.20, threshold 4) and SPRT deactivation is the whole policy.
-    A given ``params`` is used as is, except for ``health_params.policy`` (and ``shadow``).
+    Selection is by weight alone, as upstream; ``reputation_weighting`` selects by weight x
+    reputation instead (the fork's PR #8; reputation is recomputed at every epoch's end).
+    A given ``params`` is used as is, except for ``health_params.policy`` (and ``shadow``, and
+    ``reputation_weighting`` when true). :func:`compute_run_mechanisms` states these rules.
 
 Genesis
     Every scenario participant with its weight, its models (default ``["default"]``) and one ML
@@ -88,7 +91,7 @@ import numpy as np
 
 from keepersim.chain import BlockResult, Chain, Selection
 from keepersim.keeper.policies import BUILTIN_POLICIES, PolicyFactory
-from keepersim.keeper.selection import SelectionTable
+from keepersim.keeper.selection import SelectionTable, get_selection_rule
 from keepersim.sim.metrics import (
     DECLINED,
     DEFAULT_BUCKET_BLOCKS,
@@ -128,6 +131,7 @@ from keepersim.types.events import (
 from keepersim.types.params import (
     GOV_AUTHORITY,
     compute_decimal,
+    get_decimal_value,
     get_default_params,
     params_from_dict,
     params_to_dict,
@@ -158,6 +162,7 @@ __all__ = [
     "StoreKind",
     "build_genesis",
     "build_params",
+    "compute_run_mechanisms",
     "draw_outcome",
     "get_known_policies",
     "get_request_id",
@@ -217,6 +222,7 @@ def build_params(
     *,
     params: Params | None = None,
     shadow: bool = False,
+    reputation_weighting: bool = False,
 ) -> Params:
     """The params a run starts with (see the module docstring); validated."""
     out = Params()
@@ -235,7 +241,44 @@ def build_params(
     out.health_params.policy = get_chain_policy_name(policy)
     if shadow:
         out.health_params.shadow = True
+    if reputation_weighting:
+        out.reputation_params.reputation_weighting = True
     validate_params(out)
+    return out
+
+
+def compute_run_mechanisms(
+    scenario: Scenario, *, reputation_weighting: bool = False
+) -> dict[str, str]:
+    """What every run of ``scenario`` has besides its health policy, read from
+    :func:`build_params`: ``selection`` (the rule, see :func:`get_selection_rule`) and ``sprt``
+    (the policies whose runs deactivate by SPRT, with its params)."""
+    built = {
+        policy: build_params(scenario, policy, reputation_weighting=reputation_weighting)
+        for policy in get_known_policies()
+    }
+    sprt_on = [policy for policy, params in built.items() if params.sprt_params.enabled]
+    sprt = "off"
+    if sprt_on:
+        s = built[sprt_on[0]].sprt_params
+        values = ", ".join(
+            f"{name} {get_decimal_value(getattr(s, name)).normalize():f}"
+            for name in ("p0", "p1", "threshold")
+        )
+        sprt = f"off except in {', '.join(sprt_on)} runs ({values})"
+    return {"selection": get_selection_rule(built["none"]), "sprt": sprt}
+
+
+def compute_selection_history(initial: Params, schedule: Sequence[tuple[int, Params]]) -> str:
+    """The run's selection rule, and each change a governance update makes to it (effective from
+    the block after the update's)."""
+    current = get_selection_rule(initial)
+    out = current
+    for height, params in schedule:
+        rule = get_selection_rule(params)
+        if rule != current:
+            out += f"; from height {height + 1}: {rule}"
+            current = rule
     return out
 
 
@@ -265,6 +308,7 @@ class RunResult:
     store: str
     shadow: bool
     chain_id: str
+    selection: str
     app_hash: str
     metrics: dict[str, Any]
     wall_seconds: float
@@ -293,6 +337,7 @@ class RunResult:
             "blocks": self.blocks,
             "store": self.store,
             "shadow": self.shadow,
+            "selection": self.selection,
             "chain_id": self.chain_id,
             "app_hash": self.app_hash,
             **self.metrics,
@@ -380,6 +425,7 @@ def run_scenario(
     bucket_blocks: int = DEFAULT_BUCKET_BLOCKS,
     on_block: Callable[[Chain, int], None] | None = None,
     resume: bool = False,
+    reputation_weighting: bool = False,
 ) -> RunResult:
     """Run ``scenario`` under ``policy``; see the module docstring for the exact semantics.
 
@@ -394,7 +440,8 @@ def run_scenario(
     ``governance``: ``(height, params)`` pairs, each sent as ``MsgUpdateParams`` from the
     governance authority in block ``height`` (effective from ``height + 1``); every entry is
     validated before the run starts (:class:`GovernanceError`). ``on_block(chain, height)`` is
-    called after each block (tests, live inspection).
+    called after each block (tests, live inspection). ``reputation_weighting``: see
+    :func:`build_params`; the result's ``selection`` names the rule (and any governance change).
     """
     if policy not in get_known_policies():
         raise SimulationError(
@@ -406,7 +453,13 @@ def run_scenario(
         raise SimulationError("store_dir is for the leveldb store only")
     run_seed = scenario.seed if seed is None else seed
     try:
-        initial = build_params(scenario, policy, params=params, shadow=shadow)
+        initial = build_params(
+            scenario,
+            policy,
+            params=params,
+            shadow=shadow,
+            reputation_weighting=reputation_weighting,
+        )
     except InvalidParamsError as exc:
         raise SimulationError(f"run params: {exc}") from exc
     schedule = _check_governance(governance, scenario.blocks)
@@ -495,6 +548,7 @@ def run_scenario(
         store=store,
         shadow=shadow,
         chain_id=chain_id,
+        selection=compute_selection_history(initial, schedule),
         app_hash=app_hash,
         metrics=collector.compute(),
         wall_seconds=wall,

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from keepersim.keeper.selection import SELECTION_BY_REPUTATION, SELECTION_BY_WEIGHT
 from keepersim.report.compare import SPEC_RUN_KEYS, CompareError, compare, order_policies
 from keepersim.report.tables import METRICS_DOC_LINE
-from keepersim.sim.scenario import format_scenario_json, parse_scenario
+from keepersim.sim.driver import run_scenario
+from keepersim.sim.scenario import format_scenario_json, load_scenario, parse_scenario
 
 SCENARIO: dict[str, Any] = {
     "name": "tiny_cmp",
@@ -230,3 +232,55 @@ def _tiny(tmp_path: Path) -> Path:
     path = tmp_path / "tiny_acting.json"
     path.write_text(format_scenario_json(parse_scenario(SCENARIO, "test")))
     return path
+
+
+def test_reputation_weighting_reaches_every_run_in_workers(scenario_file: Path) -> None:
+    """Worker processes get the option (RunTask): each run equals run_scenario with it."""
+    kw: dict[str, Any] = {"seeds": 1, "progress": False, "stream": io.StringIO(), "store": "memory"}
+    weighted = compare([scenario_file], ["gonka"], jobs=2, reputation_weighting=True, **kw)
+    plain = compare([scenario_file], ["gonka"], jobs=2, **kw)
+    scenario = load_scenario(scenario_file)
+    for run in weighted["runs"]:
+        assert run["selection"] == SELECTION_BY_REPUTATION
+        direct = run_scenario(
+            scenario, run["policy"], seed=run["seed"], store="memory", reputation_weighting=True
+        )
+        assert run["app_hash"] == direct.app_hash
+    assert {r["selection"] for r in plain["runs"]} == {SELECTION_BY_WEIGHT}
+    by_policy = {r["policy"]: r["app_hash"] for r in plain["runs"]}
+    assert (
+        by_policy["none"] != next(r for r in weighted["runs"] if r["policy"] == "none")["app_hash"]
+    )  # this fleet's reputations differ, so the rule changes the draws
+
+
+@pytest.mark.parametrize(
+    ("weighting", "rule", "words"),
+    [
+        (False, SELECTION_BY_WEIGHT, "by weight alone, as upstream"),
+        (True, SELECTION_BY_REPUTATION, "by weight x reputation (the fork's PR #8"),
+    ],
+)
+def test_report_states_what_every_run_includes(
+    scenario_file: Path, tmp_path: Path, weighting: bool, rule: str, words: str
+) -> None:
+    out = tmp_path / "rep"
+    stream = io.StringIO()
+    report = compare(
+        [scenario_file],
+        ["none"],
+        seeds=1,
+        out_dir=out,
+        jobs=1,
+        progress=False,
+        stream=stream,
+        store="memory",
+        plots=False,
+        reputation_weighting=weighting,
+    )
+    config = report["config"]
+    assert config["selection"] == rule
+    assert config["sprt"].startswith("off except in sprt runs (")
+    assert config == json.loads((out / "report.json").read_text())["config"]
+    first = (out / "table.txt").read_text().splitlines()[0]
+    assert first == config["baselines"] == stream.getvalue().splitlines()[0]
+    assert words in first and "SPRT deactivation off except in sprt runs" in first

@@ -524,3 +524,18 @@ def test_serve_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--memory", "--trace", "x"]) == 2
     assert main(["serve", "--scenario", "mainnet_like", "--faults", "oops=1"]) == 2
     assert "--faults" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("weighting", [False, True])
+def test_serve_scenario_reputation_weighting(
+    capsys: pytest.CaptureFixture[str], weighting: bool
+) -> None:
+    from keepersim.cli import main
+    from keepersim.server.runner import open_scenario_chain
+    from keepersim.sim.suite import get_builtin_scenario
+
+    assert main(["serve", "--memory", "--reputation-weighting"]) == 2
+    assert "--reputation-weighting goes with --scenario" in capsys.readouterr().err
+    scenario = get_builtin_scenario("sparse", 1)
+    with open_scenario_chain(scenario, "none", reputation_weighting=weighting) as chain:
+        assert chain.get_params().reputation_params.reputation_weighting is weighting

@@ -9,11 +9,14 @@ from typing import Any
 import pytest
 
 from keepersim.chain import Chain
+from keepersim.keeper.selection import SELECTION_BY_REPUTATION, SELECTION_BY_WEIGHT
 from keepersim.sim.driver import (
     GovernanceError,
     SimulationError,
     build_params,
+    compute_run_mechanisms,
     draw_outcome,
+    get_known_policies,
     get_request_id,
     parse_governance,
     run_scenario,
@@ -424,3 +427,55 @@ def test_degraded_period_metrics_use_the_scenario_schedule() -> None:
     assert buckets[-1]["end"] == 240
     assert sum(b["inferences"] for b in buckets) == r["inferences"]
     assert sum(b["misses"] for b in buckets) == r["misses"]
+
+
+# selection rule ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("weighting", "rule"), [(False, SELECTION_BY_WEIGHT), (True, SELECTION_BY_REPUTATION)]
+)
+def test_reputation_weighting_reaches_the_chain(weighting: bool, rule: str) -> None:
+    s = make_scenario(blocks=120)
+    seen: list[bool] = []
+
+    def on_block(chain: Chain, height: int) -> None:
+        seen.append(chain.get_params().reputation_params.reputation_weighting)
+
+    result = run_scenario(
+        s, "none", store="memory", reputation_weighting=weighting, on_block=on_block
+    )
+    assert seen == [weighting] * 120
+    assert result.selection == rule and result.to_dict()["selection"] == rule
+    assert (
+        build_params(
+            s, "gonka", reputation_weighting=weighting
+        ).reputation_params.reputation_weighting
+        is weighting
+    )
+
+
+def test_selection_names_a_governance_change_of_the_rule() -> None:
+    s = make_scenario(blocks=120)
+    on = {"set": {"reputation_params.reputation_weighting": True}}
+    off = {"set": {"reputation_params.reputation_weighting": False}}
+    schedule = parse_governance(
+        [{"height": 40, **on}, {"height": 60, **on}, {"height": 90, **off}], build_params(s, "none")
+    )
+    result = run_scenario(s, "none", store="memory", governance=schedule)
+    assert result.selection == (
+        f"{SELECTION_BY_WEIGHT}; from height 41: {SELECTION_BY_REPUTATION}; "
+        f"from height 91: {SELECTION_BY_WEIGHT}"
+    )
+
+
+def test_run_mechanisms_are_read_from_the_built_params() -> None:
+    s = make_scenario()
+    for weighting, rule in ((False, SELECTION_BY_WEIGHT), (True, SELECTION_BY_REPUTATION)):
+        stated = compute_run_mechanisms(s, reputation_weighting=weighting)
+        assert stated["selection"] == rule
+    sprt_runs = [p for p in get_known_policies() if build_params(s, p).sprt_params.enabled]
+    assert sprt_runs == ["sprt"]
+    assert (
+        compute_run_mechanisms(s)["sprt"] == "off except in sprt runs (p0 0.1, p1 0.2, threshold 4)"
+    )
