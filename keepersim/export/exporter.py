@@ -18,7 +18,11 @@ the snapshot height) ordered by (``start_block_height``, ``inference_id``), and 
 ``epoch_summary`` per settled epoch at its settlement height, in the TraceWriter's order
 (by height; at one height: params, epoch_summary, participants, inferences). Every object is
 re-encoded through the protobuf types, so lines are byte-identical to ``keepersim simulate
---trace-out``'s for the same records (fields the proto does not know are dropped and counted).
+--trace-out``'s for the same records. Node JSON is read by
+:func:`~keepersim.types.chain_json.parse_chain_json` with ``ignore_unknown``: fields keepersim's
+protos do not know (a newer chain's) are left out of the trace and listed by path, per record
+kind, in the result's ``unknown_fields`` (``ml_nodes[].new_field``); a bad value stops the export
+naming the URL and the field.
 
 Fetching (the export back-off fix, :mod:`keepersim.export.fetch`): ``concurrency`` worker
 threads (default 4: the two listings and the per-epoch summaries run in parallel), a 60 s
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -55,7 +60,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from keepersim.export.backoff import (
@@ -72,6 +76,8 @@ from keepersim.export.fetch import (
 )
 from keepersim.outputs import write_text_atomic
 from keepersim.sim.trace_writer import TRACE_VERSION, message_to_json
+from keepersim.types.chain_json import parse_chain_json
+from keepersim.types.errors import ChainJsonError
 from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.types_pb2 import (
     EpochPerformanceSummary,
@@ -95,6 +101,7 @@ DEFAULT_PAGE_LIMIT = 100
 PROGRESS_VERSION = 1
 
 M = TypeVar("M", bound=Message)
+_LIST_INDEX = re.compile(r"\[\d+\]")
 UnitHook = Callable[[str, str], None]
 
 
@@ -304,16 +311,19 @@ class _Exporter:
             raise ExportError(
                 f"GET {url}: expected a {cls.__name__} object, got {type(data).__name__}"
             )
-        unknown = set(data) - set(cls.DESCRIPTOR.fields_by_name)
-        if unknown:
+        ignored: list[str] = []
+        try:
+            message = parse_chain_json(
+                data, cls, where=f"GET {url}", ignore_unknown=True, ignored=ignored
+            )
+        except ChainJsonError as exc:
+            raise ExportError(f"{exc} (as {cls.__name__})") from exc
+        if ignored:  # a newer chain's fields: recorded by path (list indices as []), never lost
             with self.progress.lock:
                 seen = self.progress.data["unknown_fields"].setdefault(kind, [])
-                for name in sorted(unknown - set(seen)):
-                    seen.append(name)
-        try:
-            return json_format.ParseDict(data, cls(), ignore_unknown_fields=True)
-        except json_format.ParseError as exc:
-            raise ExportError(f"GET {url}: not a valid {cls.__name__}: {exc}") from exc
+                for path in sorted({_LIST_INDEX.sub("[]", p) for p in ignored} - set(seen)):
+                    seen.append(path)
+        return message
 
     def field(self, body: Any, name: str, url: str) -> Any:
         if not isinstance(body, dict) or name not in body:

@@ -1,8 +1,9 @@
 """The keepersim node: a Starlette app answering a chain node's REST queries over a :class:`Chain`.
 
 Chain routes, under ``/productscience/inference/inference/`` (the gonka ``Query`` service's HTTP
-bindings; bodies are the chain's JSON: protobuf JSON with the proto field names, every field
-present, 64-bit integers as strings, enums as names):
+bindings; bodies are the chain's JSON as its REST gateway prints it, by
+:func:`~keepersim.types.chain_json.compute_chain_json`: proto field names in declaration order,
+every field present, 64-bit integers as strings, enums as names, ``null`` for unset messages):
 
 =========================================  =================================================
 ``get_random_executor?model=&request_id=``  ``{"executor": Participant}``; the draw's seed uses
@@ -18,7 +19,8 @@ present, 64-bit integers as strings, enums as names):
 ``excluded_participants/{epoch_index}``     ``{"items": [...]}`` (0: the current epoch)
 ``params``                                  ``{"params": Params}``
 ``epoch_info``                              ``{"block_height", "params", "latest_epoch",
-                                            "is_confirmation_poc_active"}``
+                                            "is_confirmation_poc_active",
+                                            "active_confirmation_poc_event": null}``
 =========================================  =================================================
 
 plus ``/cosmos/base/tendermint/v1beta1/node_info`` (``default_node_info.network`` is the chain
@@ -94,9 +96,9 @@ from keepersim.server.cache import CacheUnavailableError, SingleFlightCache
 from keepersim.server.faults import FaultInjector, FaultMiddleware
 from keepersim.server.metrics import CONTENT_TYPE, ServerMetrics
 from keepersim.server.runner import BlockSink, Runner
-from keepersim.sim.trace_writer import message_to_json
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
+from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.errors import (
     BlockError,
     KeepersimError,
@@ -110,6 +112,7 @@ from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgUpdateParams,
 )
 from keepersim.types.pb.inference.inference.types_pb2 import (
+    Epoch,
     EpochPerformanceSummary,
     Inference,
     Participant,
@@ -389,7 +392,7 @@ def _list_prefix(
         if len(items) == page.limit:
             next_key = key[len(prefix) :]
             break
-        items.append(message_to_json(decode(raw)))
+        items.append(compute_chain_json(decode(raw)))
     total = 0
     if page.count_total:
         total = sum(1 for _ in store.iterate(prefix, end))
@@ -525,7 +528,7 @@ def _q_random_executor(state: ServerState, params: Mapping[str, str]) -> Answer:
     headers["X-Keepersim-Request-Id"] = request_id
     headers["X-Keepersim-Fallback"] = "true" if table.fallback else "false"
     headers["X-Keepersim-Panic"] = "true" if table.panic else "false"
-    return {"executor": message_to_json(participant)}, headers
+    return {"executor": compute_chain_json(participant)}, headers
 
 
 def _q_record(
@@ -537,7 +540,7 @@ def _q_record(
         record = get(k, index)
     if record is None:
         raise ApiError(404, f"{kind} {index!r} not found")
-    return {kind: message_to_json(record)}, _height_headers(height)
+    return {kind: compute_chain_json(record)}, _height_headers(height)
 
 
 def _q_participant(state: ServerState, index: str) -> Answer:
@@ -573,7 +576,7 @@ def _q_summaries(state: ServerState, epoch_text: str) -> Answer:
         if epoch > latest:
             raise ApiError(404, f"epoch {epoch} not found (the latest epoch is {latest})")
         summaries: list[EpochPerformanceSummary] = k.get_summaries_for_epoch(epoch)
-    body = {"epochPerformanceSummary": [message_to_json(s) for s in summaries]}
+    body = {"epochPerformanceSummary": [compute_chain_json(s) for s in summaries]}
     return body, _height_headers(height)
 
 
@@ -586,7 +589,7 @@ def _q_epoch_group(state: ServerState, epoch_text: str, params: Mapping[str, str
     if group is None:
         what = f"epoch {epoch}" + (f", model {model!r}" if model else "")
         raise ApiError(404, f"epoch group data not found for {what}")
-    return {"epoch_group_data": message_to_json(group)}, _height_headers(height)
+    return {"epoch_group_data": compute_chain_json(group)}, _height_headers(height)
 
 
 def _q_excluded(state: ServerState, epoch_text: str) -> Answer:
@@ -595,7 +598,7 @@ def _q_excluded(state: ServerState, epoch_text: str) -> Answer:
         height = state.chain.height
         if epoch == 0:
             epoch = k.get_effective_epoch_index()
-        items = [message_to_json(e) for e in k.iterate_excluded(epoch)]
+        items = [compute_chain_json(e) for e in k.iterate_excluded(epoch)]
     return {"items": items}, _height_headers(height)
 
 
@@ -603,7 +606,7 @@ def _q_params(state: ServerState) -> Answer:
     with state.chain.read() as k:
         height = state.chain.height
         params = k.get_params()
-    return {"params": message_to_json(params)}, _height_headers(height)
+    return {"params": compute_chain_json(params)}, _height_headers(height)
 
 
 def _q_epoch_info(state: ServerState) -> Answer:
@@ -612,16 +615,12 @@ def _q_epoch_info(state: ServerState) -> Answer:
         params = k.get_params()
         index = k.get_effective_epoch_index()
         epoch = k.get_epoch(index)
-    latest = (
-        message_to_json(epoch)
-        if epoch is not None
-        else {"index": str(index), "poc_start_block_height": "0"}
-    )
     body = {
         "block_height": str(height),
-        "params": message_to_json(params),
-        "latest_epoch": latest,
+        "params": compute_chain_json(params),
+        "latest_epoch": compute_chain_json(epoch if epoch is not None else Epoch(index=index)),
         "is_confirmation_poc_active": False,
+        "active_confirmation_poc_event": None,  # no confirmation PoC in keepersim: nil
     }
     return body, _height_headers(height)
 

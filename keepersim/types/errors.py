@@ -71,3 +71,14 @@ class BlockError(KeepersimError):
 
 class GenesisError(KeepersimError):
     pass
+
+
+class ChainJsonError(KeepersimError):
+    """Chain JSON that does not fit the message: ``path`` names the field (``""``: the whole
+    object), e.g. ``ml_nodes[0].poc_weight``."""
+
+    def __init__(self, where: str, path: str, problem: str) -> None:
+        super().__init__(f"{where}: {path + ': ' if path else ''}{problem}")
+        self.where = where
+        self.path = path
+        self.problem = problem

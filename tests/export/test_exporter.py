@@ -11,6 +11,7 @@ milliseconds so the tests stay short.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -395,3 +396,56 @@ def test_progress_lines_on_a_non_terminal(
     out.unlink()
     assert export_trace(healthy, (0, 3), out, options=opts(progress=False)).ok
     assert capsys.readouterr().err == ""
+
+
+PARTICIPANTS = "/productscience/inference/inference/participant"
+
+
+def test_a_newer_chains_fields_are_listed_by_path_not_dropped_silently(
+    node: Node, tmp_path: Path
+) -> None:
+    """A node of a newer chain answers fields keepersim's protos do not have, nested ones too:
+    the export goes on and the result names each one by path (list indices as ``[]``)."""
+    participant = {
+        "index": "gonka1new",
+        "address": "gonka1new",
+        "weight": 10,
+        "status": "ACTIVE",
+        "current_epoch_stats": None,
+        "coin_balance": "5",
+        "ml_nodes": [
+            {"node_id": "a", "poc_weight": "10", "hardware": "H100"},
+            {"node_id": "b", "poc_weight": "3", "hardware": "A100"},
+        ],
+    }
+    body = {"participant": [participant], "pagination": {"next_key": None, "total": "1"}}
+    rule = Rule(
+        create_app(node.chain),
+        lambda path, query: path == PARTICIPANTS,
+        200,
+        json.dumps(body).encode(),
+    )
+    out = tmp_path / "t.jsonl"
+    result = export_trace(node.serve(rule), (0, 3), out, options=FAST)
+    assert result.ok
+    assert result.to_dict()["unknown_fields"] == {
+        "Participant": ["coin_balance", "ml_nodes[].hardware"]
+    }
+    line = next(line for line in out.read_text().splitlines() if '"participants"' in line[:40])
+    assert '"gonka1new"' in line and "H100" not in line
+
+
+def test_a_bad_value_stops_the_export_naming_the_field(node: Node, tmp_path: Path) -> None:
+    body = {"epochPerformanceSummary": [{"epoch_index": "1", "inference_count": "many"}]}
+    rule = Rule(
+        create_app(node.chain),
+        lambda path, query: path == SUMMARY_1,
+        200,
+        json.dumps(body).encode(),
+    )
+    url = node.serve(rule)
+    with pytest.raises(ExportError) as info:
+        export_trace(url, (0, 3), tmp_path / "t.jsonl", options=FAST)
+    message = str(info.value)
+    assert message.startswith(f"GET {url}{SUMMARY_1}: inference_count: expected a uint64")
+    assert message.endswith("(as EpochPerformanceSummary)")

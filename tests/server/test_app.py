@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-from google.protobuf import json_format
 
 from keepersim.chain import Chain
 from keepersim.keeper.selection import compute_draw, compute_selection_seed
@@ -22,7 +21,7 @@ from keepersim.server.faults import (
     FaultSpecError,
     parse_fault_spec,
 )
-from keepersim.sim.trace_writer import message_to_json
+from keepersim.types.chain_json import compute_chain_json, parse_chain_json
 from keepersim.types.params import get_default_params
 from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
@@ -92,13 +91,42 @@ def test_participant_shapes(served: tuple[Chain, httpx.Client]) -> None:
     assert r.headers[HEIGHT_HEADER] == str(chain.height)
     participant = chain.get_participant("p0")
     assert participant is not None
-    assert r.json() == {"participant": message_to_json(participant)}
+    assert r.json() == {"participant": compute_chain_json(participant)}
     body = r.json()["participant"]
-    # the chain's JSON: proto names, defaults present, uint64 as strings, enums as names
+    # the chain's JSON: proto names in declaration order, defaults present, uint64 as strings,
+    # enums as names
+    assert list(body) == [f.name for f in Participant.DESCRIPTOR.fields]
     assert body["status"] == "ACTIVE"
     assert body["join_height"] == "0"
     assert body["current_epoch_stats"]["inference_count"] == "1"
-    assert json_format.ParseDict(body, Participant()) == participant
+    assert body["current_epoch_stats"]["invalidLLR"] is None  # unset messages print null
+    assert parse_chain_json(body, Participant, where="test") == participant
+
+
+def test_unset_messages_print_null() -> None:
+    """Before any block a participant has no epoch stats: the gateway prints ``null`` (gogo's nil
+    pointer), where protobuf's MessageToDict would leave the key out."""
+    chain = Chain.open(memory=True, genesis=make_module_genesis(2))
+    try:
+        with (
+            BackgroundServer(create_app(chain)) as server,
+            httpx.Client(base_url=server.url, timeout=10) as client,
+        ):
+            body = get(client, f"{P}/participant/p0").json()["participant"]
+            listed = get(client, f"{P}/participant").json()["participant"]
+            info = get(client, f"{P}/epoch_info").json()
+    finally:
+        chain.close()
+    assert "current_epoch_stats" in body and body["current_epoch_stats"] is None
+    assert [p["current_epoch_stats"] for p in listed] == [None, None]
+    assert list(info) == [
+        "block_height",
+        "params",
+        "latest_epoch",
+        "is_confirmation_poc_active",
+        "active_confirmation_poc_event",
+    ]
+    assert info["active_confirmation_poc_event"] is None
 
 
 def test_inference_shapes(served: tuple[Chain, httpx.Client]) -> None:
@@ -111,7 +139,8 @@ def test_inference_shapes(served: tuple[Chain, httpx.Client]) -> None:
     body = r.json()["inference"]
     assert body["status"] == "FINISHED"
     assert body["start_block_height"] == "1" and body["end_block_height"] == "3"
-    assert json_format.ParseDict(body, Inference()) == chain.get_inference("inf-0-00")
+    assert list(body) == [f.name for f in Inference.DESCRIPTOR.fields]
+    assert parse_chain_json(body, Inference, where="test") == chain.get_inference("inf-0-00")
 
 
 @pytest.mark.parametrize("limit", [1, 3, 10, 100])
@@ -242,7 +271,7 @@ def test_summaries_params_epoch_info_and_group(served: tuple[Chain, httpx.Client
     r = get(client, f"{P}/epoch_performance_summary/0")
     assert r.status_code == 200 and r.json() == {"epochPerformanceSummary": []}
     r = get(client, f"{P}/params")
-    assert r.json() == {"params": message_to_json(chain.get_params())}
+    assert r.json() == {"params": compute_chain_json(chain.get_params())}
     info = get(client, f"{P}/epoch_info").json()
     assert info["block_height"] == str(chain.height)
     assert info["latest_epoch"] == {"index": "0", "poc_start_block_height": "0"}
