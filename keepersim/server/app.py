@@ -677,7 +677,11 @@ def _k_reputation(state: ServerState, epoch_text: str) -> Answer:
 
 def _k_status(state: ServerState) -> Answer:
     chain = state.chain
-    runner = state.runner.status() if state.runner is not None else {"mode": "posted"}
+    runner = (
+        state.runner.status()
+        if state.runner is not None
+        else {"mode": "posted", "state": "posted", "failure": None}
+    )
     height = chain.height
     body = {
         "chain_id": chain.chain_id,

@@ -300,7 +300,7 @@ def test_keepersim_routes(served: tuple[Chain, httpx.Client]) -> None:
     assert rep == {"epoch_index": 0, "reputation": {f"p{i}": 0 for i in range(N_PARTICIPANTS)}}
     status = get(client, "/keepersim/v1/status").json()
     assert status["height"] == chain.height and status["app_hash"] == chain.app_hash.hex()
-    assert status["runner"] == {"mode": "posted"}
+    assert status["runner"] == {"mode": "posted", "state": "posted", "failure": None}
     assert status["caches"]["selection"]["entries"] >= 1
 
 
