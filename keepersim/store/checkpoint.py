@@ -8,8 +8,10 @@ store whose last block and checkpoint belong together; ``--resume`` reads both b
 (:func:`read_checkpoint`), finishes that block's bookkeeping with the stored result and goes on.
 
 The state is pickled; protobuf messages (which do not pickle) travel as their serialized bytes.
-Loading accepts only keepersim classes, protobuf messages of ``keepersim.types.pb`` and a few
-builtin containers, so a store cannot make the loader run arbitrary code. Each checkpoint
+Loading accepts only keepersim's classes, protobuf messages of ``keepersim.types.pb``, this
+module's two rebuilders and a few builtin containers: no other function can be named, so a store
+cannot make the loader call code of its choosing (it could still call a keepersim class: resume
+only stores you made). Each checkpoint
 carries a fingerprint of the run's inputs: a store from other inputs is refused.
 """
 
@@ -155,8 +157,12 @@ def _get_dispatch_table() -> _DispatchTable:
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module == "keepersim" or module.startswith("keepersim."):
-            return super().find_class(module, name)
-        if name in _SAFE_GLOBALS.get(module, ()):
+            obj = super().find_class(module, name)
+            # Classes (a checkpoint's objects are rebuilt with __new__ and their state) and the
+            # two rebuilders here; no other keepersim function can be named and so called.
+            if isinstance(obj, type) or obj in (load_message, rebuild_slots):
+                return obj
+        elif name in _SAFE_GLOBALS.get(module, ()):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"the checkpoint names {module}.{name}, which is not allowed")
 

@@ -107,6 +107,33 @@ def test_state_round_trips_messages_and_refuses_foreign_classes() -> None:
         decode_state(pickle.dumps(Evil()))
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "os.system",  # a module a keepersim module imports, reached through it
+        "compute_fingerprint",  # a keepersim function
+        "read_checkpoint",
+    ],
+)
+def test_loader_refuses_anything_callable_but_classes_and_rebuilders(name: str) -> None:
+    """A crafted store cannot name a function to call, not even through a keepersim module's
+    attribute (protocol 4 resolves dotted names)."""
+    module = b"keepersim.store.checkpoint"
+    crafted = (
+        b"\x80\x04"
+        + b"\x8c"
+        + bytes([len(module)])
+        + module
+        + b"\x8c"
+        + bytes([len(name)])
+        + name.encode()
+        + b"\x93"  # STACK_GLOBAL
+        + b"\x8c\x04true\x85R."  # ("true",) REDUCE STOP
+    )
+    with pytest.raises(pickle.UnpicklingError, match="not allowed"):
+        decode_state(crafted)
+
+
 def test_messages_load_by_their_name_and_by_their_name_before_keepersim_v1() -> None:
     """A checkpoint written before keepersim's own messages moved to keepersim.v1 names them
     inference.inference.X: it still resumes. The chain's names are never aliased."""
