@@ -223,13 +223,27 @@ def _git(git_dir: str, *args: str) -> bytes:
 
 
 def get_upstream_from_git(git_dir: str, commit: str) -> tuple[str, dict[str, bytes]]:
-    """The full commit id and {path under the proto root: bytes} of every .proto at ``commit``."""
+    """The full commit id and {path under the proto root: bytes} of every .proto at ``commit``
+    (one ``git cat-file --batch`` for all of them)."""
     full = _git(git_dir, "rev-parse", "--verify", f"{commit}^{{commit}}").decode().strip()
-    listing = _git(git_dir, "ls-tree", "-r", "--name-only", full, f"{UPSTREAM_PROTO_ROOT}/")
+    listing = _git(git_dir, "ls-tree", "-r", full, f"{UPSTREAM_PROTO_ROOT}/").decode()
+    rows = [line.split("\t", 1) for line in listing.splitlines()]
+    wanted = [(meta.split()[2], name) for meta, name in rows if name.endswith(".proto")]
+    done = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "cat-file", "--batch"],
+        input="".join(f"{blob}\n" for blob, _ in wanted).encode(),
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise VendorError(f"git cat-file in {git_dir}: {done.stderr.decode().strip()}")
     files: dict[str, bytes] = {}
-    for name in listing.decode().splitlines():
-        if name.endswith(".proto"):
-            files[name[len(UPSTREAM_PROTO_ROOT) + 1 :]] = _git(git_dir, "show", f"{full}:{name}")
+    pos = 0
+    for _blob, name in wanted:
+        end = done.stdout.index(b"\n", pos)
+        size = int(done.stdout[pos:end].split()[2])
+        files[name[len(UPSTREAM_PROTO_ROOT) + 1 :]] = done.stdout[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1
     return full, files
 
 
