@@ -168,8 +168,14 @@ def test_sigterm_removes_the_temporary_store_and_exits_143(
 ) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
+    # A run far longer than the test waits (the SIGTERM ends it): a loaded machine must not
+    # let it finish before the signal arrives.
+    long_run = json.loads(scenario_file.read_text("utf-8"))
+    long_run["blocks"] = 100 * BLOCKS
+    long_file = tmp_path / "long.json"
+    long_file.write_text(json.dumps(long_run), encoding="utf-8")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "keepersim.cli", "simulate", str(scenario_file)],
+        [sys.executable, "-m", "keepersim.cli", "simulate", str(long_file)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
