@@ -504,6 +504,11 @@ def run_scenarios_generate(args: argparse.Namespace) -> int:
 from keepersim.export.cli import add_export_command  # noqa: E402
 from keepersim.replay.cli import add_replay_command  # noqa: E402
 from keepersim.server.cli import add_serve_command  # noqa: E402
+from keepersim.termination import (  # noqa: E402
+    Terminated,
+    process_sigterm,
+    reset_terminated,
+)
 
 #: Every subcommand, in help order. Append an ``add_<name>_command`` function to add one.
 COMMANDS: list[CommandAdder] = [
@@ -543,15 +548,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the main thread is, so that it unwinds exactly like Ctrl-C does
-    (temporary stores removed, partial outputs aborted); :func:`main` exits 143 for it."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input, 130 interrupted,
     143 terminated by SIGTERM)."""
@@ -560,7 +556,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    reset_terminated()
+    previous = signal.signal(signal.SIGTERM, process_sigterm)
     try:
         return _main(argv)
     except Terminated:  # arrived outside the handler's own try (e.g. while parsing)
@@ -568,6 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 143
     finally:
         signal.signal(signal.SIGTERM, previous)
+        reset_terminated()
 
 
 def _main(argv: Sequence[str] | None) -> int:

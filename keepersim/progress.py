@@ -4,6 +4,7 @@ On a terminal a tqdm bar; on anything else (a pipe, a log file, CI) a plain line
 ``step_pct`` percent of a known total, or every ``every`` units of an unknown one, e.g.
 ``compare: 12/48 runs (25%), 1m30s elapsed``, so a long run is never silent. Disabled
 (``--no-progress``): nothing. The wall clock here is for display only, never state.
+Every update also raises a SIGTERM whose first raise was lost (``keepersim.termination``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 import time
 from types import TracebackType
 from typing import IO, Any, Protocol
+
+from keepersim.termination import check_terminated
 
 __all__ = [
     "PROGRESS_HELP",
@@ -95,6 +98,7 @@ class NullProgress(_Base):
         self.total = total
 
     def update(self, n: float | None = 1) -> bool | None:
+        check_terminated()
         return None
 
 
@@ -127,6 +131,7 @@ class LineProgress(_Base):
         self._closed = False
 
     def update(self, n: float | None = 1) -> bool | None:
+        check_terminated()
         self.n += 1 if n is None else n
         total = self.total
         if total:
@@ -185,7 +190,12 @@ def make_progress(
     if is_tty is not None and is_tty():
         from tqdm import tqdm
 
+        class _Bar(tqdm):  # type: ignore[misc]  # tqdm is untyped
+            def update(self, n: float | None = 1) -> bool | None:
+                check_terminated()
+                return bool(super().update(n))
+
         singular = unit[:-1] if unit.endswith("s") else unit
-        bar: ProgressBar = tqdm(total=total, desc=desc, unit=singular, file=out, **bar_options)
+        bar: ProgressBar = _Bar(total=total, desc=desc, unit=singular, file=out, **bar_options)
         return bar
     return LineProgress(total, desc=desc, unit=unit, stream=out)
