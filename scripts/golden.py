@@ -197,7 +197,10 @@ def process_runs(
     on stderr. Returns the records by run key, sorted."""
     runs: dict[str, dict[str, Any]] = {}
     started = time.monotonic()
-    with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(pairs)))) as pool:
+    workers = max(1, min(jobs, len(pairs)))
+    if progress:
+        print(f"{len(pairs)} runs on {workers} worker(s)", file=sys.stderr, flush=True)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(compute_run, s, p) for s, p in pairs]
         for done, fut in enumerate(as_completed(futures), 1):
             scenario, policy, record, cpu = fut.result()
