@@ -32,3 +32,15 @@ proto: setup
 
 clean:
 	rm -rf $(VENV) keepersim-report .keepersim
+
+# Golden outputs (scripts/golden.py): record before a refactor, check after it.
+.PHONY: golden golden-check
+# Worker processes: every core unless GOLDEN_JOBS is set (make golden-check GOLDEN_JOBS=2).
+GOLDEN_JOBS ?=
+GOLDEN_ARGS = $(if $(GOLDEN_JOBS),--jobs $(GOLDEN_JOBS))
+
+golden: setup
+	$(PY) scripts/golden.py record $(GOLDEN_ARGS)
+
+golden-check: setup
+	$(PY) scripts/golden.py check $(GOLDEN_ARGS)
