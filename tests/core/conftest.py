@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from chain_protos import TypeProto, compute_chain_descriptor_set, compute_package_types
 from core_helpers import Driver
 
 from keepersim.types.pb.inference.inference.params_pb2 import Params
@@ -35,3 +36,10 @@ def make_driver(make_chain: Any, make_genesis: Any) -> Callable[..., Driver]:
 @pytest.fixture
 def driver(make_driver: Callable[..., Driver], breaker_params: Params) -> Driver:
     return make_driver(breaker_params)
+
+
+@pytest.fixture(scope="session")
+def chain_types(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TypeProto]:
+    """The vendored chain types, compiled once per session."""
+    files = compute_chain_descriptor_set(tmp_path_factory.mktemp("chain_protos"))
+    return compute_package_types(list(files.file))

@@ -21,16 +21,21 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from chain_protos import (
+    CHAIN_PROTO_ROOT,
+    TypeProto,
+    compute_chain_descriptor_set,
+    compute_package_types,
+    needs_protoc,
+)
 from google.protobuf import descriptor_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
-CHAIN_PROTO_ROOT = ROOT / "proto" / "chain"
 KNOWN_FILE = Path(__file__).with_name("chain_conformance_known.txt")
 VENDOR_SCRIPT = ROOT / "scripts" / "vendor_chain_protos.py"
 #: A bare mirror of gonka holding the pinned commit (absent on CI: the freshness test skips).
 MIRROR = Path(os.environ.get("KEEPERSIM_GONKA_GIT_DIR", "/work/.mirror/kaitakuai+gonka/repo"))
 PINNED_COMMIT = "ee730031"
-PACKAGE = "inference.inference"
 KEEPERSIM_PACKAGE = "keepersim.types.pb.inference.inference"
 #: The 20 types of issue 12 (docs/design/chain-types-v0.2.14.md section 1).
 SHARED_MESSAGES = (
@@ -58,13 +63,7 @@ SHARED_ENUMS = ("ParticipantStatus", "InferenceStatus")
 UPSTREAM_ITEMS_AT_EE730031 = 214
 COUNTS_RE = re.compile(r"^# counts: upstream (\d+), matching (\d+)$")
 
-TypeProto = descriptor_pb2.DescriptorProto | descriptor_pb2.EnumDescriptorProto
 FDP = descriptor_pb2.FieldDescriptorProto
-
-needs_protoc = pytest.mark.skipif(
-    importlib.util.find_spec("grpc_tools") is None,
-    reason="grpc_tools (grpcio-tools, a dev extra) is not importable: protoc is unavailable",
-)
 
 
 def get_vendor_script() -> ModuleType:
@@ -74,32 +73,6 @@ def get_vendor_script() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def compute_chain_descriptor_set(out: Path) -> descriptor_pb2.FileDescriptorSet:
-    """Compile the vendored reference copy with grpc_tools' protoc (in process)."""
-    import grpc_tools  # type: ignore[import-untyped]
-    from grpc_tools import protoc
-
-    include = Path(grpc_tools.__file__).parent / "_proto"
-    protos = sorted(str(p.relative_to(CHAIN_PROTO_ROOT)) for p in CHAIN_PROTO_ROOT.rglob("*.proto"))
-    target = out / "chain.pb"
-    args = ["protoc", f"-I{CHAIN_PROTO_ROOT}", f"-I{include}", f"--descriptor_set_out={target}"]
-    assert protoc.main([*args, *protos]) == 0, "protoc could not compile proto/chain"
-    return descriptor_pb2.FileDescriptorSet.FromString(target.read_bytes())
-
-
-def compute_package_types(files: list[descriptor_pb2.FileDescriptorProto]) -> dict[str, TypeProto]:
-    """{name: descriptor} of the top-level messages and enums of package inference.inference."""
-    found: dict[str, TypeProto] = {}
-    for file in files:
-        if file.package != PACKAGE:
-            continue
-        items: list[TypeProto] = [*file.message_type, *file.enum_type]
-        for item in items:
-            assert item.name not in found, f"{item.name} is defined twice ({file.name})"
-            found[item.name] = item
-    return found
 
 
 def get_keepersim_files() -> list[descriptor_pb2.FileDescriptorProto]:
@@ -211,13 +184,6 @@ def compute_known_text(differences: list[str], total: int, matching: int) -> str
         f"# counts: upstream {total}, matching {matching}\n"
     )
     return head + "".join(f"{d}\n" for d in differences)
-
-
-@pytest.fixture(scope="session")
-def chain_types(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TypeProto]:
-    """The vendored chain types, compiled once per session."""
-    files = compute_chain_descriptor_set(tmp_path_factory.mktemp("chain_protos"))
-    return compute_package_types(list(files.file))
 
 
 @pytest.fixture(scope="session")
