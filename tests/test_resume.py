@@ -203,6 +203,8 @@ def _replay_args(trace: Path, folder: Path) -> list[str]:
         REPLAY_POLICIES,
         "--store",
         "leveldb",
+        "--store-dir",
+        str(folder / "stores"),
         "--out",
         str(folder / "out"),
     ]

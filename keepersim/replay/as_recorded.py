@@ -854,13 +854,15 @@ def replay_as_recorded(
     strict: bool = False,
     max_listed: int = 50,
     resume: bool = False,
+    resumable: bool = False,
 ) -> ReplayReport:
     """Replay a trace's recorded traffic once per policy (in lockstep); see the module doc.
 
-    A leveldb replay is resumable: each lane's commit carries a checkpoint
-    (:mod:`keepersim.store.checkpoint`); ``resume`` goes on with the stores in ``store_dir``
-    from their last committed block (the lanes may be one block apart) and ends with the report
-    of an uninterrupted replay.
+    A ``resumable`` leveldb replay checkpoints: each lane's commit carries a checkpoint
+    (:mod:`keepersim.store.checkpoint`; it costs about as much as the replay itself, so it is
+    asked for); ``resume`` goes on with the stores in ``store_dir`` from their last committed
+    block (the lanes may be one block apart) and ends with the report of an uninterrupted
+    replay.
 
     ``store``: "memory", or "leveldb" with one fresh folder per policy under ``store_dir``.
     ``governance``: (height, Params) sent as MsgUpdateParams from the authority in block height
@@ -888,7 +890,7 @@ def replay_as_recorded(
         tx_failures=Listed(max_listed),
     )
     fingerprint = None
-    if store == "leveldb":
+    if store == "leveldb" and (resumable or resume):
         fingerprint = compute_replay_fingerprint(
             trace_path,
             mode="as-recorded",

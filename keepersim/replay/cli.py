@@ -73,13 +73,14 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--store-dir",
         default=None,
-        help="folder for leveldb stores, one per policy (default: OUT/stores)",
+        help="folder for leveldb stores, one per policy (default: OUT/stores); a replay with "
+        "its own --store-dir commits a checkpoint with every block so that --resume can go on",
     )
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="with --store leveldb: go on with the replay in the stores from their last "
-        "committed block (same trace and options); ends as an uninterrupted replay would",
+        help="with --store leveldb --store-dir D: go on with the replay in D's stores from their "
+        "last committed block (same trace and options); ends as an uninterrupted replay would",
     )
     parser.add_argument(
         "--skip-bad", action="store_true", help="skip malformed lines (listed in the report)"
@@ -195,8 +196,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     store_dir = args.store_dir or (str(out_dir / "stores") if out_dir else None)
     if args.store == "leveldb" and store_dir is None:
         raise ReplayError("--store leveldb needs --store-dir or --out")
-    if args.resume and args.store != "leveldb":
-        raise ReplayError("--resume needs --store leveldb (and --store-dir or --out)")
+    if args.resume and (args.store != "leveldb" or not args.store_dir):
+        raise ReplayError("--resume needs --store leveldb and the run's --store-dir")
+    # A replay with its own --store-dir checkpoints every block, so that it can be resumed
+    # (as simulate with --store-dir); stores kept under --out only are not checkpointed.
+    resumable = bool(args.store_dir)
     governance = None
     if args.governance:
         governance = load_governance_file(
@@ -214,6 +218,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             progress=progress,
             strict=args.strict,
             resume=args.resume,
+            resumable=resumable,
         )
         data = report.to_dict()
         print_as_recorded(report, out)
@@ -245,6 +250,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             progress=progress,
             estimator=estimator,
             resume=args.resume,
+            resumable=resumable,
         )
         for policy in policies
     }

@@ -368,6 +368,7 @@ def replay_what_if(
     max_listed: int = 50,
     on_request: RequestHook | None = None,
     resume: bool = False,
+    resumable: bool = False,
 ) -> dict[str, Any]:
     """Replay the recorded requests with ``policy`` choosing executors; see the module doc.
 
@@ -376,8 +377,9 @@ def replay_what_if(
     where they mean the same (``inferences``, ``misses``, ``miss_rate``, ``fallback_selections``,
     ``false_exclusion_weight_share`` - on estimated probabilities -, ``app_hash``).
     ``on_request(height, inference_id, executor, latency)`` sees every assignment (latency None
-    for a miss). A leveldb replay is resumable (see ``replay_as_recorded``): ``resume`` goes on
-    with the store ``store_dir/what-if-<policy>`` from its last committed block.
+    for a miss). A ``resumable`` leveldb replay checkpoints (see ``replay_as_recorded``):
+    ``resume`` goes on with the store ``store_dir/what-if-<policy>`` from its last committed
+    block.
     """
     check_policies([policy])
     started = time.perf_counter()
@@ -394,7 +396,7 @@ def replay_what_if(
     prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor)
     header = prologue.header
     fingerprint = None
-    if store == "leveldb":
+    if store == "leveldb" and (resumable or resume):
         a, b = prior if isinstance(prior, tuple) else (prior.a, prior.b)
         fingerprint = compute_replay_fingerprint(
             trace_path,

@@ -193,6 +193,7 @@ FLAG_CASES: list[tuple[list[str], tuple[str, ...]]] = [
     (["replay", "{trace}", "--mode", "what-if", "--prior", "x"], ("--prior",)),
     (["replay", "{trace}", "--seed", "-3"], ("--seed",)),
     (["replay", "{trace}", "--policies", "bogus"], ("--policies", "bogus")),
+    (["replay", "{trace}", "--store", "leveldb", "--out", "{tmp}/o", "--resume"], ("--store-dir",)),
     (
         [
             "export",
