@@ -27,7 +27,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Final
 
@@ -155,16 +154,25 @@ def _show(value: Any) -> str:
     return json.dumps(value)
 
 
-def compute_run(scenario: str, policy: str) -> tuple[str, str, dict[str, Any], float]:
-    """Run one built-in scenario under ``policy`` as ``keepersim simulate S --policy P --seed 1
-    --store memory`` does; returns its golden record and the CPU seconds it took."""
-    from keepersim.sim.driver import run_scenario
+def get_task(scenario: str, policy: str) -> Any:
+    """The run ``keepersim simulate S --policy P --seed 1 --store memory`` makes, as a task."""
+    from keepersim.report.compare import RunTask
     from keepersim.sim.suite import get_builtin_scenario
 
-    started = time.process_time()
-    result = run_scenario(get_builtin_scenario(scenario, SEED), policy, seed=SEED, store=STORE)
-    record = compute_golden_record(result.to_dict())
-    return scenario, policy, record, time.process_time() - started
+    return RunTask(get_builtin_scenario(scenario, SEED), scenario, policy, SEED, STORE)
+
+
+def get_golden_run_record(run: Mapping[str, Any]) -> dict[str, Any]:
+    """A run record (compare's, which adds ``scenario_name``) as the golden file keeps it."""
+    return compute_golden_record({k: v for k, v in run.items() if k != "scenario_name"})
+
+
+def compute_run(scenario: str, policy: str) -> dict[str, Any]:
+    """One built-in run, in this process, as its golden record."""
+    from keepersim.report.compare import execute_runs
+
+    (run,) = execute_runs([get_task(scenario, policy)], 1, False)
+    return get_golden_run_record(run)
 
 
 def get_header() -> dict[str, Any]:
@@ -193,27 +201,14 @@ def _get_commit() -> str | None:
 def process_runs(
     pairs: Sequence[tuple[str, str]], jobs: int, progress: bool = True
 ) -> dict[str, dict[str, Any]]:
-    """Run every (scenario, policy) pair in a process pool of ``jobs`` workers; progress lines
-    on stderr. Returns the records by run key, sorted."""
-    runs: dict[str, dict[str, Any]] = {}
-    started = time.monotonic()
-    workers = max(1, min(jobs, len(pairs)))
-    if progress:
-        print(f"{len(pairs)} runs on {workers} worker(s)", file=sys.stderr, flush=True)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(compute_run, s, p) for s, p in pairs]
-        for done, fut in enumerate(as_completed(futures), 1):
-            scenario, policy, record, cpu = fut.result()
-            runs[get_run_key(scenario, policy)] = record
-            if progress:
-                print(
-                    f"[{done}/{len(pairs)}] {scenario}/{policy}: cpu {cpu:.1f}s, "
-                    f"app_hash {str(record.get('app_hash'))[:12]} "
-                    f"(elapsed {time.monotonic() - started:.0f}s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    return dict(sorted(runs.items()))
+    """Every (scenario, policy) pair's golden record by run key, sorted; the runs go to
+    compare's runner (``jobs`` worker processes, progress lines on stderr)."""
+    from keepersim.report.compare import execute_runs
+
+    runs = execute_runs([get_task(s, p) for s, p in pairs], max(1, jobs), progress)
+    return dict(
+        sorted((get_run_key(r["scenario"], r["policy"]), get_golden_run_record(r)) for r in runs)
+    )
 
 
 def get_pairs(

@@ -48,7 +48,7 @@ def test_cheap_builtin_run_equals_its_golden_record(
     scenario: str, policy: str, golden_runs: dict[str, Any]
 ) -> None:
     key = golden.get_run_key(scenario, policy)
-    _, _, record, _ = golden.compute_run(scenario, policy)
+    record = golden.compute_run(scenario, policy)
     diffs = golden.compute_differences({key: golden_runs[key]}, {key: record})
     assert diffs == {}, "behaviour changed (re-record with `make golden` if intended):\n" + (
         golden.compute_report(diffs)

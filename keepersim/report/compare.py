@@ -61,6 +61,7 @@ __all__ = [
     "CompareError",
     "RunTask",
     "compare",
+    "execute_runs",
     "get_default_jobs",
     "order_policies",
     "resolve_scenarios",
@@ -174,7 +175,10 @@ def _run_task(task: RunTask) -> dict[str, Any]:
     return record
 
 
-def _execute(tasks: list[RunTask], jobs: int, progress: bool) -> list[dict[str, Any]]:
+def execute_runs(tasks: list[RunTask], jobs: int, progress: bool) -> list[dict[str, Any]]:
+    """Each task's run record (its ``to_dict()``, ``scenario`` set to the task's label), in
+    task order: in this process for one job, else in a pool of ``jobs`` worker processes. The
+    one place runs are dispatched (compare, scripts/golden.py)."""
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     bar = make_progress(len(tasks), desc="compare", unit="runs", enabled=progress)
     try:
@@ -410,7 +414,7 @@ def compare(
         sources[0].get(0)[0], reputation_weighting=reputation_weighting
     )
     started = time.perf_counter()
-    records = _execute(tasks, jobs, progress)
+    records = execute_runs(tasks, jobs, progress)
     wall = time.perf_counter() - started
     _add_pairing(records)
     _add_run_intervals(records)
