@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,12 +99,9 @@ def compute_t_interval(
 
     With one value the interval is undefined: ``(value, None, None)``; with none, all None.
     """
-    xs = np.asarray(_finite(values), dtype=float)
+    xs, mean = _get_sample(values)
     n = len(xs)
-    if n == 0:
-        return None, None, None
-    mean = float(xs.mean())
-    if n == 1:
+    if mean is None or n == 1:
         return mean, None, None
     half = get_t_quantile(n - 1) * float(xs.std(ddof=1)) / math.sqrt(n)
     return mean, mean - half, mean + half
@@ -154,20 +152,23 @@ def compute_bootstrap_interval(
     within [0, 1] keeps its interval within [0, 1]). One value: ``(value, None, None)``; none:
     all None.
     """
-    xs = np.asarray(_finite(values), dtype=float)
+    xs, mean = _get_sample(values)
     n = len(xs)
-    if n == 0:
-        return None, None, None
-    mean = float(xs.mean())
-    if n == 1:
+    if mean is None or n == 1:
         return mean, None, None
     rng = np.random.default_rng(seed)
     means = xs[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
     low, high = np.quantile(means, [0.025, 0.975])
     # A mean of values lies within their range; only float rounding of the means can step
-    # past it (by an ulp), so the ends are held to the range exactly.
+    # past it (by an ulp), which _snap moves back.
     lo_bound, hi_bound = float(xs.min()), float(xs.max())
-    return mean, min(max(float(low), lo_bound), hi_bound), min(max(float(high), lo_bound), hi_bound)
+    return mean, _snap(float(low), lo_bound, hi_bound), _snap(float(high), lo_bound, hi_bound)
+
+
+def _get_sample(values: Sequence[float | None]) -> tuple[Any, float | None]:
+    """The finite values as an array, and their mean (None when there is none)."""
+    xs = np.asarray(_finite(values), dtype=float)
+    return xs, (float(xs.mean()) if len(xs) else None)
 
 
 def compute_oracle_efficiency(misses_none: int, misses_policy: int, misses_oracle: int) -> float:
