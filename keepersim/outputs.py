@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ __all__ = [
     "check_output_file",
     "check_output_folder",
     "get_atomic_path",
+    "is_special_file",
     "write_json_atomic",
     "write_text_atomic",
 ]
@@ -89,6 +91,10 @@ def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
         if parent.exists() and not parent.is_dir():
             raise _fail(flag, path, f"{os.fspath(parent)!r} is a file, not a folder")
         parent.mkdir(parents=True, exist_ok=True)
+        if is_special_file(target):  # a device or FIFO: written in place (get_atomic_path)
+            if not os.access(target, os.W_OK):
+                raise _fail(flag, path, "the file is not writable")
+            return target
         if target.exists():
             if not os.access(target, os.W_OK):
                 raise _fail(flag, path, "the file is not writable")
@@ -106,11 +112,26 @@ def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
     return target
 
 
+def is_special_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a folder (a device such as
+    ``/dev/stdout`` or ``/dev/null``, a FIFO): written in place, never replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 @contextlib.contextmanager
 def get_atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary path next to ``path`` (same suffix) that becomes ``path`` when the block
-    ends without an error (``os.replace``), or is removed when it raises."""
+    ends without an error (``os.replace``), or is removed when it raises. A special file
+    (:func:`is_special_file`) is yielded itself: replacing a device would put a regular file
+    in its place."""
     target = Path(path)
+    if is_special_file(target):
+        yield target
+        return
     fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".tmp" + target.suffix, dir=target.parent)
     os.close(fd)
     try:
@@ -128,8 +149,11 @@ def write_text_atomic(
 ) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same folder, then
     renamed over ``path`` (a crashed process leaves the old file or none, never half of one)."""
-    with get_atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline=newline) as f:
-        f.write(text)
+    try:
+        with get_atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline=newline) as f:
+            f.write(text)
+    except OSError as exc:  # a full disk, a vanished folder: say which output
+        raise OutputPathError(f"cannot write {os.fspath(path)!r}: {_reason(exc)}") from exc
 
 
 def write_json_atomic(

@@ -156,3 +156,24 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_special_output_file_is_written_in_place_not_replaced(tmp_path: Path) -> None:
+    """A FIFO (like /dev/stdout or a device) given as an output is written to, and stays what
+    it is: an atomic rename over it would put a regular file in its place."""
+    import stat
+    import threading
+
+    from keepersim.outputs import check_output_file, is_special_file, write_text_atomic
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text("utf-8")), daemon=True)
+    reader.start()
+    assert is_special_file(fifo) and check_output_file(fifo, "--out") == fifo
+    write_text_atomic(fifo, "result\n")
+    reader.join(timeout=10)
+    assert got == ["result\n"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary file left
