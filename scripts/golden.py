@@ -37,21 +37,14 @@ if str(ROOT) not in sys.path:  # import this checkout's keepersim, whatever PYTH
 import numpy as np  # noqa: E402
 
 from keepersim.outputs import OutputPathError, check_output_file, write_json_atomic  # noqa: E402
+from keepersim.sim.driver import get_known_policies  # noqa: E402
 
 FORMAT = "keepersim-golden/1"
 DEFAULT_GOLDEN = ROOT / "tests" / "golden" / "builtin-seed1.json"
 SEED = 1
 STORE: Final = "memory"
-POLICIES = (
-    "none",
-    "gonka",
-    "consecutive",
-    "trin-additive",
-    "trin-multiplicative",
-    "sprt",
-    "windowed",
-    "oracle",
-)
+#: Every policy a run can use (the chain's registry plus the oracle baseline).
+POLICIES: Final = tuple(get_known_policies())
 # Time-based (wall clock) or environment-dependent: never part of a run's identity.
 DROPPED_FIELDS = ("wall_seconds", "inferences_per_second", "blocks_per_second", "trace_path")
 NOTE = (
