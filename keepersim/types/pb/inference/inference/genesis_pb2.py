@@ -23,18 +23,25 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from keepersim.types.pb.inference.inference import types_pb2 as inference_dot_inference_dot_types__pb2
 from keepersim.types.pb.inference.inference import params_pb2 as inference_dot_inference_dot_params__pb2
-from keepersim.types.pb.keepersim.v1 import health_pb2 as keepersim_dot_v1_dot_health__pb2
+from keepersim.types.pb.inference.inference import participant_pb2 as inference_dot_inference_dot_participant__pb2
+from keepersim.types.pb.inference.inference import model_pb2 as inference_dot_inference_dot_model__pb2
+from keepersim.types.pb.inference.inference import bridge_pb2 as inference_dot_inference_dot_bridge__pb2
+from keepersim.types.pb.inference.inference import mlnode_version_pb2 as inference_dot_inference_dot_mlnode__version__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!inference/inference/genesis.proto\x12\x13inference.inference\x1a\x1finference/inference/types.proto\x1a inference/inference/params.proto\x1a\x19keepersim/v1/health.proto\"\x99\x05\n\x0cGenesisState\x12+\n\x06params\x18\x01 \x01(\x0b\x32\x1b.inference.inference.Params\x12\x10\n\x08\x63hain_id\x18\x02 \x01(\t\x12\x0e\n\x06height\x18\x03 \x01(\x03\x12\x36\n\x0cparticipants\x18\x04 \x03(\x0b\x32 .inference.inference.Participant\x12*\n\x06\x65pochs\x18\x05 \x03(\x0b\x32\x1a.inference.inference.Epoch\x12\x1d\n\x15\x65\x66\x66\x65\x63tive_epoch_index\x18\x06 \x01(\x04\x12\x39\n\x0c\x65poch_groups\x18\x07 \x03(\x0b\x32#.inference.inference.EpochGroupData\x12\x32\n\ninferences\x18\x08 \x03(\x0b\x32\x1e.inference.inference.Inference\x12\x41\n\x12inference_timeouts\x18\t \x03(\x0b\x32%.inference.inference.InferenceTimeout\x12Q\n\x1b\x65poch_performance_summaries\x18\n \x03(\x0b\x32,.inference.inference.EpochPerformanceSummary\x12G\n\x15\x65xcluded_participants\x18\x0b \x03(\x0b\x32(.inference.inference.ExcludedParticipant\x12\x34\n\x0cpolicy_state\x18\x0c \x03(\x0b\x32\x1e.keepersim.v1.PolicyStateEntry\x12\x33\n\x0epending_params\x18\r \x01(\x0b\x32\x1b.inference.inference.Paramsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!inference/inference/genesis.proto\x12\x13inference.inference\x1a inference/inference/params.proto\x1a%inference/inference/participant.proto\x1a\x1finference/inference/model.proto\x1a inference/inference/bridge.proto\x1a(inference/inference/mlnode_version.proto\"9\n\x0e\x43osmWasmParams\x12\x11\n\tcw20_code\x18\x01 \x01(\x0c\x12\x14\n\x0c\x63w20_code_id\x18\x02 \x01(\x04\"\x98\x03\n\x0cGenesisState\x12+\n\x06params\x18\x01 \x01(\x0b\x32\x1b.inference.inference.Params\x12\x43\n\x13genesis_only_params\x18\x02 \x01(\x0b\x32&.inference.inference.GenesisOnlyParams\x12.\n\nmodel_list\x18\x03 \x03(\x0b\x32\x1a.inference.inference.Model\x12\x41\n\x10\x63osm_wasm_params\x18\x04 \x01(\x0b\x32#.inference.inference.CosmWasmParamsB\x02\x18\x01\x12:\n\x10participant_list\x18\x05 \x03(\x0b\x32 .inference.inference.Participant\x12:\n\x0emlnode_version\x18\x06 \x01(\x0b\x32\".inference.inference.MLNodeVersion\x12+\n\x06\x62ridge\x18\x07 \x01(\x0b\x32\x1b.inference.inference.BridgeB7Z5github.com/productscience/inference/x/inference/typesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'keepersim.types.pb.inference.inference.genesis_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_GENESISSTATE']._serialized_start=153
-  _globals['_GENESISSTATE']._serialized_end=818
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z5github.com/productscience/inference/x/inference/types'
+  _globals['_GENESISSTATE'].fields_by_name['cosm_wasm_params']._loaded_options = None
+  _globals['_GENESISSTATE'].fields_by_name['cosm_wasm_params']._serialized_options = b'\030\001'
+  _globals['_COSMWASMPARAMS']._serialized_start=240
+  _globals['_COSMWASMPARAMS']._serialized_end=297
+  _globals['_GENESISSTATE']._serialized_start=300
+  _globals['_GENESISSTATE']._serialized_end=708
 # @@protoc_insertion_point(module_scope)

@@ -23,32 +23,30 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from keepersim.types.pb.inference.inference import types_pb2 as inference_dot_inference_dot_types__pb2
+from keepersim.types.pb.inference.inference import params_pb2 as inference_dot_inference_dot_params__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#keepersim/v1/extension_params.proto\x12\x0ckeepersim.v1\x1a\x1finference/inference/types.proto\"\xc2\x01\n\x10ReputationParams\x12\x15\n\repochs_to_max\x18\x01 \x01(\r\x12<\n\x16miss_percentage_cutoff\x18\x02 \x01(\x0b\x32\x1c.inference.inference.Decimal\x12;\n\x15miss_requests_penalty\x18\x03 \x01(\x0b\x32\x1c.inference.inference.Decimal\x12\x1c\n\x14reputation_weighting\x18\x04 \x01(\x08\"\xa2\x01\n\nSprtParams\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12(\n\x02p0\x18\x02 \x01(\x0b\x32\x1c.inference.inference.Decimal\x12(\n\x02p1\x18\x03 \x01(\x0b\x32\x1c.inference.inference.Decimal\x12/\n\tthreshold\x18\x04 \x01(\x0b\x32\x1c.inference.inference.Decimal\"\x85\x01\n\x14\x43ircuitBreakerParams\x12\x1a\n\x12miss_threshold_pct\x18\x01 \x01(\r\x12\x13\n\x0bmin_samples\x18\x02 \x01(\r\x12\x1f\n\x17initial_cooldown_blocks\x18\x03 \x01(\x03\x12\x1b\n\x13max_cooldown_blocks\x18\x04 \x01(\x03\"\xfc\x01\n\x13\x43onsecutiveOverride\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x1e\n\x11\x66\x61ilure_threshold\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x1e\n\x11success_threshold\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x1b\n\x0etimeout_blocks\x18\x04 \x01(\x03H\x02\x88\x01\x01\x12\x19\n\x11pushback_outcomes\x18\x05 \x03(\t\x12\x1d\n\x15has_pushback_outcomes\x18\x06 \x01(\x08\x42\x14\n\x12_failure_thresholdB\x14\n\x12_success_thresholdB\x11\n\x0f_timeout_blocks\"\xc9\x01\n\x11\x43onsecutiveParams\x12\x19\n\x11\x66\x61ilure_threshold\x18\x01 \x01(\r\x12\x19\n\x11success_threshold\x18\x02 \x01(\r\x12\x16\n\x0etimeout_blocks\x18\x03 \x01(\x03\x12\x10\n\x08\x64isabled\x18\x04 \x01(\x08\x12\x1e\n\x16\x66\x61llback_when_all_open\x18\x05 \x01(\x08\x12\x34\n\toverrides\x18\x06 \x03(\x0b\x32!.keepersim.v1.ConsecutiveOverride\"\xb8\x01\n\x12TrinAdditiveParams\x12\x15\n\rinitial_score\x18\x01 \x01(\x05\x12\x11\n\tmax_score\x18\x02 \x01(\x05\x12\x15\n\rwindow_blocks\x18\x03 \x01(\x03\x12\x15\n\rsuccess_delta\x18\x04 \x01(\x05\x12\x12\n\nmiss_delta\x18\x05 \x01(\x05\x12\x16\n\x0epushback_delta\x18\x06 \x01(\x05\x12\x1e\n\x16\x66\x61llback_when_all_zero\x18\x07 \x01(\x08\"b\n\x18TrinMultiplicativeParams\x12\x0f\n\x07history\x18\x01 \x01(\r\x12\x16\n\x0erecency_blocks\x18\x02 \x01(\x03\x12\x1d\n\x15max_recency_doublings\x18\x03 \x01(\r\"\x8e\x03\n\x0eWindowedParams\x12\x0e\n\x06window\x18\x01 \x01(\r\x12\x19\n\x11\x62\x61seline_miss_pct\x18\x02 \x01(\r\x12\x1a\n\x12\x63onfidence_z_milli\x18\x03 \x01(\r\x12\x13\n\x0bmin_samples\x18\x04 \x01(\r\x12\x1f\n\x17initial_cooldown_blocks\x18\x05 \x01(\x03\x12\x1b\n\x13max_cooldown_blocks\x18\x06 \x01(\x03\x12\x12\n\njitter_pct\x18\x07 \x01(\r\x12\x12\n\nmax_probes\x18\x08 \x01(\r\x12\x13\n\x0bramp_blocks\x18\t \x01(\x03\x12\x1f\n\x17max_excluded_weight_pct\x18\n \x01(\r\x12 \n\x18panic_healthy_weight_pct\x18\x0b \x01(\r\x12\x1a\n\x12overdue_min_blocks\x18\x0c \x01(\x03\x12\x16\n\x0eoverdue_factor\x18\r \x01(\r\x12\x16\n\x0eramp_start_pct\x18\x0e \x01(\r\x12\x16\n\x0esaturation_pct\x18\x0f \x01(\r\"\x92\x02\n\x0cHealthParams\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x0e\n\x06shadow\x18\x02 \x01(\x08\x12\x34\n\x0b\x63onsecutive\x18\x03 \x01(\x0b\x32\x1f.keepersim.v1.ConsecutiveParams\x12\x37\n\rtrin_additive\x18\x04 \x01(\x0b\x32 .keepersim.v1.TrinAdditiveParams\x12\x43\n\x13trin_multiplicative\x18\x05 \x01(\x0b\x32&.keepersim.v1.TrinMultiplicativeParams\x12.\n\x08windowed\x18\x06 \x01(\x0b\x32\x1c.keepersim.v1.WindowedParamsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#keepersim/v1/extension_params.proto\x12\x0ckeepersim.v1\x1a inference/inference/params.proto\"t\n\x0cModuleParams\x12+\n\x06params\x18\x01 \x01(\x0b\x32\x1b.inference.inference.Params\x12\x37\n\x10\x65xtension_params\x18\x02 \x01(\x0b\x32\x1d.keepersim.v1.ExtensionParams\"\xf3\x01\n\x0f\x45xtensionParams\x12\x1d\n\x15\x63\x62_miss_threshold_pct\x18\x01 \x01(\x04\x12\x16\n\x0e\x63\x62_min_samples\x18\x02 \x01(\x04\x12\"\n\x1a\x63\x62_initial_cooldown_blocks\x18\x03 \x01(\x03\x12\x1e\n\x16\x63\x62_max_cooldown_blocks\x18\x04 \x01(\x03\x12\x1c\n\x14reputation_weighting\x18\x05 \x01(\x08\x12\x14\n\x0csprt_enabled\x18\x06 \x01(\x08\x12\x31\n\rhealth_params\x18\x07 \x01(\x0b\x32\x1a.keepersim.v1.HealthParams\"\xfc\x01\n\x13\x43onsecutiveOverride\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x1e\n\x11\x66\x61ilure_threshold\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x1e\n\x11success_threshold\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x1b\n\x0etimeout_blocks\x18\x04 \x01(\x03H\x02\x88\x01\x01\x12\x19\n\x11pushback_outcomes\x18\x05 \x03(\t\x12\x1d\n\x15has_pushback_outcomes\x18\x06 \x01(\x08\x42\x14\n\x12_failure_thresholdB\x14\n\x12_success_thresholdB\x11\n\x0f_timeout_blocks\"\xc9\x01\n\x11\x43onsecutiveParams\x12\x19\n\x11\x66\x61ilure_threshold\x18\x01 \x01(\r\x12\x19\n\x11success_threshold\x18\x02 \x01(\r\x12\x16\n\x0etimeout_blocks\x18\x03 \x01(\x03\x12\x10\n\x08\x64isabled\x18\x04 \x01(\x08\x12\x1e\n\x16\x66\x61llback_when_all_open\x18\x05 \x01(\x08\x12\x34\n\toverrides\x18\x06 \x03(\x0b\x32!.keepersim.v1.ConsecutiveOverride\"\xb8\x01\n\x12TrinAdditiveParams\x12\x15\n\rinitial_score\x18\x01 \x01(\x05\x12\x11\n\tmax_score\x18\x02 \x01(\x05\x12\x15\n\rwindow_blocks\x18\x03 \x01(\x03\x12\x15\n\rsuccess_delta\x18\x04 \x01(\x05\x12\x12\n\nmiss_delta\x18\x05 \x01(\x05\x12\x16\n\x0epushback_delta\x18\x06 \x01(\x05\x12\x1e\n\x16\x66\x61llback_when_all_zero\x18\x07 \x01(\x08\"b\n\x18TrinMultiplicativeParams\x12\x0f\n\x07history\x18\x01 \x01(\r\x12\x16\n\x0erecency_blocks\x18\x02 \x01(\x03\x12\x1d\n\x15max_recency_doublings\x18\x03 \x01(\r\"\x8e\x03\n\x0eWindowedParams\x12\x0e\n\x06window\x18\x01 \x01(\r\x12\x19\n\x11\x62\x61seline_miss_pct\x18\x02 \x01(\r\x12\x1a\n\x12\x63onfidence_z_milli\x18\x03 \x01(\r\x12\x13\n\x0bmin_samples\x18\x04 \x01(\r\x12\x1f\n\x17initial_cooldown_blocks\x18\x05 \x01(\x03\x12\x1b\n\x13max_cooldown_blocks\x18\x06 \x01(\x03\x12\x12\n\njitter_pct\x18\x07 \x01(\r\x12\x12\n\nmax_probes\x18\x08 \x01(\r\x12\x13\n\x0bramp_blocks\x18\t \x01(\x03\x12\x1f\n\x17max_excluded_weight_pct\x18\n \x01(\r\x12 \n\x18panic_healthy_weight_pct\x18\x0b \x01(\r\x12\x1a\n\x12overdue_min_blocks\x18\x0c \x01(\x03\x12\x16\n\x0eoverdue_factor\x18\r \x01(\r\x12\x16\n\x0eramp_start_pct\x18\x0e \x01(\r\x12\x16\n\x0esaturation_pct\x18\x0f \x01(\r\"\x92\x02\n\x0cHealthParams\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x0e\n\x06shadow\x18\x02 \x01(\x08\x12\x34\n\x0b\x63onsecutive\x18\x03 \x01(\x0b\x32\x1f.keepersim.v1.ConsecutiveParams\x12\x37\n\rtrin_additive\x18\x04 \x01(\x0b\x32 .keepersim.v1.TrinAdditiveParams\x12\x43\n\x13trin_multiplicative\x18\x05 \x01(\x0b\x32&.keepersim.v1.TrinMultiplicativeParams\x12.\n\x08windowed\x18\x06 \x01(\x0b\x32\x1c.keepersim.v1.WindowedParamsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'keepersim.types.pb.keepersim.v1.extension_params_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPUTATIONPARAMS']._serialized_start=87
-  _globals['_REPUTATIONPARAMS']._serialized_end=281
-  _globals['_SPRTPARAMS']._serialized_start=284
-  _globals['_SPRTPARAMS']._serialized_end=446
-  _globals['_CIRCUITBREAKERPARAMS']._serialized_start=449
-  _globals['_CIRCUITBREAKERPARAMS']._serialized_end=582
-  _globals['_CONSECUTIVEOVERRIDE']._serialized_start=585
-  _globals['_CONSECUTIVEOVERRIDE']._serialized_end=837
-  _globals['_CONSECUTIVEPARAMS']._serialized_start=840
-  _globals['_CONSECUTIVEPARAMS']._serialized_end=1041
-  _globals['_TRINADDITIVEPARAMS']._serialized_start=1044
-  _globals['_TRINADDITIVEPARAMS']._serialized_end=1228
-  _globals['_TRINMULTIPLICATIVEPARAMS']._serialized_start=1230
-  _globals['_TRINMULTIPLICATIVEPARAMS']._serialized_end=1328
-  _globals['_WINDOWEDPARAMS']._serialized_start=1331
-  _globals['_WINDOWEDPARAMS']._serialized_end=1729
-  _globals['_HEALTHPARAMS']._serialized_start=1732
-  _globals['_HEALTHPARAMS']._serialized_end=2006
+  _globals['_MODULEPARAMS']._serialized_start=87
+  _globals['_MODULEPARAMS']._serialized_end=203
+  _globals['_EXTENSIONPARAMS']._serialized_start=206
+  _globals['_EXTENSIONPARAMS']._serialized_end=449
+  _globals['_CONSECUTIVEOVERRIDE']._serialized_start=452
+  _globals['_CONSECUTIVEOVERRIDE']._serialized_end=704
+  _globals['_CONSECUTIVEPARAMS']._serialized_start=707
+  _globals['_CONSECUTIVEPARAMS']._serialized_end=908
+  _globals['_TRINADDITIVEPARAMS']._serialized_start=911
+  _globals['_TRINADDITIVEPARAMS']._serialized_end=1095
+  _globals['_TRINMULTIPLICATIVEPARAMS']._serialized_start=1097
+  _globals['_TRINMULTIPLICATIVEPARAMS']._serialized_end=1195
+  _globals['_WINDOWEDPARAMS']._serialized_start=1198
+  _globals['_WINDOWEDPARAMS']._serialized_end=1596
+  _globals['_HEALTHPARAMS']._serialized_start=1599
+  _globals['_HEALTHPARAMS']._serialized_end=1873
 # @@protoc_insertion_point(module_scope)

@@ -23,18 +23,24 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from keepersim.types.pb.inference.inference import epoch_group_data_pb2 as inference_dot_inference_dot_epoch__group__data__pb2
 from keepersim.types.pb.inference.inference import tx_pb2 as inference_dot_inference_dot_tx__pb2
+from keepersim.types.pb.keepersim.v1 import extension_params_pb2 as keepersim_dot_v1_dot_extension__params__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15keepersim/v1/tx.proto\x12\x0ckeepersim.v1\x1a\x1cinference/inference/tx.proto\"L\n\x13MsgDeclineInference\x12\x0f\n\x07\x63reator\x18\x01 \x01(\t\x12\x14\n\x0cinference_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xe2\x02\n\x02Tx\x12N\n\x16submit_new_participant\x18\x01 \x01(\x0b\x32,.inference.inference.MsgSubmitNewParticipantH\x00\x12\x41\n\x0fstart_inference\x18\x02 \x01(\x0b\x32&.inference.inference.MsgStartInferenceH\x00\x12\x43\n\x10\x66inish_inference\x18\x03 \x01(\x0b\x32\'.inference.inference.MsgFinishInferenceH\x00\x12>\n\x11\x64\x65\x63line_inference\x18\x04 \x01(\x0b\x32!.keepersim.v1.MsgDeclineInferenceH\x00\x12=\n\rupdate_params\x18\x05 \x01(\x0b\x32$.inference.inference.MsgUpdateParamsH\x00\x42\x05\n\x03msgb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15keepersim/v1/tx.proto\x12\x0ckeepersim.v1\x1a*inference/inference/epoch_group_data.proto\x1a\x1cinference/inference/tx.proto\x1a#keepersim/v1/extension_params.proto\"\x89\x01\n\x16MsgRegisterParticipant\x12\x0f\n\x07\x63reator\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x0e\n\x06weight\x18\x04 \x01(\x05\x12\x31\n\x08ml_nodes\x18\x05 \x03(\x0b\x32\x1f.inference.inference.MLNodeInfo\"L\n\x13MsgDeclineInference\x12\x0f\n\x07\x63reator\x18\x01 \x01(\t\x12\x14\n\x0cinference_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"f\n\x18MsgUpdateExtensionParams\x12\x11\n\tauthority\x18\x01 \x01(\t\x12\x37\n\x10\x65xtension_params\x18\x02 \x01(\x0b\x32\x1d.keepersim.v1.ExtensionParams\"\xa3\x03\n\x02Tx\x12\x44\n\x14register_participant\x18\x01 \x01(\x0b\x32$.keepersim.v1.MsgRegisterParticipantH\x00\x12\x41\n\x0fstart_inference\x18\x02 \x01(\x0b\x32&.inference.inference.MsgStartInferenceH\x00\x12\x43\n\x10\x66inish_inference\x18\x03 \x01(\x0b\x32\'.inference.inference.MsgFinishInferenceH\x00\x12>\n\x11\x64\x65\x63line_inference\x18\x04 \x01(\x0b\x32!.keepersim.v1.MsgDeclineInferenceH\x00\x12=\n\rupdate_params\x18\x05 \x01(\x0b\x32$.inference.inference.MsgUpdateParamsH\x00\x12I\n\x17update_extension_params\x18\x06 \x01(\x0b\x32&.keepersim.v1.MsgUpdateExtensionParamsH\x00\x42\x05\n\x03msgb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'keepersim.types.pb.keepersim.v1.tx_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MSGDECLINEINFERENCE']._serialized_start=69
-  _globals['_MSGDECLINEINFERENCE']._serialized_end=145
-  _globals['_TX']._serialized_start=148
-  _globals['_TX']._serialized_end=502
+  _globals['_MSGREGISTERPARTICIPANT']._serialized_start=151
+  _globals['_MSGREGISTERPARTICIPANT']._serialized_end=288
+  _globals['_MSGDECLINEINFERENCE']._serialized_start=290
+  _globals['_MSGDECLINEINFERENCE']._serialized_end=366
+  _globals['_MSGUPDATEEXTENSIONPARAMS']._serialized_start=368
+  _globals['_MSGUPDATEEXTENSIONPARAMS']._serialized_end=470
+  _globals['_TX']._serialized_start=473
+  _globals['_TX']._serialized_end=892
 # @@protoc_insertion_point(module_scope)
