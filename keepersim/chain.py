@@ -50,14 +50,14 @@ from keepersim.types.events import (
     Event,
     ParticipantDeactivated,
 )
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import Inference, Participant
+from keepersim.types.messages import Inference, Params, Participant
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 
 DEFAULT_HOME = Path(os.environ.get("KEEPERSIM_HOME", ".keepersim"))
 
 # Message kinds (get_message_kind) of a participant registration.
-_REGISTRATION_KINDS = frozenset({"MsgSubmitNewParticipant", "submit_new_participant"})
+_REGISTRATION_KINDS = frozenset({"MsgRegisterParticipant", "register_participant"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,15 +208,14 @@ class Chain:
         self._index = _SelectionIndex()
         # The policy's pipeline rules (its policy is named in the params, too).
         self._rules: ParamsView[PipelineRules] = ParamsView(
-            lambda params: get_pipeline_rules(
-                self.get_policy_object(params.health_params.policy), params
-            )
+            lambda ext: get_pipeline_rules(self.get_policy_object(ext.health_params.policy), ext)
         )
         self._policies: dict[str, HealthPolicy] = {}
         self._override = None if policy_override is None else get_override(policy_override)
         self._chain_id = ""
         # Decoded params of the last commit (read-only; replaced, never mutated).
         self._params: Params | None = None
+        self._extension_params: ExtensionParams | None = None
         if self.has_genesis():
             self._chain_id = Keeper(ReadOnlyStore(backend)).chain_id
 
@@ -226,7 +225,7 @@ class Chain:
         path: str | os.PathLike[str] | None = None,
         *,
         memory: bool = False,
-        genesis: GenesisState | None = None,
+        genesis: Genesis | None = None,
         policy_override: PolicyFactory | None = None,
     ) -> Chain:
         """Open (or create) a chain on a LevelDB folder (default ``./.keepersim/chain``), or in
@@ -257,7 +256,7 @@ class Chain:
             self._params = Params.FromString(raw)
         return True
 
-    def init_genesis(self, genesis: GenesisState) -> bytes:
+    def init_genesis(self, genesis: Genesis) -> bytes:
         with self._block_lock:
             if self.has_genesis():
                 raise GenesisError("the store already has a genesis")
@@ -266,8 +265,9 @@ class Chain:
                 keeper = Keeper(buffer)
                 init_genesis(keeper, genesis)
                 with self._rw.write():
-                    app_hash = self._store.commit(buffer, genesis.height)
+                    app_hash = self._store.commit(buffer, genesis.keepersim.height)
                     self._params = keeper.get_params()
+                    self._extension_params = keeper.get_extension_params()
             except BaseException:
                 buffer.discard()
                 raise
@@ -319,7 +319,7 @@ class Chain:
         if self._override is not None:
             return self._override.name
         with self.read() as k:
-            return k.get_params().health_params.policy
+            return k.get_extension_params().health_params.policy
 
     def deliver_block(
         self,
@@ -369,10 +369,9 @@ class Chain:
         addresses touched or reached the policy (it joins ``rejected``)."""
         buffer = self._store.begin()
         try:
-            keeper = Keeper(buffer, self._chain_id, self._params)
+            keeper = Keeper(buffer, self._chain_id, self._params, self._extension_params)
             begin_block(keeper, h)
-            params = keeper.get_params()
-            policy = self.get_policy_object(params.health_params.policy)
+            policy = self.get_policy_object(keeper.get_extension_params().health_params.policy)
             ctx = BlockContext(keeper, policy, h)
             results = []
             registered = False  # a registration can change who has a PoC slot
@@ -417,6 +416,7 @@ class Chain:
             with self._rw.write():
                 app_hash = self._store.commit(buffer, h, extra)
                 self._params = keeper.get_params()
+                self._extension_params = keeper.get_extension_params()
                 with self._index_lock:
                     self._index.process_commit(
                         keeper.touched
@@ -435,14 +435,18 @@ class Chain:
     def read(self) -> Iterator[Keeper]:
         """A read-only keeper over the last committed block, held consistent while in use."""
         with self._rw.read():
-            yield Keeper(ReadOnlyStore(self._store.backend), self._chain_id, self._params)
+            yield Keeper(
+                ReadOnlyStore(self._store.backend),
+                self._chain_id,
+                self._params,
+                self._extension_params,
+            )
 
-    def get_params(self) -> Params:
-        """A copy of the params in force (the chain's own copy is shared by its queries)."""
+    def get_params(self) -> ModuleParams:
+        """A copy of the params in force, the chain's and the extension's (the chain's own copies
+        are shared by its queries)."""
         with self.read() as k:
-            params = Params()
-            params.CopyFrom(k.get_params())
-            return params
+            return k.get_module_params()
 
     def get_participant(self, address: str) -> Participant | None:
         with self.read() as k:
@@ -454,7 +458,7 @@ class Chain:
 
     def get_policy_state(self, address: str) -> dict[str, object]:
         with self.read() as k:
-            policy = self.get_policy_object(k.get_params().health_params.policy)
+            policy = self.get_policy_object(k.get_extension_params().health_params.policy)
             view = policy.get_state_view(PolicyReader(k, policy), address, self.height)
             return {"policy": policy.name, "address": address, **view}
 
@@ -474,7 +478,8 @@ class Chain:
         index = self._index
         height = self.height
         params = keeper.get_params()
-        policy = self.get_policy_object(params.health_params.policy)
+        ext = keeper.get_extension_params()
+        policy = self.get_policy_object(ext.health_params.policy)
         if index.epoch_start is None:
             epoch = keeper.get_epoch(keeper.get_effective_epoch_index())
             index.epoch_start = -1 if epoch is None else epoch.poc_start_block_height
@@ -502,20 +507,20 @@ class Chain:
             )
             if changed or last.table is None:
                 last.table = None  # if assembling raises, the next query raises too
-                last.table = self._assemble_table(params, last.state, model)
+                last.table = self._assemble_table(ext, last.state, model)
             elif last.table.height != height:
                 last.table = compute_restamped_table(last.table, height)
             return last.table
         healths = [policy.get_health(reader, c.address, height) for c in candidates]
         dirty.clear()
         memo = _ModelTable(candidates, healths)
-        table = self._assemble_table(params, memo.state, model)
+        table = self._assemble_table(ext, memo.state, model)
         memo.table = table
         index.models[model] = memo
         return table
 
     def _assemble_table(
-        self, params: Params, state: IncrementalTable, model: str
+        self, params: ExtensionParams, state: IncrementalTable, model: str
     ) -> SelectionTable:
         return state.compute_table(height=self.height, model=model, rules=self._rules.get(params))
 
@@ -548,6 +553,6 @@ class Chain:
         with self._rw.read():
             return self._store.iterate_meta(prefix)
 
-    def export_genesis(self) -> GenesisState:
+    def export_genesis(self) -> Genesis:
         with self.read() as k:
             return export_genesis(k, self.height)

@@ -22,10 +22,9 @@ from typing import Any
 import plyvel
 
 from keepersim.chain import Chain
+from keepersim.types.messages import GenesisState, MLNodeInfo, Participant
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
-from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
 
 Bench = Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]]
 BENCHES: dict[str, Bench] = {}

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from keepersim.sim.trace_writer import message_to_json
+from keepersim.types.messages import ACTIVE, MLNodeInfo, Participant
 from keepersim.types.params import get_mainnet_params
-from keepersim.types.pb.inference.inference.types_pb2 import ACTIVE, MLNodeInfo, Participant
 
 EXPIRATION = 150
 

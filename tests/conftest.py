@@ -12,19 +12,19 @@ from typing import Any
 import pytest
 
 from keepersim.chain import Chain
+from keepersim.types.messages import MLNodeInfo, Participant
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 TEST_CHAIN_ID = "keepersim-test"
 TEST_MODEL = "m"
-POC_FIELDS = (
-    "poc_stage_duration",
-    "poc_validation_delay",
-    "poc_validation_duration",
-    "set_new_validators_delay",
-)
+#: The PoC stages that may be 0 on the chain (stage and validation durations must be positive).
+POC_ZERO_FIELDS = ("poc_exchange_duration", "poc_validation_delay", "set_new_validators_delay")
+
+#: A genesis participant: the chain's Participant and the models and ML nodes it registered.
+TestParticipant = tuple[Participant, ParticipantNodes]
 
 
 def make_participant(
@@ -32,7 +32,7 @@ def make_participant(
     weight: int = 1000,
     models: Sequence[str] = (TEST_MODEL,),
     timeslots: Sequence[bool] | None = (True, True),
-) -> Participant:
+) -> TestParticipant:
     """A participant listing ``models`` with one ML node (none if ``timeslots`` is None)."""
     nodes = (
         []
@@ -43,36 +43,44 @@ def make_participant(
             )
         ]
     )
-    return Participant(address=address, weight=weight, models=list(models), ml_nodes=nodes)
+    return (
+        Participant(address=address, weight=weight),
+        ParticipantNodes(address=address, models=list(models), ml_nodes=nodes),
+    )
 
 
-def make_test_params(*, poc: bool = False) -> Params:
-    """The code defaults; PoC stages of zero length unless ``poc``."""
+def make_test_params(*, poc: bool = False) -> ModuleParams:
+    """The code defaults; unless ``poc``, the shortest PoC the chain accepts (1 + 1 blocks)."""
     params = get_default_params()
     if not poc:
-        for name in POC_FIELDS:
-            setattr(params.epoch_params, name, 0)
+        epoch = params.params.epoch_params
+        epoch.poc_stage_duration = 1
+        epoch.poc_validation_duration = 1
+        for name in POC_ZERO_FIELDS:
+            setattr(epoch, name, 0)
     return params
 
 
 def make_genesis(
     n: int = 4,
     *,
-    params: Params | None = None,
+    params: ModuleParams | None = None,
     weight: int = 1000,
-    participants: Sequence[Participant] | None = None,
+    participants: Sequence[TestParticipant] | None = None,
     height: int = 0,
     chain_id: str = TEST_CHAIN_ID,
-) -> GenesisState:
-    """A GenesisState with ``n`` participants p0..p{n-1} (or the given ones)."""
+) -> Genesis:
+    """A Genesis with ``n`` participants p0..p{n-1} (or the given ones)."""
     if participants is None:
         participants = [make_participant(f"p{i}", weight) for i in range(n)]
-    return GenesisState(
-        params=params if params is not None else make_test_params(),
-        chain_id=chain_id,
-        height=height,
-        participants=participants,
-    )
+    params = params if params is not None else make_test_params()
+    genesis = Genesis(chain_id=chain_id)
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.inference.participant_list.extend(p for p, _ in participants)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
+    genesis.keepersim.height = height
+    genesis.keepersim.participant_nodes.extend(nodes for _, nodes in participants)
+    return genesis
 
 
 ChainFactory = Callable[..., Chain]
@@ -83,7 +91,7 @@ def make_chain(tmp_path: Path) -> Iterator[ChainFactory]:
     """Factory: ``make_chain(genesis, memory=False)`` opens a chain in a fresh tmp folder."""
     opened: list[Chain] = []
 
-    def make(genesis: GenesisState | None = None, *, memory: bool = False, **kw: Any) -> Chain:
+    def make(genesis: Genesis | None = None, *, memory: bool = False, **kw: Any) -> Chain:
         if memory:
             chain = Chain.open(memory=True, genesis=genesis, **kw)
         else:
@@ -97,29 +105,29 @@ def make_chain(tmp_path: Path) -> Iterator[ChainFactory]:
 
 
 @pytest.fixture(name="make_participant")
-def make_participant_fixture() -> Callable[..., Participant]:
+def make_participant_fixture() -> Callable[..., TestParticipant]:
     """Factory: ``make_participant(address, weight=1000, models=("m",), timeslots=(True, True))``."""
     return make_participant
 
 
 @pytest.fixture(name="make_test_params")
-def make_test_params_fixture() -> Callable[..., Params]:
-    """Factory: ``make_test_params(poc=False)``: code defaults, PoC stages 0 unless ``poc``."""
+def make_test_params_fixture() -> Callable[..., ModuleParams]:
+    """Factory: ``make_test_params(poc=False)``: code defaults, the shortest PoC unless ``poc``."""
     return make_test_params
 
 
 @pytest.fixture(name="make_genesis")
-def make_genesis_fixture() -> Callable[..., GenesisState]:
+def make_genesis_fixture() -> Callable[..., Genesis]:
     """Factory: ``make_genesis(n=4, params=None, weight=1000, participants=None, height=0)``."""
     return make_genesis
 
 
 @pytest.fixture
-def genesis() -> GenesisState:
+def genesis() -> Genesis:
     """Four participants of weight 1000 listing model "m", code-default params, no PoC stages."""
     return make_genesis()
 
 
 @pytest.fixture
-def chain(make_chain: ChainFactory, genesis: GenesisState) -> Chain:
+def chain(make_chain: ChainFactory, genesis: Genesis) -> Chain:
     return make_chain(genesis)

@@ -78,10 +78,10 @@ from keepersim.outputs import write_text_atomic
 from keepersim.sim.trace_writer import TRACE_VERSION, message_to_json
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.errors import ChainJsonError
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
+    Params,
     Participant,
 )
 

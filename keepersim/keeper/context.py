@@ -12,7 +12,7 @@ from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies.base import HealthPolicy, PolicyContext
 from keepersim.keeper.sprt import SprtConstants, compute_sprt_constants
 from keepersim.types.events import Outcome
-from keepersim.types.pb.inference.inference.types_pb2 import Inference
+from keepersim.types.messages import Inference
 
 
 class BlockContext:
@@ -65,5 +65,5 @@ class BlockContext:
     def get_sprt_constants(self) -> SprtConstants:
         """The SPRT's logarithms for this block's params (params change only between blocks)."""
         if self._sprt is None:
-            self._sprt = compute_sprt_constants(self.keeper.get_params().sprt_params)
+            self._sprt = compute_sprt_constants(self.keeper.get_params().validation_params)
         return self._sprt

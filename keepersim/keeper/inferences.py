@@ -1,5 +1,12 @@
 """Inference lifecycle: start, finish (either order), decline (pushback) and expiry.
 
+The classic (v0.2.13) lifecycle: gonka-ai/gonka 8a35022b keeper/msg_server_start_inference.go
+and msg_server_finish_inference.go. Which half arrived is read as upstream reads it
+(types/inference.go): the start assigned ``assigned_to``, the finish set ``executed_by``. A
+decline is keepersim's own (keepersim.v1.MsgDeclineInference): the chain's record stays as the start
+left it (STARTED) with ``end_block_height`` set to the decline's height, a combination the
+chain never writes (:func:`is_declined`).
+
 Each handler checks everything before it writes and before it calls the policy (a rejected
 message's writes are taken back in any case: keepersim.keeper.context).
 """
@@ -23,16 +30,31 @@ from keepersim.types.events import (
     InferenceStarted,
     Outcome,
 )
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
-from keepersim.types.pb.inference.inference.types_pb2 import (
-    DECLINED,
+from keepersim.types.messages import (
     EXPIRED,
     FINISHED,
     STARTED,
     Inference,
     InferenceStatus,
 )
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
+
+
+def is_start_processed(inference: Inference) -> bool:
+    """StartInference has run (upstream ``StartProcessed``: it always assigns AssignedTo)."""
+    return inference.assigned_to != ""
+
+
+def is_finish_processed(inference: Inference) -> bool:
+    """FinishInference has run (upstream ``FinishedProcessed``)."""
+    return inference.executed_by != ""
+
+
+def is_declined(inference: Inference) -> bool:
+    """Declined with pushback: still STARTED, yet ended (the chain sets ``end_block_height``
+    only on a finish, so it never stores this combination)."""
+    return inference.status == STARTED and inference.end_block_height != 0
 
 
 def _require_field(value: str, msg_name: str, field: str) -> None:
@@ -54,9 +76,7 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
     _require_participant(ctx, msg.assigned_to, "MsgStartInference", "assigned_to")
     keeper = ctx.keeper
     existing = keeper.get_inference(msg.inference_id)
-    if existing is not None and (
-        not existing.finished_before_start or existing.start_block_height != 0
-    ):
+    if existing is not None and is_start_processed(existing):
         raise DuplicateInferenceError(f"inference {msg.inference_id!r} was already started")
     height = ctx.height
     if existing is not None:
@@ -64,7 +84,9 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
         inference = existing
     else:
         inference = Inference(inference_id=msg.inference_id, status=STARTED)
-        keeper.set_timeout(height + keeper.get_params().expiration_blocks, msg.inference_id)
+        keeper.set_timeout(
+            height + keeper.get_params().validation_params.expiration_blocks, msg.inference_id
+        )
     inference.index = msg.inference_id
     inference.model = msg.model
     inference.requested_by = msg.requested_by or msg.creator
@@ -86,14 +108,14 @@ def process_finish_inference(ctx: BlockContext, msg: MsgFinishInference) -> None
     keeper = ctx.keeper
     inference = keeper.get_inference(msg.inference_id)
     if inference is None:
-        inference = Inference(
-            inference_id=msg.inference_id, index=msg.inference_id, finished_before_start=True
-        )
+        inference = Inference(inference_id=msg.inference_id, index=msg.inference_id)
     elif inference.status == EXPIRED:
         raise InferenceExpiredError(
             f"inference {msg.inference_id!r} expired at its timeout; finish rejected"
         )
-    elif inference.status != STARTED:
+    elif is_declined(inference):
+        raise InferenceStateError(f"inference {msg.inference_id!r} cannot finish: declined")
+    elif inference.status != STARTED or is_finish_processed(inference):
         raise InferenceStateError(
             f"inference {msg.inference_id!r} cannot finish: status "
             f"{InferenceStatus.Name(inference.status)}"
@@ -123,9 +145,8 @@ def process_decline_inference(ctx: BlockContext, msg: MsgDeclineInference) -> No
             f"MsgDeclineInference.creator {msg.creator!r} is not the assigned executor "
             f"{inference.assigned_to!r}"
         )
-    if inference.status != STARTED:
+    if inference.status != STARTED or is_finish_processed(inference) or is_declined(inference):
         raise InferenceStateError(f"inference {msg.inference_id!r} is not in progress")
-    inference.status = DECLINED
     inference.end_block_height = ctx.height
     keeper.set_inference(inference)
     process_outcome(ctx, inference.assigned_to, Outcome.NEUTRAL, inference)
@@ -138,7 +159,7 @@ def process_inference_expiry(ctx: BlockContext) -> None:
     due = keeper.get_timeouts_due(ctx.height)
     for _, inference_id in due:
         inference = keeper.get_inference(inference_id)
-        if inference is None or inference.status != STARTED:
+        if inference is None or inference.status != STARTED or is_declined(inference):
             continue
         inference.status = EXPIRED
         keeper.set_inference(inference)

@@ -12,14 +12,19 @@ from keepersim.store.buffer import KVStore
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.events import Event
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     Epoch,
     EpochGroupData,
     EpochPerformanceSummary,
     ExcludedParticipant,
     Inference,
+    Params,
     Participant,
+)
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
+from keepersim.types.pb.keepersim.v1.state_pb2 import (
+    EpochDeclines,
+    ParticipantNodes,
 )
 
 _P = keys.PARTICIPANTS
@@ -38,11 +43,19 @@ class Keeper:
         "verdict_touched",
         "params_changed",
         "_params",
+        "_extension_params",
         "_participants",
     )
 
-    def __init__(self, store: KVStore, chain_id: str = "", params: Params | None = None) -> None:
-        """``params``: the decoded params of the last commit, if the caller keeps them (read-only)."""
+    def __init__(
+        self,
+        store: KVStore,
+        chain_id: str = "",
+        params: Params | None = None,
+        extension_params: ExtensionParams | None = None,
+    ) -> None:
+        """``params``, ``extension_params``: the decoded params of the last commit, if the caller
+        keeps them (read-only)."""
         self.store = store
         self.chain_id = chain_id or self._load_chain_id()
         self.events: list[Event] = []
@@ -52,6 +65,7 @@ class Keeper:
         self.verdict_touched: set[str] = set()
         self.params_changed = False  # new params took effect in this block
         self._params: Params | None = params
+        self._extension_params: ExtensionParams | None = extension_params
         self._participants: dict[str, Participant] = {}
 
     def _load_chain_id(self) -> str:
@@ -62,7 +76,7 @@ class Keeper:
         self.store.set(keys.CHAIN_ID, chain_id.encode())
         self.chain_id = chain_id
 
-    # params
+    # params: the chain's Params and keepersim's ExtensionParams, each with its pending update
     def get_params(self) -> Params:
         if self._params is None:
             raw = self.store.get(keys.PARAMS)
@@ -76,6 +90,23 @@ class Keeper:
         self._params = Params()
         self._params.CopyFrom(params)
 
+    def get_extension_params(self) -> ExtensionParams:
+        if self._extension_params is None:
+            raw = self.store.get(keys.EXTENSION_PARAMS)
+            if raw is None:
+                raise LookupError("extension params are not set: the chain has no genesis")
+            self._extension_params = ExtensionParams.FromString(raw)
+        return self._extension_params
+
+    def set_extension_params(self, params: ExtensionParams) -> None:
+        self.store.set(keys.EXTENSION_PARAMS, params.SerializeToString())
+        self._extension_params = ExtensionParams()
+        self._extension_params.CopyFrom(params)
+
+    def get_module_params(self) -> ModuleParams:
+        """Both params in one message (a copy)."""
+        return ModuleParams(params=self.get_params(), extension_params=self.get_extension_params())
+
     def get_pending_params(self) -> Params | None:
         raw = self.store.get(keys.PENDING_PARAMS)
         return None if raw is None else Params.FromString(raw)
@@ -85,6 +116,16 @@ class Keeper:
 
     def delete_pending_params(self) -> None:
         self.store.delete(keys.PENDING_PARAMS)
+
+    def get_pending_extension_params(self) -> ExtensionParams | None:
+        raw = self.store.get(keys.PENDING_EXTENSION_PARAMS)
+        return None if raw is None else ExtensionParams.FromString(raw)
+
+    def set_pending_extension_params(self, params: ExtensionParams) -> None:
+        self.store.set(keys.PENDING_EXTENSION_PARAMS, params.SerializeToString())
+
+    def delete_pending_extension_params(self) -> None:
+        self.store.delete(keys.PENDING_EXTENSION_PARAMS)
 
     # participants
     def get_participant(self, address: str) -> Participant | None:
@@ -117,6 +158,35 @@ class Keeper:
     def iterate_participants_from(self, start_address: str) -> Iterator[Participant]:
         for _, raw in self.store.iterate(_P + start_address.encode(), prefix_end(_P)):
             yield Participant.FromString(raw)
+
+    # participants' models and ML nodes (keepersim.v1; the chain learns them from hardware
+    # declarations and the PoC)
+    def get_participant_nodes(self, address: str) -> ParticipantNodes | None:
+        raw = self.store.get(keys.PARTICIPANT_NODES + keys.participant_key(address))
+        return None if raw is None else ParticipantNodes.FromString(raw)
+
+    def set_participant_nodes(self, nodes: ParticipantNodes) -> None:
+        key = keys.PARTICIPANT_NODES + keys.participant_key(nodes.address)
+        self.store.set(key, nodes.SerializeToString())
+
+    def iterate_participant_nodes(self) -> Iterator[ParticipantNodes]:
+        p = keys.PARTICIPANT_NODES
+        for _, raw in self.store.iterate(p, prefix_end(p)):
+            yield ParticipantNodes.FromString(raw)
+
+    # declines (keepersim.v1), per participant and epoch
+    def get_declines(self, epoch_index: int, address: str) -> int:
+        raw = self.store.get(keys.EPOCH_DECLINES + keys.declines_key(epoch_index, address))
+        return 0 if raw is None else EpochDeclines.FromString(raw).declined_requests
+
+    def set_declines(self, entry: EpochDeclines) -> None:
+        key = keys.EPOCH_DECLINES + keys.declines_key(entry.epoch_index, entry.address)
+        self.store.set(key, entry.SerializeToString())
+
+    def iterate_declines(self) -> Iterator[EpochDeclines]:
+        p = keys.EPOCH_DECLINES
+        for _, raw in self.store.iterate(p, prefix_end(p)):
+            yield EpochDeclines.FromString(raw)
 
     # inferences
     def get_inference(self, inference_id: str) -> Inference | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from keepersim.keeper.context import BlockContext
+from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.sprt import (
     compute_llr_update,
     get_llr,
@@ -11,13 +12,14 @@ from keepersim.keeper.sprt import (
 )
 from keepersim.types.errors import UnknownParticipantError
 from keepersim.types.events import Outcome, ParticipantDeactivated
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     ACTIVE,
     INACTIVE,
     ExcludedParticipant,
     Inference,
     Participant,
 )
+from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines
 
 
 def process_outcome(
@@ -35,15 +37,21 @@ def process_outcome(
         stats.missed_requests += 1
         process_sprt(ctx, participant, fails=1, passes=0)
     else:
-        stats.declined_requests += 1
+        process_decline_count(keeper, address)
     keeper.set_participant(participant)
     ctx.process_policy_outcome(address, outcome, inference)
 
 
+def process_decline_count(keeper: Keeper, address: str) -> None:
+    """A neutral outcome counts in keepersim's own per-epoch declines (the chain has no field)."""
+    epoch = keeper.get_effective_epoch_index()
+    count = keeper.get_declines(epoch, address) + 1
+    keeper.set_declines(EpochDeclines(epoch_index=epoch, address=address, declined_requests=count))
+
+
 def process_sprt(ctx: BlockContext, participant: Participant, fails: int, passes: int) -> None:
     """Downtime SPRT: fails = new misses, passes = new completions; INACTIVE for the epoch at +H."""
-    params = ctx.keeper.get_params().sprt_params
-    if not params.enabled:
+    if not ctx.keeper.get_extension_params().sprt_enabled:
         return
     constants = ctx.get_sprt_constants()
     stats = participant.current_epoch_stats
@@ -56,8 +64,8 @@ def process_sprt(ctx: BlockContext, participant: Participant, fails: int, passes
             ExcludedParticipant(
                 epoch_index=epoch,
                 address=participant.address,
-                reason="sprt_downtime",
-                height=ctx.height,
+                reason="downtime",
+                exclusion_block_height=ctx.height,
             )
         )
         ctx.keeper.emit(ParticipantDeactivated(ctx.height, participant.address, f"{llr}e-12"))

@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
+from keepersim.types.messages import EpochPerformanceSummary, ValidationParams
 from keepersim.types.params import get_decimal_value
-from keepersim.types.pb.inference.inference.types_pb2 import EpochPerformanceSummary
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ReputationParams
 
 
 def compute_reputation(
-    summaries: Sequence[EpochPerformanceSummary], params: ReputationParams
+    summaries: Sequence[EpochPerformanceSummary], params: ValidationParams
 ) -> int:
-    """Integer reputation 0..100 from a participant's recent epoch summaries."""
+    """Integer reputation 0..100 from a participant's recent epoch summaries and the chain's
+    ``epochs_to_max``, ``miss_percentage_cutoff`` and ``miss_requests_penalty``
+    (calculations/reputation.go CalculateReputation)."""
     etm = params.epochs_to_max
     cutoff = Fraction(get_decimal_value(params.miss_percentage_cutoff))
     penalty = Fraction(get_decimal_value(params.miss_requests_penalty))

@@ -17,8 +17,8 @@ from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies.base import Health, HealthPolicy
 from keepersim.keeper.reputation import compute_adjusted_weight
 from keepersim.types.errors import NoExecutorsError, UnknownModelError
-from keepersim.types.pb.inference.inference.params_pb2 import EpochParams, Params
-from keepersim.types.pb.inference.inference.types_pb2 import ACTIVE, Participant
+from keepersim.types.messages import ACTIVE, EpochParams, ValidationWeight
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,26 +53,27 @@ def is_poc_phase(height: int, epoch_start: int, params: EpochParams) -> bool:
     return epoch_start <= height < epoch_start + span
 
 
-def has_poc_slot(participant: Participant, model: str) -> bool:
-    """Lists the model and has an ML node that keeps serving during PoC (timeslot 1)."""
-    if model and model not in participant.models:
-        return False
+def has_poc_slot(member: ValidationWeight) -> bool:
+    """The member (of the model's sub-group, so it serves the model) has an ML node that keeps
+    serving during PoC: timeslot 1 of ``MLNodeInfo.timeslot_allocation``. Upstream ee730031
+    reads a preserved-nodes snapshot instead and deprecates the field; keepersim keeps the
+    older rule, the one its participants' ML nodes describe."""
     return any(
         len(node.timeslot_allocation) > 1 and node.timeslot_allocation[1]
-        for node in participant.ml_nodes
+        for node in member.ml_nodes
     )
 
 
 #: The selection rules, as reports name them: upstream's (gonka-ai/gonka ee730031,
 #: epochgroup/random.go, the default) and the fork's unmerged PR #8
-#: (``reputation_params.reputation_weighting``).
+#: (``extension_params.reputation_weighting``).
 SELECTION_BY_WEIGHT = "weight"
 SELECTION_BY_REPUTATION = "weight x reputation (fork PR #8)"
 
 
-def get_selection_rule(params: Params) -> str:
+def get_selection_rule(params: ExtensionParams) -> str:
     """The rule :func:`get_candidates` weighs candidates by under ``params``."""
-    if params.reputation_params.reputation_weighting:
+    if params.reputation_weighting:
         return SELECTION_BY_REPUTATION
     return SELECTION_BY_WEIGHT
 
@@ -90,13 +91,13 @@ def get_candidates(keeper: Keeper, model: str, height: int) -> list[Candidate]:
     poc = epoch is not None and is_poc_phase(
         height, epoch.poc_start_block_height, params.epoch_params
     )
-    weighting = params.reputation_params.reputation_weighting
+    weighting = keeper.get_extension_params().reputation_weighting
     out: list[Candidate] = []
     for member in group.validation_weights:
         participant = keeper.get_participant(member.member_address)
         if participant is None or participant.status != ACTIVE:
             continue
-        if poc and not has_poc_slot(participant, model):
+        if poc and not has_poc_slot(member):
             continue
         weight = (
             compute_adjusted_weight(member.weight, member.reputation)
@@ -124,7 +125,7 @@ class PipelineRules:
     shadow: bool
 
 
-def get_pipeline_rules(policy: HealthPolicy, params: Params) -> PipelineRules:
+def get_pipeline_rules(policy: HealthPolicy, params: ExtensionParams) -> PipelineRules:
     return PipelineRules(
         cap_pct=policy.get_exclusion_cap_pct(params),
         panic_pct=policy.get_panic_pct(params),

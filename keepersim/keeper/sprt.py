@@ -1,5 +1,10 @@
 """The chain's slow deactivation: a Wald SPRT on misses, in fixed-point decimal (12 digits).
 
+Its params are the chain's (``ValidationParams``: p0 = ``downtime_good_percentage``, p1 =
+``downtime_bad_percentage``, H = ``downtime_h_threshold``; gonka-ai/gonka ee730031
+``keeper/sprt_precompute.go`` and ``calculations/status.go`` getInactiveStatus); keepersim's
+``extension_params.sprt_enabled`` says whether it runs.
+
 The logarithms are computed once per params with Python's decimal module (correctly rounded, so
 identical on every machine) and quantized to 12 fractional digits; the running LLR is then an
 integer count of 1e-12 units, as the chain's Decimal{value, exponent=-12}.
@@ -12,9 +17,8 @@ from decimal import ROUND_HALF_EVEN, Context
 from decimal import Decimal as PyDecimal
 from functools import lru_cache
 
+from keepersim.types.messages import Decimal, ValidationParams
 from keepersim.types.params import DECIMAL_EXPONENT, get_decimal_value
-from keepersim.types.pb.inference.inference.types_pb2 import Decimal
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import SprtParams
 
 _CTX = Context(prec=40, rounding=ROUND_HALF_EVEN)
 _QUANTUM = PyDecimal(1).scaleb(DECIMAL_EXPONENT)
@@ -38,11 +42,11 @@ def _compute_constants(p0: PyDecimal, p1: PyDecimal, threshold: PyDecimal) -> Sp
     return SprtConstants(_to_units(log_fail), _to_units(log_pass), _to_units(threshold))
 
 
-def compute_sprt_constants(params: SprtParams) -> SprtConstants:
+def compute_sprt_constants(params: ValidationParams) -> SprtConstants:
     return _compute_constants(
-        get_decimal_value(params.p0),
-        get_decimal_value(params.p1),
-        get_decimal_value(params.threshold),
+        get_decimal_value(params.downtime_good_percentage),
+        get_decimal_value(params.downtime_bad_percentage),
+        get_decimal_value(params.downtime_h_threshold),
     )
 
 

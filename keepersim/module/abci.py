@@ -11,24 +11,33 @@ from keepersim.module.epoch import process_epoch_boundary
 from keepersim.module.params_load import get_loaded_policy
 from keepersim.types import keys
 from keepersim.types.events import ParamsRejected
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 
 def process_pending_params(keeper: Keeper, height: int) -> None:
-    """Params accepted by governance in the previous block take effect now; the keeper records
-    it (``params_changed``: every derived selection datum is then stale). Params that cannot
-    load are dropped instead (ParamsRejected says why): the old ones stay and the block goes on."""
-    if not keeper.store.has(keys.PENDING_PARAMS):
+    """Params accepted by governance in the previous block (the chain's, keepersim's extension,
+    or both) take effect now; the keeper records it (``params_changed``: every derived selection
+    datum is then stale). Params that cannot load are dropped instead (ParamsRejected says why):
+    the old ones stay and the block goes on."""
+    has_chain = keeper.store.has(keys.PENDING_PARAMS)
+    has_extension = keeper.store.has(keys.PENDING_EXTENSION_PARAMS)
+    if not has_chain and not has_extension:
         return
     try:
-        pending = keeper.get_pending_params()
-        assert pending is not None
-        get_loaded_policy(pending)
+        chain = keeper.get_pending_params() or keeper.get_params()
+        extension = keeper.get_pending_extension_params() or keeper.get_extension_params()
+        get_loaded_policy(ModuleParams(params=chain, extension_params=extension))
     except Exception as exc:  # whatever it is, these params cannot run: the chain must not stop
         keeper.delete_pending_params()
+        keeper.delete_pending_extension_params()
         keeper.emit(ParamsRejected(height, f"{type(exc).__name__}: {exc}"))
         return
-    keeper.set_params(pending)
-    keeper.delete_pending_params()
+    if has_chain:
+        keeper.set_params(chain)
+        keeper.delete_pending_params()
+    if has_extension:
+        keeper.set_extension_params(extension)
+        keeper.delete_pending_extension_params()
     keeper.params_changed = True
     # New thresholds apply to everyone: let the policy look at every participant once.
     everyone = [p.address for p in keeper.iterate_participants()]

@@ -11,7 +11,7 @@ from keepersim.keeper.context import BlockContext
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.reputation import compute_reputation
 from keepersim.types.events import EpochSettled
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     ACTIVE,
     INACTIVE,
     CurrentEpochStats,
@@ -46,7 +46,6 @@ def process_epoch_boundary(ctx: BlockContext) -> None:
                 burned_coins=stats.burned_coins,
                 validated_inferences=stats.validated_inferences,
                 invalidated_inferences=stats.invalidated_inferences,
-                declined_requests=stats.declined_requests,
             )
         )
         participant.current_epoch_stats.CopyFrom(CurrentEpochStats())
@@ -54,27 +53,43 @@ def process_epoch_boundary(ctx: BlockContext) -> None:
             participant.status = ACTIVE
         participant.epochs_completed += 1
         keeper.set_participant(participant)
+    process_epoch_group_end(keeper, settled, ctx.height)
     process_new_epoch_group(keeper, settled + 1, ctx.height)
     keeper.emit(EpochSettled(ctx.height, settled, settled + 1, len(participants)))
 
 
+def process_epoch_group_end(keeper: Keeper, epoch_index: int, height: int) -> None:
+    """The settled epoch's groups (parent and sub-groups) record their last block."""
+    parent = keeper.get_epoch_group(epoch_index, "")
+    if parent is None:
+        return
+    for model in ["", *parent.sub_group_models]:
+        group = keeper.get_epoch_group(epoch_index, model)
+        if group is not None:
+            group.last_block_height = height
+            keeper.set_epoch_group(group)
+
+
 def process_new_epoch_group(keeper: Keeper, epoch_index: int, height: int) -> None:
-    """Form the epoch's group (and one sub-group per model) from active participants."""
-    params = keeper.get_params().reputation_params
+    """Form the epoch's group (and one sub-group per model) from active participants, with the
+    models and ML nodes they registered (keepersim.v1.ParticipantNodes). It is effective from
+    the next block (``effective_block_height``)."""
+    params = keeper.get_params().validation_params
     members: list[ValidationWeight] = []
     models: dict[str, list[ValidationWeight]] = {}
     for participant in keeper.iterate_participants():
         if participant.status != ACTIVE or participant.weight <= 0:
             continue
         summaries = keeper.get_recent_summaries(participant.address, params.epochs_to_max)
+        nodes = keeper.get_participant_nodes(participant.address)
         member = ValidationWeight(
             member_address=participant.address,
             weight=participant.weight,
             reputation=compute_reputation(summaries, params),
-            ml_nodes=participant.ml_nodes,
+            ml_nodes=nodes.ml_nodes if nodes is not None else (),
         )
         members.append(member)
-        for model in participant.models:
+        for model in nodes.models if nodes is not None else ():
             models.setdefault(model, []).append(member)
     keeper.set_epoch(Epoch(index=epoch_index, poc_start_block_height=height))
     keeper.set_effective_epoch_index(epoch_index)
@@ -83,6 +98,7 @@ def process_new_epoch_group(keeper: Keeper, epoch_index: int, height: int) -> No
             epoch_index=epoch_index,
             model_id="",
             poc_start_block_height=height,
+            effective_block_height=height + 1,
             validation_weights=members,
             total_weight=sum(m.weight for m in members),
             sub_group_models=sorted(models),
@@ -94,6 +110,7 @@ def process_new_epoch_group(keeper: Keeper, epoch_index: int, height: int) -> No
                 epoch_index=epoch_index,
                 model_id=model,
                 poc_start_block_height=height,
+                effective_block_height=height + 1,
                 validation_weights=model_members,
                 total_weight=sum(m.weight for m in model_members),
             )

@@ -13,43 +13,79 @@ from keepersim.keeper.inferences import (
     process_finish_inference,
     process_start_inference,
 )
+from keepersim.keeper.keeper import Keeper
 from keepersim.module.params_load import get_loaded_policy
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import InvalidMessageError, UnauthorizedError
 from keepersim.types.events import ParamsUpdated
+from keepersim.types.messages import ACTIVE, Params, Participant
 from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
-    MsgSubmitNewParticipant,
     MsgUpdateParams,
 )
-from keepersim.types.pb.inference.inference.types_pb2 import ACTIVE, Participant
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, Tx
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
+from keepersim.types.pb.keepersim.v1.tx_pb2 import (
+    MsgDeclineInference,
+    MsgRegisterParticipant,
+    MsgUpdateExtensionParams,
+    Tx,
+)
+
+
+def _require_gov_authority(authority: str, msg_name: str) -> None:
+    if authority != GOV_AUTHORITY:
+        raise UnauthorizedError(
+            f"{msg_name}.authority {authority!r} is not the governance account {GOV_AUTHORITY!r}"
+        )
 
 
 def process_update_params(ctx: BlockContext, msg: MsgUpdateParams) -> None:
-    """Governance: signed by the x/gov module account (derived, not a param), the whole params
-    checked to load, effective from the next block."""
+    """Governance of the chain's params: signed by the x/gov module account (derived, not a
+    param), the whole params checked to load with the extension params they will run with,
+    effective from the next block."""
     keeper = ctx.keeper
-    if msg.authority != GOV_AUTHORITY:
-        raise UnauthorizedError(
-            f"MsgUpdateParams.authority {msg.authority!r} is not the governance account "
-            f"{GOV_AUTHORITY!r}"
-        )
+    _require_gov_authority(msg.authority, "MsgUpdateParams")
     if not msg.HasField("params"):
         raise InvalidMessageError("MsgUpdateParams.params is missing")
-    get_loaded_policy(msg.params)
+    get_loaded_policy(ModuleParams(params=msg.params, extension_params=get_next_extension(keeper)))
     keeper.set_pending_params(msg.params)
     keeper.emit(ParamsUpdated(ctx.height, ctx.height + 1, msg.authority))
 
 
-def process_submit_new_participant(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
-    """Register or update a participant; its weight counts from the next epoch group."""
+def process_update_extension_params(ctx: BlockContext, msg: MsgUpdateExtensionParams) -> None:
+    """Governance of keepersim's extension params: the same authority and checks as
+    MsgUpdateParams, against the chain params they will run with."""
+    keeper = ctx.keeper
+    _require_gov_authority(msg.authority, "MsgUpdateExtensionParams")
+    if not msg.HasField("extension_params"):
+        raise InvalidMessageError("MsgUpdateExtensionParams.extension_params is missing")
+    get_loaded_policy(
+        ModuleParams(params=get_next_params(keeper), extension_params=msg.extension_params)
+    )
+    keeper.set_pending_extension_params(msg.extension_params)
+    keeper.emit(ParamsUpdated(ctx.height, ctx.height + 1, msg.authority))
+
+
+def get_next_params(keeper: Keeper) -> Params:
+    """The chain params of the next block: the pending update, or those in force."""
+    return keeper.get_pending_params() or keeper.get_params()
+
+
+def get_next_extension(keeper: Keeper) -> ExtensionParams:
+    """The extension params of the next block: the pending update, or those in force."""
+    return keeper.get_pending_extension_params() or keeper.get_extension_params()
+
+
+def process_register_participant(ctx: BlockContext, msg: MsgRegisterParticipant) -> None:
+    """Register or update a participant: its URL now; its weight, models and ML nodes count from
+    the next epoch group (the chain learns them from hardware declarations and the PoC)."""
     if not msg.creator or "\x00" in msg.creator:
-        raise InvalidMessageError("MsgSubmitNewParticipant.creator is empty or has a 0x00 byte")
+        raise InvalidMessageError("MsgRegisterParticipant.creator is empty or has a 0x00 byte")
     if msg.weight < 0:
         raise InvalidMessageError(
-            f"MsgSubmitNewParticipant.weight must be >= 0, got {msg.weight} for {msg.creator!r}"
+            f"MsgRegisterParticipant.weight must be >= 0, got {msg.weight} for {msg.creator!r}"
         )
     keeper = ctx.keeper
     participant = keeper.get_participant(msg.creator)
@@ -59,11 +95,10 @@ def process_submit_new_participant(ctx: BlockContext, msg: MsgSubmitNewParticipa
         )
     participant.inference_url = msg.url
     participant.weight = msg.weight
-    del participant.models[:]
-    participant.models.extend(msg.models)
-    del participant.ml_nodes[:]
-    participant.ml_nodes.extend(msg.ml_nodes)
     keeper.set_participant(participant)
+    keeper.set_participant_nodes(
+        ParticipantNodes(address=msg.creator, models=msg.models, ml_nodes=msg.ml_nodes)
+    )
 
 
 _HANDLERS: dict[type[Message], Callable[[BlockContext, Any], None]] = {
@@ -71,7 +106,8 @@ _HANDLERS: dict[type[Message], Callable[[BlockContext, Any], None]] = {
     MsgFinishInference: process_finish_inference,
     MsgDeclineInference: process_decline_inference,
     MsgUpdateParams: process_update_params,
-    MsgSubmitNewParticipant: process_submit_new_participant,
+    MsgUpdateExtensionParams: process_update_extension_params,
+    MsgRegisterParticipant: process_register_participant,
 }
 
 

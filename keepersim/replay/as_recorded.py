@@ -111,9 +111,9 @@ from keepersim.types.events import (
     InferenceExpired,
     InferenceFinished,
 )
+from keepersim.types.messages import DECLINED, EXPIRED, STARTED
 from keepersim.types.params import params_to_dict
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference
-from keepersim.types.pb.inference.inference.types_pb2 import DECLINED, EXPIRED, STARTED
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 __all__ = [

@@ -30,7 +30,7 @@ from keepersim.progress import PROGRESS_HELP
 if TYPE_CHECKING:
     from keepersim.replay.as_recorded import ReplayReport
     from keepersim.replay.estimator import BetaPrior
-    from keepersim.types.pb.inference.inference.params_pb2 import Params
+    from keepersim.types.messages import Params
 
 __all__ = ["add_replay_command", "main", "run_replay_command"]
 

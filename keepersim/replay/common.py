@@ -8,7 +8,7 @@ Heights: the chain's genesis is at ``first_height - 1``; the first replayed bloc
 MsgUpdateParams in block h - 1 (the module applies accepted params from the next block). A
 governance entry at height h is sent in block h (in force from h + 1), as a governance
 transaction included at h would be. A ``participants`` line at height h (an epoch's first height,
-where keepersim forms the new group in the end block) sends MsgSubmitNewParticipant in block h for
+where keepersim forms the new group in the end block) sends MsgRegisterParticipant in block h for
 every participant whose weight, models, ML nodes or URL changed, and weight 0 for one that left.
 """
 
@@ -47,20 +47,17 @@ from keepersim.store.committed import CommitStore
 from keepersim.store.memory import MemoryBackend
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import KeepersimError
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.tx_pb2 import (
-    MsgStartInference,
-    MsgSubmitNewParticipant,
-    MsgUpdateParams,
-)
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     ACTIVE,
     INACTIVE,
     CurrentEpochStats,
+    GenesisState,
     Inference,
+    Params,
     Participant,
 )
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference, MsgUpdateParams
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgRegisterParticipant
 
 StoreKind = Literal["leveldb", "memory"]
 Governance = Sequence[tuple[int, Params]]
@@ -285,13 +282,13 @@ class ParticipantTracker:
     """The recorded participant set, to turn a later participants line into messages."""
 
     def __init__(self, participants: Sequence[Participant]) -> None:
-        self._known: dict[str, MsgSubmitNewParticipant] = {
+        self._known: dict[str, MsgRegisterParticipant] = {
             p.address: self._as_msg(p) for p in participants
         }
 
     @staticmethod
-    def _as_msg(p: Participant) -> MsgSubmitNewParticipant:
-        return MsgSubmitNewParticipant(
+    def _as_msg(p: Participant) -> MsgRegisterParticipant:
+        return MsgRegisterParticipant(
             creator=p.address,
             url=p.inference_url,
             weight=p.weight,
@@ -299,9 +296,9 @@ class ParticipantTracker:
             ml_nodes=list(p.ml_nodes),
         )
 
-    def compute_updates(self, record: ParticipantsRecord) -> list[MsgSubmitNewParticipant]:
+    def compute_updates(self, record: ParticipantsRecord) -> list[MsgRegisterParticipant]:
         """Messages that turn the known set into the record's (weight 0 for one that left)."""
-        out: list[MsgSubmitNewParticipant] = []
+        out: list[MsgRegisterParticipant] = []
         now = {p.address: self._as_msg(p) for p in record.participants}
         for address, msg in sorted(now.items()):
             if self._known.get(address) != msg:
@@ -310,7 +307,7 @@ class ParticipantTracker:
         for address in sorted(set(self._known) - set(now)):
             old = self._known[address]
             if old.weight != 0:
-                gone = MsgSubmitNewParticipant()
+                gone = MsgRegisterParticipant()
                 gone.CopyFrom(old)
                 gone.weight = 0
                 out.append(gone)

@@ -51,7 +51,7 @@ from keepersim.replay.trace import (
     InferenceRecord,
     iterate_trace,
 )
-from keepersim.types.pb.inference.inference.types_pb2 import EXPIRED, Inference
+from keepersim.types.messages import EXPIRED, Inference
 
 __all__ = ["DEFAULT_LATENCY_BLOCKS", "BehaviourEstimator", "BetaPrior", "estimate_trace"]
 

@@ -20,10 +20,10 @@ from typing import Any, Final
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
+    Params,
     Participant,
 )
 

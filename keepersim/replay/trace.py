@@ -51,9 +51,7 @@ from google.protobuf.message import Message
 
 from keepersim.replay.fastpath import Check, FastParseError, MessageBuilder, SchemaCompiler
 from keepersim.types.errors import InvalidParamsError
-from keepersim.types.params import validate_params
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     DECLINED,
     FINISHED,
     INVALIDATED,
@@ -62,8 +60,10 @@ from keepersim.types.pb.inference.inference.types_pb2 import (
     EpochPerformanceSummary,
     Inference,
     InferenceStatus,
+    Params,
     Participant,
 )
+from keepersim.types.params import validate_params
 
 __all__ = [
     "FINISHED_LIKE",

@@ -76,9 +76,9 @@ from keepersim.store.checkpoint import (
 )
 from keepersim.types.errors import KeepersimError
 from keepersim.types.events import HealthTransition, InferenceExpired, InferenceFinished
+from keepersim.types.messages import EXPIRED
 from keepersim.types.params import params_to_dict
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
-from keepersim.types.pb.inference.inference.types_pb2 import EXPIRED
 
 __all__ = ["FALSE_EXCLUSION_P", "compute_keyed_int", "replay_what_if"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from keepersim.types.messages import Params
 from keepersim.types.params import get_decimal_value
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 
 __all__ = ["compute_inaction_note", "get_inaction_reason", "is_policy_idle"]
 

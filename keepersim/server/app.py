@@ -105,19 +105,18 @@ from keepersim.types.errors import (
     NoExecutorsError,
     UnknownModelError,
 )
-from keepersim.types.pb.inference.inference.tx_pb2 import (
-    MsgFinishInference,
-    MsgStartInference,
-    MsgSubmitNewParticipant,
-    MsgUpdateParams,
-)
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     Epoch,
     EpochPerformanceSummary,
     Inference,
     Participant,
 )
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
+from keepersim.types.pb.inference.inference.tx_pb2 import (
+    MsgFinishInference,
+    MsgStartInference,
+    MsgUpdateParams,
+)
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, MsgRegisterParticipant
 
 __all__ = [
     "CHAIN_PREFIX",
@@ -147,7 +146,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
     "MsgFinishInference": MsgFinishInference,
     "MsgDeclineInference": MsgDeclineInference,
     "MsgUpdateParams": MsgUpdateParams,
-    "MsgSubmitNewParticipant": MsgSubmitNewParticipant,
+    "MsgRegisterParticipant": MsgRegisterParticipant,
 }
 
 

@@ -54,7 +54,7 @@ from keepersim.types.events import (
     InferenceFinished,
     ParticipantDeactivated,
 )
-from keepersim.types.pb.inference.inference.types_pb2 import ACTIVE
+from keepersim.types.messages import ACTIVE
 
 if TYPE_CHECKING:
     from keepersim.chain import BlockResult, Chain

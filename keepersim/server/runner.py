@@ -49,9 +49,8 @@ from keepersim.server.metrics import ServerMetrics
 from keepersim.sim.scenario import Scenario
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import KeepersimError
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
+from keepersim.types.messages import DECLINED, GenesisState
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgUpdateParams
-from keepersim.types.pb.inference.inference.types_pb2 import DECLINED
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 __all__ = [

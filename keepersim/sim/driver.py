@@ -128,6 +128,14 @@ from keepersim.types.events import (
     ParamsUpdated,
     ParticipantDeactivated,
 )
+from keepersim.types.messages import (
+    STARTED,
+    GenesisState,
+    Inference,
+    MLNodeInfo,
+    Params,
+    Participant,
+)
 from keepersim.types.params import (
     GOV_AUTHORITY,
     compute_decimal,
@@ -137,18 +145,10 @@ from keepersim.types.params import (
     params_to_dict,
     validate_params,
 )
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
     MsgUpdateParams,
-)
-from keepersim.types.pb.inference.inference.types_pb2 import (
-    STARTED,
-    Inference,
-    MLNodeInfo,
-    Participant,
 )
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 

@@ -29,10 +29,10 @@ from typing import IO, Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
+    Params,
     Participant,
 )
 

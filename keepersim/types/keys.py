@@ -24,6 +24,12 @@ EXCLUDED_PARTICIPANTS = b"\x18"
 PARAMS = b"\x28"
 PENDING_PARAMS = b"\x29"
 CHAIN_ID = b"\x2a"
+EXTENSION_PARAMS = b"\x2b"
+PENDING_EXTENSION_PARAMS = b"\x2c"
+# address -> keepersim.v1.ParticipantNodes (models and ML nodes, read at epoch formation).
+PARTICIPANT_NODES = b"\x2d"
+# (uint64 epoch, address) -> keepersim.v1.EpochDeclines.
+EPOCH_DECLINES = b"\x2e"
 # Health-policy state: each policy owns one prefix byte (keepersim.keeper.policies).
 POLICY_STATE = b"\x40"
 # Height-keyed wake-up queues of health policies: (policy prefix, uint64 height) -> the
@@ -105,6 +111,10 @@ def decode_summary_key(key: bytes) -> tuple[str, int]:
 
 def summary_prefix(address: str) -> bytes:
     return encode_str(address, last=False)
+
+
+def declines_key(epoch_index: int, address: str) -> bytes:
+    return encode_u64(epoch_index) + encode_str(address, last=True)
 
 
 def excluded_key(epoch_index: int, address: str) -> bytes:

@@ -1,26 +1,41 @@
-"""Module params: the chain's code defaults, the mainnet preset, JSON codec and validation.
+"""Module params: the chain's ``Params`` and keepersim's ``ExtensionParams``, side by side.
 
-Validation rejects a bad value with the rule it breaks; nothing is silently replaced by a default
-(upstream treats a breaker param of 0 as "use the default"; keepersim refuses it instead).
+A run's params are a ``keepersim.v1.ModuleParams``: ``params`` is the chain's own
+``inference.inference.Params`` (every field; keepersim reads the epoch timing, the validation
+params' expiry, reputation inputs and downtime SPRT), ``extension_params`` is what the chain lacks
+(the #942 breaker's ``cb_*``, reputation-weighted selection, the SPRT switch and the health
+policies). Their JSON is ``{"params": {...}, "extension_params": {...}}``, and dotted paths
+(governance ``set``, sweeps, error fields) start at that root: ``params.validation_params.
+expiration_blocks``, ``extension_params.health_params.windowed.window``.
+
+Validation is the chain's own (:func:`validate_chain_params`, upstream ``Params.Validate``) plus
+what keepersim needs to run them, each rejection naming the field and the rule it breaks; nothing
+is silently replaced by a default. The one default the chain itself applies is kept: a ``cb_*``
+of 0 means the #942 default (:func:`get_cb_settings`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal as PyDecimal
 from typing import Any
 
 from google.protobuf import json_format
 
 from keepersim.types.bech32 import GOV_AUTHORITY as GOV_AUTHORITY  # re-exported
+from keepersim.types.chain_params import (
+    get_chain_decimal_value,
+    get_chain_default_params,
+    get_chain_mainnet_params,
+    validate_chain_params,
+)
 from keepersim.types.errors import InvalidParamsError
-from keepersim.types.pb.inference.inference.params_pb2 import EpochParams, Params
-from keepersim.types.pb.inference.inference.types_pb2 import Decimal
+from keepersim.types.messages import Decimal, Params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import (
-    CircuitBreakerParams,
     ConsecutiveParams,
+    ExtensionParams,
     HealthParams,
-    ReputationParams,
-    SprtParams,
+    ModuleParams,
     TrinAdditiveParams,
     TrinMultiplicativeParams,
     WindowedParams,
@@ -28,55 +43,72 @@ from keepersim.types.pb.keepersim.v1.extension_params_pb2 import (
 from keepersim.types.policies import POLICY_NAMES as POLICY_NAMES  # re-exported
 
 PUSHBACK_OUTCOMES = ("declined", "miss")
+#: The SPRT's running LLRs are Decimals with 12 fractional digits, as the chain stores its
+#: ``Ln(precision 12)`` results; params Decimals are in the chain's shortest form instead.
 DECIMAL_EXPONENT = -12
 
 
-def compute_decimal(value: str | int) -> Decimal:
-    """A chain Decimal with 12 fractional digits from an exact decimal string."""
-    scaled = PyDecimal(value).scaleb(-DECIMAL_EXPONENT)
-    if scaled != scaled.to_integral_value():
-        raise ValueError(f"{value!r} has more than {-DECIMAL_EXPONENT} fractional digits")
-    return Decimal(value=int(scaled), exponent=DECIMAL_EXPONENT)
-
-
 def get_decimal_value(d: Decimal) -> PyDecimal:
-    return PyDecimal(d.value).scaleb(d.exponent)
+    return get_chain_decimal_value(d)
 
 
-def get_default_params() -> Params:
-    """The chain's code defaults (tiny epochs, SPRT at 0.10 / 0.20 / 4, breaker 25% / 4 / 50 / 500)."""
-    return Params(
-        expiration_blocks=20,
-        epoch_params=EpochParams(
-            epoch_length=40,
-            poc_stage_duration=2,
-            poc_validation_delay=1,
-            poc_validation_duration=2,
-            set_new_validators_delay=1,
-        ),
-        reputation_params=ReputationParams(
-            epochs_to_max=30,
-            miss_percentage_cutoff=compute_decimal("0.01"),
-            miss_requests_penalty=compute_decimal("1.0"),
-            # Upstream selects by weight alone (gonka-ai/gonka ee730031,
-            # x/inference/epochgroup/random.go selectRandomParticipant) and uses reputation only
-            # for validation sampling (calculations/should_validate.go). Selecting by weight x
-            # reputation is the fork's unmerged PR #8: an option, off as on the chain.
-            reputation_weighting=False,
-        ),
-        sprt_params=SprtParams(
-            enabled=True,
-            p0=compute_decimal("0.10"),
-            p1=compute_decimal("0.20"),
-            threshold=compute_decimal("4"),
-        ),
-        circuit_breaker_params=CircuitBreakerParams(
-            miss_threshold_pct=25,
-            min_samples=4,
-            initial_cooldown_blocks=50,
-            max_cooldown_blocks=500,
-        ),
+@dataclass(frozen=True, slots=True)
+class CbSettings:
+    """The #942 breaker's effective values: a ``cb_*`` param of 0 reads as its default."""
+
+    miss_threshold_pct: int
+    min_samples: int
+    initial_cooldown_blocks: int
+    max_cooldown_blocks: int
+
+
+#: gonka-ai/gonka 6a468b08 x/inference/keeper/circuit_breaker.go: the defaults behind 0.
+CB_DEFAULTS = CbSettings(
+    miss_threshold_pct=25, min_samples=4, initial_cooldown_blocks=50, max_cooldown_blocks=500
+)
+
+
+def get_cb_settings(ext: ExtensionParams) -> CbSettings:
+    """The breaker's values as upstream reads them: 0 means "use the default"."""
+    d = CB_DEFAULTS
+    return CbSettings(
+        miss_threshold_pct=ext.cb_miss_threshold_pct or d.miss_threshold_pct,
+        min_samples=ext.cb_min_samples or d.min_samples,
+        initial_cooldown_blocks=ext.cb_initial_cooldown_blocks or d.initial_cooldown_blocks,
+        max_cooldown_blocks=ext.cb_max_cooldown_blocks or d.max_cooldown_blocks,
+    )
+
+
+def get_default_extension_params() -> ExtensionParams:
+    """keepersim's defaults: the #942 breaker's (25% / 4 / 50 / 500), selection by weight alone,
+    the chain's SPRT on, and the gonka breaker as the health policy."""
+    return ExtensionParams(
+        cb_miss_threshold_pct=CB_DEFAULTS.miss_threshold_pct,
+        cb_min_samples=CB_DEFAULTS.min_samples,
+        cb_initial_cooldown_blocks=CB_DEFAULTS.initial_cooldown_blocks,
+        cb_max_cooldown_blocks=CB_DEFAULTS.max_cooldown_blocks,
+        # Upstream selects by weight alone (gonka-ai/gonka ee730031,
+        # x/inference/epochgroup/random.go selectRandomParticipant) and uses reputation only
+        # for validation sampling (calculations/should_validate.go). Selecting by weight x
+        # reputation is the fork's unmerged PR #8: an option, off as on the chain.
+        reputation_weighting=False,
+        sprt_enabled=True,
         health_params=get_default_health_params(),
+    )
+
+
+def get_default_params() -> ModuleParams:
+    """The chain's code defaults (``DefaultParams()`` at ee730031) with keepersim's defaults."""
+    return ModuleParams(
+        params=get_chain_default_params(), extension_params=get_default_extension_params()
+    )
+
+
+def get_mainnet_params() -> ModuleParams:
+    """The live network's params as reconstructed from genesis and the upgrade handlers
+    (17,280-block epochs, expiry 150, downtime SPRT 0.98 / 0.99 / 100: effectively off)."""
+    return ModuleParams(
+        params=get_chain_mainnet_params(), extension_params=get_default_extension_params()
     )
 
 
@@ -133,51 +165,29 @@ def get_default_health_params() -> HealthParams:
     )
 
 
-def get_mainnet_params() -> Params:
-    """The live network's values: 17,280-block epochs, expiry 150, SPRT effectively off."""
-    params = get_default_params()
-    params.expiration_blocks = 150
-    params.epoch_params.CopyFrom(
-        EpochParams(
-            epoch_length=17280,
-            poc_stage_duration=35,
-            poc_validation_delay=5,
-            poc_validation_duration=240,
-            set_new_validators_delay=120,
-        )
-    )
-    params.sprt_params.CopyFrom(
-        SprtParams(
-            enabled=True,
-            p0=compute_decimal("0.98"),
-            p1=compute_decimal("0.99"),
-            threshold=compute_decimal("100"),
-        )
-    )
-    return params
-
-
 PRESETS = {"default": get_default_params, "mainnet": get_mainnet_params}
 
 
-def get_preset_params(name: str) -> Params:
+def get_preset_params(name: str) -> ModuleParams:
     if name not in PRESETS:
         raise InvalidParamsError("preset", f"one of {sorted(PRESETS)}", name)
     return PRESETS[name]()
 
 
-def params_to_dict(params: Params) -> dict[str, Any]:
+def params_to_dict(params: ModuleParams) -> dict[str, Any]:
+    """``{"params": {...}, "extension_params": {...}}`` (proto field names, every field)."""
     return json_format.MessageToDict(
         params, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
 
 
-def params_from_dict(data: dict[str, Any]) -> Params:
-    """Parse params JSON (unknown fields are an error naming them)."""
+def params_from_dict(data: dict[str, Any]) -> ModuleParams:
+    """Parse ``{"params": ..., "extension_params": ...}`` (unknown fields are an error naming
+    them)."""
     try:
-        return json_format.ParseDict(data, Params())
+        return json_format.ParseDict(data, ModuleParams())
     except json_format.ParseError as exc:
-        raise InvalidParamsError("params", "well-formed Params JSON", str(exc)) from exc
+        raise InvalidParamsError("params", "well-formed ModuleParams JSON", str(exc)) from exc
 
 
 def _require(ok: bool, field: str, rule: str, value: object) -> None:
@@ -185,18 +195,44 @@ def _require(ok: bool, field: str, rule: str, value: object) -> None:
         raise InvalidParamsError(field, rule, value)
 
 
-def validate_params(params: Params) -> None:
+def validate_params(params: ModuleParams) -> None:
     """Check every field; raise InvalidParamsError naming the first rule broken."""
-    _require(params.expiration_blocks > 0, "expiration_blocks", "> 0", params.expiration_blocks)
-    validate_epoch_params(params.epoch_params)
-    validate_reputation_params(params.reputation_params)
-    validate_sprt_params(params.sprt_params)
-    validate_breaker_params(params.circuit_breaker_params)
-    validate_health_params(params.health_params)
+    _require(params.HasField("params"), "params", "set", None)
+    _require(params.HasField("extension_params"), "extension_params", "set", None)
+    validate_module_params(params.params, params.extension_params)
 
 
-def validate_epoch_params(e: EpochParams) -> None:
-    _require(e.epoch_length > 0, "epoch_params.epoch_length", "> 0", e.epoch_length)
+def validate_module_params(chain: Params, ext: ExtensionParams) -> None:
+    """The chain's own rules on ``chain``, then what keepersim needs to run the pair."""
+    try:
+        validate_chain_params(chain)
+    except InvalidParamsError as exc:
+        raise InvalidParamsError("params." + exc.field, exc.rule, exc.value) from exc
+    validate_run_params(chain, ext.sprt_enabled)
+    validate_extension_params(ext)
+
+
+def validate_run_params(chain: Params, sprt_enabled: bool) -> None:
+    """keepersim's rules on the chain's params it reads (the chain's own are weaker here)."""
+    v = chain.validation_params
+    f = "params.validation_params."
+    _require(v.expiration_blocks > 0, f + "expiration_blocks", "> 0", v.expiration_blocks)
+    _require(v.epochs_to_max >= 1, f + "epochs_to_max", ">= 1", v.epochs_to_max)
+    cutoff = get_decimal_value(v.miss_percentage_cutoff)
+    _require(0 <= cutoff <= 1, f + "miss_percentage_cutoff", "in [0, 1]", str(cutoff))
+    penalty = get_decimal_value(v.miss_requests_penalty)
+    _require(penalty >= 0, f + "miss_requests_penalty", ">= 0", str(penalty))
+    if sprt_enabled:
+        p0 = get_decimal_value(v.downtime_good_percentage)
+        p1 = get_decimal_value(v.downtime_bad_percentage)
+        _require(0 < p0 < 1, f + "downtime_good_percentage", "0 < p0 < 1", str(p0))
+        _require(0 < p1 < 1, f + "downtime_bad_percentage", "0 < p1 < 1", str(p1))
+        _require(p0 < p1, f + "downtime_bad_percentage", "good < bad", str(p1))
+        h = get_decimal_value(v.downtime_h_threshold)
+        _require(h > 0, f + "downtime_h_threshold", "> 0", str(h))
+    e = chain.epoch_params
+    g = "params.epoch_params."
+    _require(e.epoch_length > 0, g + "epoch_length", "> 0", e.epoch_length)
     for name in (
         "poc_stage_duration",
         "poc_validation_delay",
@@ -204,7 +240,7 @@ def validate_epoch_params(e: EpochParams) -> None:
         "set_new_validators_delay",
     ):
         value = getattr(e, name)
-        _require(value >= 0, f"epoch_params.{name}", ">= 0", value)
+        _require(value >= 0, g + name, ">= 0", value)
     poc_total = (
         e.poc_stage_duration
         + e.poc_validation_delay
@@ -213,54 +249,50 @@ def validate_epoch_params(e: EpochParams) -> None:
     )
     _require(
         poc_total < e.epoch_length,
-        "epoch_params",
+        "params.epoch_params",
         "PoC stages together shorter than epoch_length",
         poc_total,
     )
 
 
-def validate_reputation_params(r: ReputationParams) -> None:
-    _require(r.epochs_to_max >= 1, "reputation_params.epochs_to_max", ">= 1", r.epochs_to_max)
-    cutoff = get_decimal_value(r.miss_percentage_cutoff)
-    _require(0 <= cutoff <= 1, "reputation_params.miss_percentage_cutoff", "in [0, 1]", str(cutoff))
-    penalty = get_decimal_value(r.miss_requests_penalty)
-    _require(penalty >= 0, "reputation_params.miss_requests_penalty", ">= 0", str(penalty))
-
-
-def validate_sprt_params(s: SprtParams) -> None:
-    p0, p1 = get_decimal_value(s.p0), get_decimal_value(s.p1)
-    _require(0 < p0 < 1, "sprt_params.p0", "0 < p0 < 1", str(p0))
-    _require(0 < p1 < 1, "sprt_params.p1", "0 < p1 < 1", str(p1))
-    _require(p0 < p1, "sprt_params.p1", "p0 < p1", str(p1))
-    threshold = get_decimal_value(s.threshold)
-    _require(threshold > 0, "sprt_params.threshold", "> 0", str(threshold))
-
-
-def validate_breaker_params(c: CircuitBreakerParams) -> None:
-    f = "circuit_breaker_params."
+def validate_extension_params(ext: ExtensionParams) -> None:
+    f = "extension_params."
+    cb = get_cb_settings(ext)
     _require(
-        1 <= c.miss_threshold_pct <= 100,
-        f + "miss_threshold_pct",
-        "in [1, 100]",
-        c.miss_threshold_pct,
-    )
-    _require(c.min_samples >= 1, f + "min_samples", ">= 1", c.min_samples)
-    _require(
-        c.initial_cooldown_blocks > 0,
-        f + "initial_cooldown_blocks",
-        "> 0",
-        c.initial_cooldown_blocks,
+        1 <= cb.miss_threshold_pct <= 100,
+        f + "cb_miss_threshold_pct",
+        "in [1, 100] (0: the default 25)",
+        ext.cb_miss_threshold_pct,
     )
     _require(
-        c.max_cooldown_blocks >= c.initial_cooldown_blocks,
-        f + "max_cooldown_blocks",
-        ">= initial_cooldown_blocks",
-        c.max_cooldown_blocks,
+        ext.cb_initial_cooldown_blocks >= 0,
+        f + "cb_initial_cooldown_blocks",
+        ">= 0 (0: the default 50)",
+        ext.cb_initial_cooldown_blocks,
     )
+    _require(
+        ext.cb_max_cooldown_blocks >= 0,
+        f + "cb_max_cooldown_blocks",
+        ">= 0 (0: the default 500)",
+        ext.cb_max_cooldown_blocks,
+    )
+    _require(
+        cb.max_cooldown_blocks >= cb.initial_cooldown_blocks,
+        f + "cb_max_cooldown_blocks",
+        ">= cb_initial_cooldown_blocks (after defaults)",
+        ext.cb_max_cooldown_blocks,
+    )
+    _require(ext.HasField("health_params"), f + "health_params", "set", None)
+    validate_health_params(ext.health_params)
 
 
 def validate_health_params(h: HealthParams) -> None:
-    _require(h.policy in POLICY_NAMES, "health_params.policy", f"one of {POLICY_NAMES}", h.policy)
+    _require(
+        h.policy in POLICY_NAMES,
+        "extension_params.health_params.policy",
+        f"one of {POLICY_NAMES}",
+        h.policy,
+    )
     validate_consecutive_params(h.consecutive)
     validate_trin_additive_params(h.trin_additive)
     validate_trin_multiplicative_params(h.trin_multiplicative)
@@ -268,7 +300,7 @@ def validate_health_params(h: HealthParams) -> None:
 
 
 def validate_consecutive_params(c: ConsecutiveParams) -> None:
-    f = "health_params.consecutive."
+    f = "extension_params.health_params.consecutive."
     _require(c.failure_threshold >= 1, f + "failure_threshold", ">= 1", c.failure_threshold)
     _require(c.success_threshold >= 1, f + "success_threshold", ">= 1", c.success_threshold)
     _require(c.timeout_blocks > 0, f + "timeout_blocks", "> 0", c.timeout_blocks)
@@ -300,7 +332,7 @@ def validate_consecutive_params(c: ConsecutiveParams) -> None:
 
 
 def validate_trin_additive_params(t: TrinAdditiveParams) -> None:
-    f = "health_params.trin_additive."
+    f = "extension_params.health_params.trin_additive."
     _require(t.max_score > 0, f + "max_score", "> 0", t.max_score)
     _require(
         0 < t.initial_score <= t.max_score,
@@ -315,7 +347,7 @@ def validate_trin_additive_params(t: TrinAdditiveParams) -> None:
 
 
 def validate_trin_multiplicative_params(t: TrinMultiplicativeParams) -> None:
-    f = "health_params.trin_multiplicative."
+    f = "extension_params.health_params.trin_multiplicative."
     _require(1 <= t.history <= 32, f + "history", "in [1, 32]", t.history)
     _require(t.recency_blocks > 0, f + "recency_blocks", "> 0", t.recency_blocks)
     _require(
@@ -327,7 +359,7 @@ def validate_trin_multiplicative_params(t: TrinMultiplicativeParams) -> None:
 
 
 def validate_windowed_params(w: WindowedParams) -> None:
-    f = "health_params.windowed."
+    f = "extension_params.health_params.windowed."
     _require(4 <= w.window <= 64, f + "window", "in [4, 64]", w.window)
     _require(
         1 <= w.baseline_miss_pct < 100, f + "baseline_miss_pct", "in [1, 99]", w.baseline_miss_pct

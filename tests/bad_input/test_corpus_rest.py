@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 
 from keepersim.chain import Chain
 from keepersim.server.app import create_app
+from keepersim.types.messages import GenesisState, MLNodeInfo, Participant
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -9,7 +9,7 @@ import pytest
 from chain_protos import TypeProto, compute_chain_descriptor_set, compute_package_types
 from core_helpers import Driver
 
-from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.messages import Params
 
 
 @pytest.fixture

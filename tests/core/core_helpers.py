@@ -19,16 +19,15 @@ from keepersim.keeper.policies.gonka import GonkaBreaker
 from keepersim.store.kv import KVBackend, KVReader, prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition
+from keepersim.types.messages import Participant
 from keepersim.types.params import GOV_AUTHORITY
 from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
-    MsgSubmitNewParticipant,
     MsgUpdateParams,
 )
-from keepersim.types.pb.inference.inference.types_pb2 import Participant
 from keepersim.types.pb.keepersim.v1.health_pb2 import CircuitBreakerEntry
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, MsgRegisterParticipant
 
 MODEL = "m"
 GONKA_STATE = keys.POLICY_STATE + GonkaBreaker.prefix
@@ -206,7 +205,7 @@ def run_scenario(chain: Chain, blocks: int = 90, seed: int = 7) -> list[str]:
             msgs.append(MsgStartInference(inference_id=request_id, assigned_to=addr, model=MODEL))
             open_ids.append((request_id, addr))
         if h == 17:
-            msgs.append(MsgSubmitNewParticipant(creator="late", weight=3000, models=[MODEL]))
+            msgs.append(MsgRegisterParticipant(creator="late", weight=3000, models=[MODEL]))
         if h == 33:
             params = chain.get_params()
             params.circuit_breaker_params.min_samples = 6
@@ -223,9 +222,8 @@ def run_scenario(chain: Chain, blocks: int = 90, seed: int = 7) -> list[str]:
 def make_scenario_genesis_json() -> str:
     """The scenario's genesis as JSON (so a subprocess builds exactly the same one)."""
     from keepersim.module.genesis import genesis_to_json
+    from keepersim.types.messages import GenesisState, MLNodeInfo
     from keepersim.types.params import get_default_params
-    from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-    from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo
 
     params = get_default_params()
     params.epoch_params.epoch_length = 30

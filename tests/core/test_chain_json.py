@@ -19,17 +19,17 @@ from hypothesis import strategies as st
 
 from keepersim.types.chain_json import NON_NULLABLE_FIELDS, compute_chain_json, parse_chain_json
 from keepersim.types.errors import ChainJsonError, KeepersimError
-from keepersim.types.pb.inference.inference import genesis_pb2, params_pb2, tx_pb2, types_pb2
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgUpdateParams
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     CurrentEpochStats,
     Decimal,
     EpochPerformanceSummary,
     Inference,
     MLNodeInfo,
+    Params,
     Participant,
 )
+from keepersim.types.pb.inference.inference import genesis_pb2, params_pb2, tx_pb2, types_pb2
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgUpdateParams
 from keepersim.types.pb.keepersim.v1 import extension_params_pb2, health_pb2
 from keepersim.types.pb.keepersim.v1 import tx_pb2 as v1_tx_pb2
 

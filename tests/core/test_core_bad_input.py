@@ -13,16 +13,14 @@ from google.protobuf.message import Message
 from keepersim.chain import Chain
 from keepersim.store.buffer import RESERVED_PREFIX
 from keepersim.types.errors import BlockError, GenesisError
+from keepersim.types.messages import EXPIRED, FINISHED, STARTED, GenesisState, Participant
 from keepersim.types.params import GOV_AUTHORITY
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
 from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
-    MsgSubmitNewParticipant,
     MsgUpdateParams,
 )
-from keepersim.types.pb.inference.inference.types_pb2 import EXPIRED, FINISHED, STARTED, Participant
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, Tx
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, MsgRegisterParticipant, Tx
 
 
 def dump(chain: Chain) -> dict[bytes, bytes]:
@@ -142,15 +140,15 @@ BAD_MESSAGES: list[tuple[str, Message, str, str]] = [
     ),
     (
         "no-creator",
-        MsgSubmitNewParticipant(weight=5),
+        MsgRegisterParticipant(weight=5),
         "InvalidMessageError",
-        "MsgSubmitNewParticipant.creator is empty",
+        "MsgRegisterParticipant.creator is empty",
     ),
     (
         "negative-weight",
-        MsgSubmitNewParticipant(creator="newbie", weight=-1),
+        MsgRegisterParticipant(creator="newbie", weight=-1),
         "InvalidMessageError",
-        "MsgSubmitNewParticipant.weight must be >= 0, got -1 for 'newbie'",
+        "MsgRegisterParticipant.weight must be >= 0, got -1 for 'newbie'",
     ),
 ]
 

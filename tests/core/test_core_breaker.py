@@ -11,7 +11,7 @@ from core_helpers import MODEL, Driver
 
 from keepersim.keeper.policies.gonka import get_cb_entry
 from keepersim.types.events import HealthTransition
-from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.messages import Params
 from keepersim.types.pb.keepersim.v1.health_pb2 import EXCLUDED, HEALTHY, PROBE
 
 P = "p0"

@@ -15,8 +15,7 @@ from core_helpers import GONKA_STATE, MODEL
 from keepersim.chain import Chain
 from keepersim.keeper.policies.base import PolicyReader
 from keepersim.keeper.policies.gonka import GonkaBreaker
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.types_pb2 import CurrentEpochStats, Participant
+from keepersim.types.messages import CurrentEpochStats, GenesisState, Participant
 from keepersim.types.pb.keepersim.v1.health_pb2 import (
     EXCLUDED,
     PROBE,

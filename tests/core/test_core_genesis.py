@@ -10,15 +10,11 @@ from core_helpers import GONKA_QUEUE, GONKA_STATE, MODEL, Driver
 
 from keepersim.chain import Chain
 from keepersim.module.genesis import genesis_from_json, genesis_to_json
+from keepersim.types.messages import INACTIVE, STARTED, Params
 from keepersim.types.params import GOV_AUTHORITY
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.tx_pb2 import (
-    MsgFinishInference,
-    MsgSubmitNewParticipant,
-    MsgUpdateParams,
-)
-from keepersim.types.pb.inference.inference.types_pb2 import INACTIVE, STARTED
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgUpdateParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import EXCLUDED, PROBE
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgRegisterParticipant
 
 
 @pytest.fixture
@@ -31,7 +27,7 @@ def lived_in(make_driver: Callable[..., Driver], breaker_params: Params) -> Driv
     d = make_driver(breaker_params, n=5)
     d.success("p0", 3, 4)
     d.miss("p3", 12)
-    d.add(20, MsgSubmitNewParticipant(creator="late", weight=500, models=[MODEL]))
+    d.add(20, MsgRegisterParticipant(creator="late", weight=500, models=[MODEL]))
     d.success("p2", 32, 3)
     d.miss("p2", 33, 4)  # excluded at 33, PROBE at 43
     d.success("p1", 37, 3)

@@ -14,8 +14,8 @@ import keepersim.types.params as params_module
 from keepersim.chain import Chain
 from keepersim.types.errors import BlockError, InvalidParamsError, UnauthorizedError
 from keepersim.types.events import HealthTransition, ParamsUpdated
+from keepersim.types.messages import Params
 from keepersim.types.params import GOV_AUTHORITY, compute_decimal, validate_params
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference, MsgUpdateParams
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ConsecutiveOverride
 

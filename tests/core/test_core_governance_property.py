@@ -18,15 +18,13 @@ from keepersim.chain import Chain
 from keepersim.keeper.policies import HealthPolicy
 from keepersim.module.params_load import get_loaded_policy
 from keepersim.types.events import ParamsRejected
+from keepersim.types.messages import GenesisState, MLNodeInfo, Params, Participant
 from keepersim.types.params import GOV_AUTHORITY, POLICY_NAMES, compute_decimal, get_default_params
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
     MsgUpdateParams,
 )
-from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
 
 UNLOADABLE = 4242  # expiration_blocks that the patched begin-block loader refuses
 ADDRESSES = [f"p{i}" for i in range(4)]

@@ -25,11 +25,9 @@ from keepersim.types.errors import (
     UnauthorizedError,
 )
 from keepersim.types.events import ParamsRejected, ParamsUpdated
+from keepersim.types.messages import GenesisState, MLNodeInfo, Params, Participant
 from keepersim.types.params import GOV_AUTHORITY, POLICY_NAMES, get_default_params
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference, MsgUpdateParams
-from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
 from keepersim.types.policies import CHAIN_POLICIES, get_shared_prefixes
 
 

@@ -10,8 +10,7 @@ from core_helpers import CountingBackend, Driver
 
 from keepersim.chain import Chain
 from keepersim.store.leveldb import LevelDBBackend
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.messages import GenesisState, Params
 
 
 def idle_block_counts(

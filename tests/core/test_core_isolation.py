@@ -22,20 +22,16 @@ from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.errors import InvalidMessageError
 from keepersim.types.events import InferenceStarted
+from keepersim.types.messages import STARTED, GenesisState, Inference, Participant
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.tx_pb2 import (
-    MsgFinishInference,
-    MsgStartInference,
-    MsgSubmitNewParticipant,
-)
-from keepersim.types.pb.inference.inference.types_pb2 import STARTED, Inference, Participant
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgRegisterParticipant
 
 MODEL = "m"
 POLICIES = ("gonka", "windowed", "trin-multiplicative", "consecutive")
 
 
-def write_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
+def write_then_raise(ctx: BlockContext, msg: MsgRegisterParticipant) -> None:
     """Changes a participant (the decoded one, in place), writes an inference and a delete,
     emits an event, then is rejected."""
     keeper = ctx.keeper
@@ -50,7 +46,7 @@ def write_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
     raise InvalidMessageError("rejected half-way through its writes")
 
 
-def store_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
+def store_then_raise(ctx: BlockContext, msg: MsgRegisterParticipant) -> None:
     """Writes (new keys, an overwrite, a delete), changes a decoded participant in place without
     storing it, emits an event, then is rejected: all of it taken back in the nested scope."""
     keeper = ctx.keeper
@@ -67,7 +63,7 @@ def store_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
     raise InvalidMessageError("rejected half-way through its writes")
 
 
-def reach_policy_then_raise(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
+def reach_policy_then_raise(ctx: BlockContext, msg: MsgRegisterParticipant) -> None:
     """Writes, lets the policy see a start and an outcome, then is rejected."""
     keeper = ctx.keeper
     inference = Inference(
@@ -88,7 +84,7 @@ BAD_HANDLERS = {
 @pytest.fixture
 def bad_handler(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     def use(kind: str) -> None:
-        monkeypatch.setitem(msg_server._HANDLERS, MsgSubmitNewParticipant, BAD_HANDLERS[kind])
+        monkeypatch.setitem(msg_server._HANDLERS, MsgRegisterParticipant, BAD_HANDLERS[kind])
 
     return use
 
@@ -168,7 +164,7 @@ def test_rejected_half_way_leaves_nothing(
     with_bad, without = [], []
     for h in range(1, 7):
         good = good_block(h, 5)
-        bad = [MsgSubmitNewParticipant(creator=f"x{h}-{i}") for i in range(2)]
+        bad = [MsgRegisterParticipant(creator=f"x{h}-{i}") for i in range(2)]
         with_bad.append([bad[0], *good[:3], bad[1], *good[3:]])
         without.append(good)
     a = list(run(policy, with_bad))
@@ -202,7 +198,7 @@ def mixed_blocks(draw: st.DrawFn) -> tuple[list[list[Any]], list[list[Any]]]:
         for k in range(draw(st.integers(0, 4))):
             choice = draw(st.sampled_from([*BAD_HANDLERS, "duplicate", "stranger"]))
             if choice in BAD_HANDLERS:
-                bad: Any = MsgSubmitNewParticipant(creator=f"{choice}-{h}-{k}")
+                bad: Any = MsgRegisterParticipant(creator=f"{choice}-{h}-{k}")
             elif choice == "duplicate" and good:
                 bad = good[0] if isinstance(good[0], MsgStartInference) else good[1]
             else:
@@ -213,7 +209,7 @@ def mixed_blocks(draw: st.DrawFn) -> tuple[list[list[Any]], list[list[Any]]]:
     return with_bad, without
 
 
-def route(ctx: BlockContext, msg: MsgSubmitNewParticipant) -> None:
+def route(ctx: BlockContext, msg: MsgRegisterParticipant) -> None:
     BAD_HANDLERS[msg.creator.split("-")[0]](ctx, msg)
 
 
@@ -224,5 +220,5 @@ def test_mixed_blocks_hash_as_good_only(
 ) -> None:
     with_bad, without = blocks
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(msg_server._HANDLERS, MsgSubmitNewParticipant, route)
+        mp.setitem(msg_server._HANDLERS, MsgRegisterParticipant, route)
         assert list(run(policy, with_bad)) == list(run(policy, without))

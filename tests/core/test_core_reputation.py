@@ -12,9 +12,8 @@ import pytest
 from core_helpers import MODEL, Driver
 
 from keepersim.keeper.reputation import compute_adjusted_weight, compute_reputation
+from keepersim.types.messages import EpochPerformanceSummary, Params
 from keepersim.types.params import GOV_AUTHORITY, compute_decimal, get_default_params
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import EpochPerformanceSummary
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ReputationParams
 
 

@@ -16,10 +16,8 @@ from keepersim.module import abci
 from keepersim.store.buffer import RESERVED_PREFIX
 from keepersim.store.leveldb import LevelDBBackend
 from keepersim.types.events import InferenceExpired
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.messages import EXPIRED, STARTED, GenesisState, Params
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference
-from keepersim.types.pb.inference.inference.types_pb2 import EXPIRED, STARTED
 
 
 class Boom(RuntimeError):

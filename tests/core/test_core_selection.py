@@ -12,15 +12,15 @@ from core_helpers import MODEL, Driver
 from keepersim.chain import Chain
 from keepersim.keeper.selection import compute_draw, compute_selection_seed
 from keepersim.types.errors import NoExecutorsError, UnknownModelError
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgSubmitNewParticipant
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     Epoch,
     EpochGroupData,
+    GenesisState,
     MLNodeInfo,
     Participant,
     ValidationWeight,
 )
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgRegisterParticipant
 
 # address: (group weight, reputation, adjusted = weight * rep / 100, floor weight / 100), by hand
 MEMBERS = {
@@ -233,7 +233,7 @@ def test_poc_filter_follows_a_registration_update(poc_driver: Driver, tmp_path: 
     d.run_to(1)
     assert d.chain.get_selection_table(MODEL).addresses == ("a",)
     node = MLNodeInfo(node_id="b-node", timeslot_allocation=[True, True])
-    d.add(2, MsgSubmitNewParticipant(creator="b", weight=1000, models=[MODEL], ml_nodes=[node]))
+    d.add(2, MsgRegisterParticipant(creator="b", weight=1000, models=[MODEL], ml_nodes=[node]))
     d.run_to(2)
     running = d.chain.get_selection_table(MODEL).addresses
     backend_path = d.chain._store.backend.path  # type: ignore[attr-defined]

@@ -12,9 +12,8 @@ from core_helpers import MODEL, Driver
 
 from keepersim.keeper.sprt import compute_sprt_constants
 from keepersim.types.events import EpochSettled, ParticipantDeactivated
+from keepersim.types.messages import ACTIVE, INACTIVE, Params
 from keepersim.types.params import get_default_params, get_mainnet_params
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import ACTIVE, INACTIVE
 
 P = "p0"
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_helpers import Net, NetFactory, make_policy_genesis  # noqa: E402
 
 from keepersim.chain import Chain  # noqa: E402
-from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.messages import Params
 
 
 @pytest.fixture

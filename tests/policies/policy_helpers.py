@@ -10,11 +10,9 @@ from collections.abc import Callable, Sequence
 
 from keepersim.chain import BlockResult, Chain
 from keepersim.types.events import HealthTransition
+from keepersim.types.messages import GenesisState, MLNodeInfo, Params, Participant
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
-from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 MODEL = "m"

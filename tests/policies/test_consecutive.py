@@ -8,8 +8,8 @@ from policy_helpers import MODEL, NetFactory, make_params, to_names
 from keepersim.keeper.policies.consecutive import compute_outcome_class
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
 from keepersim.types.events import Outcome
+from keepersim.types.messages import Params
 from keepersim.types.params import validate_params
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ConsecutiveOverride
 
 WEIGHTS = {"a": 100, "b": 100, "c": 100}

@@ -32,8 +32,8 @@ from keepersim.keeper.selection import (
     get_pipeline_rules,
 )
 from keepersim.types.events import HealthTransition
+from keepersim.types.messages import Params
 from keepersim.types.params import validate_params
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 

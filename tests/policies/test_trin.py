@@ -17,8 +17,8 @@ from keepersim.keeper.policies.trin_additive import Events, ScoreParams, TrinAdd
 from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
 from keepersim.types import keys
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
+from keepersim.types.messages import Params
 from keepersim.types.params import GOV_AUTHORITY, validate_params
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgUpdateParams
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import TrinAdditiveParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import (

@@ -32,7 +32,7 @@ from keepersim.store.leveldb import LevelDBBackend
 from keepersim.store.memory import MemoryBackend
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition
-from keepersim.types.pb.inference.inference.params_pb2 import Params
+from keepersim.types.messages import Params
 from keepersim.types.pb.keepersim.v1.health_pb2 import OPEN, ConsecutiveEntry, PolicyStateEntry
 
 SRC = "smg-project/smg 28590879 model_gateway/src/worker/circuit_breaker.rs"

@@ -16,8 +16,8 @@ from keepersim.keeper.policies.windowed import (
 )
 from keepersim.types.errors import BlockError, InvalidParamsError
 from keepersim.types.events import InferenceExpired
+from keepersim.types.messages import Params
 from keepersim.types.params import GOV_AUTHORITY, get_default_health_params, validate_params
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgUpdateParams
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import WindowedParams
 

@@ -13,11 +13,9 @@ from google.protobuf import json_format
 
 from keepersim.chain import Chain
 from keepersim.types.events import EpochSettled
+from keepersim.types.messages import GenesisState, MLNodeInfo, Params, Participant
 from keepersim.types.params import get_default_params, params_to_dict
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
-from keepersim.types.pb.inference.inference.params_pb2 import Params
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
-from keepersim.types.pb.inference.inference.types_pb2 import MLNodeInfo, Participant
 
 CHAIN_ID = "replay-test"
 

@@ -13,7 +13,7 @@ from keepersim.replay.estimator import (
     BetaPrior,
     estimate_trace,
 )
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     DECLINED,
     EXPIRED,
     FINISHED,

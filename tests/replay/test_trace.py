@@ -29,7 +29,7 @@ from keepersim.replay.trace import (
     iterate_trace,
     read_header,
 )
-from keepersim.types.pb.inference.inference.types_pb2 import EXPIRED, FINISHED
+from keepersim.types.messages import EXPIRED, FINISHED
 
 
 def prologue(last: int = 100) -> list[dict[str, Any]]:

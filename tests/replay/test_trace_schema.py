@@ -24,10 +24,10 @@ from replay_helpers import (
 from keepersim.replay.fastpath import FastParseError, MessageBuilder, SchemaCompiler
 from keepersim.replay.schema_gen import SCHEMA_PATH, build_trace_schema, format_schema
 from keepersim.replay.trace import get_schema
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
+    Params,
     Participant,
 )
 

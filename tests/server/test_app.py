@@ -22,10 +22,9 @@ from keepersim.server.faults import (
     parse_fault_spec,
 )
 from keepersim.types.chain_json import compute_chain_json, parse_chain_json
+from keepersim.types.messages import GenesisState, Inference, MLNodeInfo, Participant
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.genesis_pb2 import GenesisState
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
-from keepersim.types.pb.inference.inference.types_pb2 import Inference, MLNodeInfo, Participant
 
 P = "/productscience/inference/inference"
 N_PARTICIPANTS = 7

@@ -23,13 +23,13 @@ from keepersim.sim.driver import (
 )
 from keepersim.sim.oracle import HEALTHY_MISS_THRESHOLD, OraclePolicy
 from keepersim.sim.scenario import Scenario, parse_scenario
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import (
+from keepersim.types.messages import (
     DECLINED,
     EXPIRED,
     FINISHED,
     STARTED,
     Inference,
+    Params,
 )
 
 TIMING_KEYS = {"wall_seconds", "inferences_per_second", "blocks_per_second", "store"}

@@ -20,8 +20,8 @@ from keepersim.store.buffer import BlockBuffer, KVStore
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition, Outcome
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import Inference
+from keepersim.types.messages import Inference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 
 NEVER = (1 << 63) - 1
 M = TypeVar("M", bound=Message)
@@ -235,6 +235,7 @@ class PolicyContext:
     __slots__ = (
         "keeper",
         "params",
+        "expiration_blocks",
         "height",
         "recheck",
         "_state",
@@ -252,7 +253,9 @@ class PolicyContext:
 
     def __init__(self, keeper: Keeper, policy: HealthPolicy, height: int) -> None:
         self.keeper = keeper
-        self.params: Params = keeper.get_params()
+        # A policy reads keepersim's extension params, and of the chain's only the expiry.
+        self.params: ExtensionParams = keeper.get_extension_params()
+        self.expiration_blocks: int = keeper.get_params().validation_params.expiration_blocks
         self.height = height
         self._name = policy.name
         self._state = keys.POLICY_STATE + policy.prefix
@@ -473,11 +476,12 @@ class PolicyContext:
 class PolicyReader:
     """Read access for health verdicts at query time (a read-only keeper underneath)."""
 
-    __slots__ = ("keeper", "params", "_state", "_log", "memo")
+    __slots__ = ("keeper", "params", "expiration_blocks", "_state", "_log", "memo")
 
     def __init__(self, keeper: Keeper, policy: HealthPolicy) -> None:
         self.keeper = keeper
-        self.params: Params = keeper.get_params()
+        self.params: ExtensionParams = keeper.get_extension_params()
+        self.expiration_blocks: int = keeper.get_params().validation_params.expiration_blocks
         self._state = keys.POLICY_STATE + policy.prefix
         self._log = keys.POLICY_LOG + policy.prefix
         # What a policy derives once per reader (one reader serves a whole table's verdicts),
@@ -498,12 +502,12 @@ class ParamsView(Generic[T]):
 
     __slots__ = ("_derive", "_params", "_view")
 
-    def __init__(self, derive: Callable[[Params], T]) -> None:
+    def __init__(self, derive: Callable[[ExtensionParams], T]) -> None:
         self._derive = derive
-        self._params: Params | None = None
+        self._params: ExtensionParams | None = None
         self._view: T | None = None
 
-    def get(self, params: Params) -> T:
+    def get(self, params: ExtensionParams) -> T:
         if params is not self._params or self._view is None:
             self._view = self._derive(params)
             self._params = params
@@ -604,15 +608,15 @@ class HealthPolicy:
         written without their queue key (a genesis import): see process_missing_wakeups."""
         return None
 
-    def get_exclusion_cap_pct(self, params: Params) -> int:
+    def get_exclusion_cap_pct(self, params: ExtensionParams) -> int:
         """Most share of candidate weight this policy may keep out (100 = no cap)."""
         return 100
 
-    def get_panic_pct(self, params: Params) -> int:
+    def get_panic_pct(self, params: ExtensionParams) -> int:
         """Admit everyone when the admitted weight share falls below this (0 = never)."""
         return 0
 
-    def is_fallback_allowed(self, params: Params) -> bool:
+    def is_fallback_allowed(self, params: ExtensionParams) -> bool:
         """When the gate leaves nobody: True -> the unfiltered list (Gonka); False -> an error."""
         return True
 

@@ -40,9 +40,8 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import Inference
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ConsecutiveParams
+from keepersim.types.messages import Inference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ConsecutiveParams, ExtensionParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import CLOSED, HALF_OPEN, OPEN, ConsecutiveEntry
 
 STATE_NAMES = {CLOSED: "closed", OPEN: "open", HALF_OPEN: "half_open"}
@@ -264,7 +263,7 @@ class ConsecutiveBreaker(HealthPolicy):
         # the timeout height writes that down.
         return ADMITTED_AS["half_open" if entry.state != CLOSED else "closed"]
 
-    def is_fallback_allowed(self, params: Params) -> bool:
+    def is_fallback_allowed(self, params: ExtensionParams) -> bool:
         return params.health_params.consecutive.fallback_when_all_open
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:

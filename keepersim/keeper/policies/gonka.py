@@ -24,14 +24,14 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.inference.inference.types_pb2 import CurrentEpochStats, Inference
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import CircuitBreakerParams
+from keepersim.types.messages import CurrentEpochStats, Inference
+from keepersim.types.params import CbSettings, get_cb_settings
 from keepersim.types.pb.keepersim.v1.health_pb2 import EXCLUDED, HEALTHY, PROBE, CircuitBreakerEntry
 
 STATE_NAMES = {HEALTHY: "healthy", EXCLUDED: "excluded", PROBE: "probe"}
 
 
-def is_miss_rate_exceeded(stats: CurrentEpochStats, params: CircuitBreakerParams) -> bool:
+def is_miss_rate_exceeded(stats: CurrentEpochStats, params: CbSettings) -> bool:
     """The exclusion rule: total >= min_samples and missed * 100 > pct * total (epoch counts)."""
     total = stats.inference_count + stats.missed_requests
     return (
@@ -49,9 +49,7 @@ def get_cooldown_end(entry: CircuitBreakerEntry) -> int:
     return entry.excluded_at_block + entry.cooldown_blocks
 
 
-def get_cb_entry(
-    raw: bytes | None, address: str, params: CircuitBreakerParams
-) -> CircuitBreakerEntry:
+def get_cb_entry(raw: bytes | None, address: str, params: CbSettings) -> CircuitBreakerEntry:
     """GetCBEntry: the stored entry, or HEALTHY with the initial cooldown when there is none.
 
     Upstream's getter fills in its compile-time default (50 blocks) rather than the param; the
@@ -88,7 +86,7 @@ def process_exclude(
 ) -> None:
     """ExcludeCBEntry: EXCLUDED at ``height``; a re-exclusion (a failed probe) doubles the
     cooldown up to the cap and counts a probe attempt; a cooldown of 0 starts at the initial."""
-    cb = ctx.params.circuit_breaker_params
+    cb = get_cb_settings(ctx.params)
     from_state = STATE_NAMES[entry.state]
     cooldown = entry.cooldown_blocks if entry.cooldown_blocks > 0 else cb.initial_cooldown_blocks
     if re_exclusion:
@@ -142,7 +140,7 @@ def process_cb_state_for_block(ctx: PolicyContext, height: int, addresses: Itera
     except in the block of their restoration. Upstream scans every entry and participant; here
     pass 1 reads the wake-up queue and pass 2 the participants whose state changed (the chain
     passes its touched set), which decides the same."""
-    cb = ctx.params.circuit_breaker_params
+    cb = get_cb_settings(ctx.params)
     due = ctx.pop_due(height)
     for address in due:
         raw = ctx.get_raw(address)
@@ -198,7 +196,7 @@ def get_cb_health(reader: PolicyReader, address: str, height: int) -> Health:
     if participant is None:
         return Health(True)
     stats = participant.current_epoch_stats
-    if is_miss_rate_exceeded(stats, reader.params.circuit_breaker_params):
+    if is_miss_rate_exceeded(stats, get_cb_settings(reader.params)):
         return Health(False, severity=compute_miss_rate_ppm(stats), state="healthy")
     return Health(True)
 
@@ -230,7 +228,7 @@ class GonkaBreaker(HealthPolicy):
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
         """The whole entry (as GetCBEntry reads it), its verdict and its cooldown end."""
-        entry = get_cb_entry(reader.get_raw(address), address, reader.params.circuit_breaker_params)
+        entry = get_cb_entry(reader.get_raw(address), address, get_cb_settings(reader.params))
         health = self.get_health(reader, address, height)
         return {
             "state": STATE_NAMES[entry.state],

@@ -26,6 +26,7 @@ from keepersim.keeper.policies.gonka import (
     process_promote,
     process_set_cb_entry,
 )
+from keepersim.types.params import get_cb_settings
 from keepersim.types.pb.keepersim.v1.health_pb2 import CircuitBreakerEntry
 
 
@@ -50,7 +51,7 @@ class GonkaCBKeeper:
     def get_cb_entry(self, address: str) -> CircuitBreakerEntry:
         """GetCBEntry: HEALTHY with the initial cooldown when there is no entry."""
         ctx = self.ctx
-        return get_cb_entry(ctx.get_raw(address), address, ctx.params.circuit_breaker_params)
+        return get_cb_entry(ctx.get_raw(address), address, get_cb_settings(ctx.params))
 
     def has_cb_entry(self, address: str) -> bool:
         return self.ctx.get_raw(address) is not None

@@ -43,9 +43,8 @@ from keepersim.keeper.policies.base import (
     get_log_index,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import Inference
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import TrinAdditiveParams
+from keepersim.types.messages import Inference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, TrinAdditiveParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import ScoreDelta, TrinScoreRecord
 
 
@@ -220,7 +219,7 @@ class TrinAdditive(HealthPolicy):
             lambda params: ScoreParams.from_params(params.health_params.trin_additive)
         )
 
-    def get_score_params(self, params: Params) -> ScoreParams:
+    def get_score_params(self, params: ExtensionParams) -> ScoreParams:
         return self._score_params.get(params)
 
     @staticmethod
@@ -290,7 +289,7 @@ class TrinAdditive(HealthPolicy):
         then = partial(self.get_tail_health, events, i + 1, rest, params)
         return get_score_health(score, valid_until, then, params)
 
-    def is_fallback_allowed(self, params: Params) -> bool:
+    def is_fallback_allowed(self, params: ExtensionParams) -> bool:
         return params.health_params.trin_additive.fallback_when_all_zero
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:

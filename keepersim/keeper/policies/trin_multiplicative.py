@@ -45,9 +45,11 @@ from keepersim.keeper.policies.base import (
     get_log_index,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import Inference
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import TrinMultiplicativeParams
+from keepersim.types.messages import Inference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import (
+    ExtensionParams,
+    TrinMultiplicativeParams,
+)
 from keepersim.types.pb.keepersim.v1.health_pb2 import TrinMultiplicativeEntry, TrinOffers
 
 HISTORY_BITS = 32
@@ -140,7 +142,7 @@ class TrinMultiplicative(HealthPolicy):
             lambda params: get_key_params(params.health_params.trin_multiplicative)
         )
 
-    def get_key_params(self, params: Params) -> KeyParams:
+    def get_key_params(self, params: ExtensionParams) -> KeyParams:
         return self._key_params.get(params)
 
     @staticmethod

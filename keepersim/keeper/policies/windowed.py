@@ -67,14 +67,12 @@ from keepersim.keeper.policies.base import (
     ADMITTED,
     Health,
     HealthPolicy,
-    ParamsView,
     PolicyContext,
     PolicyReader,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.pb.inference.inference.params_pb2 import Params
-from keepersim.types.pb.inference.inference.types_pb2 import STARTED, Inference
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import WindowedParams
+from keepersim.types.messages import STARTED, Inference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, WindowedParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import (
     W_EXCLUDED,
     W_HEALTHY,
@@ -348,11 +346,8 @@ class WindowedBreaker(HealthPolicy):
     name: ClassVar[str] = "windowed"
     prefix: ClassVar[bytes] = b"\x05"
 
-    def __init__(self) -> None:
-        self._expiration = ParamsView(lambda params: params.expiration_blocks)
-
     def get_starts_memo(self, ctx: PolicyContext) -> StartsMemo:
-        return get_starts_memo(ctx, self._expiration.get(ctx.params))
+        return get_starts_memo(ctx, ctx.expiration_blocks)
 
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> WindowedEntry:
@@ -376,7 +371,7 @@ class WindowedBreaker(HealthPolicy):
         probing = ctx.get_cached(FLEET, self.get_entry).probing
         if not probing or address not in probing:  # (a protobuf list: its `in` costs more)
             return
-        expiration = ctx.params.expiration_blocks
+        expiration = ctx.expiration_blocks
         entry = ctx.get_cached(address, self.get_entry)
         process_prune(entry, ctx.height, expiration)
         entry.open.append(
@@ -417,7 +412,7 @@ class WindowedBreaker(HealthPolicy):
         elif not flagged:
             capacity = is_capacity_miss(entry, inference.start_block_height)
             self.process_record_miss(ctx, entry, capacity)
-        process_prune(entry, ctx.height, ctx.params.expiration_blocks)
+        process_prune(entry, ctx.height, ctx.expiration_blocks)
         if compute_window(entry, params.window)[1] <= params.min_samples:
             ctx.recheck.add(address)  # too few samples before: the window may be judged now
         if entry.state == W_EXCLUDED and flagged and outcome is not Outcome.MISS:
@@ -504,7 +499,7 @@ class WindowedBreaker(HealthPolicy):
     def process_overdue_checks(self, ctx: PolicyContext) -> None:
         """Look at the inferences started overdue_min_blocks ago (the chain's timeout index
         lists them by expiry height) and at those whose participant's own threshold is due."""
-        expiration = ctx.params.expiration_blocks
+        expiration = ctx.expiration_blocks
         min_blocks = ctx.params.health_params.windowed.overdue_min_blocks
         started_at = ctx.height - min_blocks
         timeout_at = started_at + expiration
@@ -535,13 +530,13 @@ class WindowedBreaker(HealthPolicy):
         address = inference.assigned_to
         entry = ctx.get_cached(address, self.get_entry)
         overdue = self.get_overdue_blocks(ctx, entry)
-        if overdue is None or overdue >= ctx.params.expiration_blocks:
+        if overdue is None or overdue >= ctx.expiration_blocks:
             return  # no latency seen yet, or the expiry comes first
         if inference.start_block_height + overdue > ctx.height:
             ctx.schedule_item(inference.start_block_height + overdue, inference_id)
             return
         before = entry.state
-        process_prune(entry, ctx.height, ctx.params.expiration_blocks)
+        process_prune(entry, ctx.height, ctx.expiration_blocks)
         index = find_open(entry, inference_id)
         if index is None:
             item = entry.open.add(start_height=inference.start_block_height)
@@ -643,7 +638,7 @@ class WindowedBreaker(HealthPolicy):
                 state="excluded",
             )
         # Probing (or excluded past its cooldown, promoted in that height's end block).
-        expiration = reader.params.expiration_blocks
+        expiration = reader.expiration_blocks
         in_flight = count_probes_in_flight(entry, height, expiration)
         if in_flight >= params.max_probes:
             # A slot frees on a result (which touches the participant) or, for a probe that
@@ -656,10 +651,10 @@ class WindowedBreaker(HealthPolicy):
             return Health(False, severity=severity, valid_until=frees_at - 1, state="probe_full")
         return Health(True, state="probe")
 
-    def get_exclusion_cap_pct(self, params: Params) -> int:
+    def get_exclusion_cap_pct(self, params: ExtensionParams) -> int:
         return params.health_params.windowed.max_excluded_weight_pct
 
-    def get_panic_pct(self, params: Params) -> int:
+    def get_panic_pct(self, params: ExtensionParams) -> int:
         return params.health_params.windowed.panic_healthy_weight_pct
 
     def get_state_view(self, reader: PolicyReader, address: str, height: int) -> dict[str, object]:
@@ -687,9 +682,7 @@ class WindowedBreaker(HealthPolicy):
             "readmitted_at_block": entry.readmitted_at_block,
             "remembered_inferences": len(entry.open),  # probes and flagged ones
             "open_flagged": sum(1 for item in entry.open if item.flagged),
-            "probes_in_flight": count_probes_in_flight(
-                entry, height, reader.params.expiration_blocks
-            ),
+            "probes_in_flight": count_probes_in_flight(entry, height, reader.expiration_blocks),
             "overdue_blocks": compute_overdue_blocks(get_own_latencies(entry), fleet, params),
             "overdue_flags": entry.overdue_flags,
             "served_concurrency": entry.served_concurrency,

@@ -16,6 +16,7 @@ from keepersim.types.pb.inference.inference import epoch_group_data_pb2 as _epoc
 from keepersim.types.pb.inference.inference import epoch_pb2 as _epoch_pb2
 from keepersim.types.pb.inference.inference import epoch_performance_summary_pb2 as _epoch_performance_summary_pb2
 from keepersim.types.pb.inference.inference import excluded_participant_pb2 as _excluded_participant_pb2
+from keepersim.types.pb.inference.inference import genesis_pb2 as _genesis_pb2
 from keepersim.types.pb.inference.inference import inference_pb2 as _inference_pb2
 from keepersim.types.pb.inference.inference import inference_timeout_pb2 as _inference_timeout_pb2
 from keepersim.types.pb.inference.inference import params_pb2 as _params_pb2
@@ -32,6 +33,38 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+@_typing.final
+class Genesis(_message.Message):
+    """A genesis as keepersim reads and writes it: the chain's module genesis (``app_state.inference``
+    of `inferenced export`), the chain id, and keepersim's extension. Its file is the chain's genesis
+    document shape: {"chain_id", "initial_height", "app_state": {"inference": ...}, "keepersim": ...}.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAIN_ID_FIELD_NUMBER: _builtins.int
+    INFERENCE_FIELD_NUMBER: _builtins.int
+    KEEPERSIM_FIELD_NUMBER: _builtins.int
+    chain_id: _builtins.str
+    @_builtins.property
+    def inference(self) -> _genesis_pb2.GenesisState: ...
+    @_builtins.property
+    def keepersim(self) -> Global___GenesisExtension: ...
+    def __init__(
+        self,
+        *,
+        chain_id: _builtins.str = ...,
+        inference: _genesis_pb2.GenesisState | None = ...,
+        keepersim: Global___GenesisExtension | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["inference", b"inference", "keepersim", b"keepersim"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain_id", b"chain_id", "inference", b"inference", "keepersim", b"keepersim"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Genesis: _TypeAlias = Genesis  # noqa: Y015
 
 @_typing.final
 class GenesisExtension(_message.Message):
@@ -51,7 +84,6 @@ class GenesisExtension(_message.Message):
     PENDING_EXTENSION_PARAMS_FIELD_NUMBER: _builtins.int
     PARTICIPANT_NODES_FIELD_NUMBER: _builtins.int
     EPOCH_DECLINES_FIELD_NUMBER: _builtins.int
-    INFERENCE_DECLINES_FIELD_NUMBER: _builtins.int
     height: _builtins.int
     """The height of the exported state (the chain's initial_height is height + 1)."""
     effective_epoch_index: _builtins.int
@@ -81,8 +113,6 @@ class GenesisExtension(_message.Message):
     def participant_nodes(self) -> _containers.RepeatedCompositeFieldContainer[_state_pb2.ParticipantNodes]: ...
     @_builtins.property
     def epoch_declines(self) -> _containers.RepeatedCompositeFieldContainer[_state_pb2.EpochDeclines]: ...
-    @_builtins.property
-    def inference_declines(self) -> _containers.RepeatedCompositeFieldContainer[_state_pb2.InferenceDecline]: ...
     def __init__(
         self,
         *,
@@ -100,11 +130,10 @@ class GenesisExtension(_message.Message):
         pending_extension_params: _extension_params_pb2.ExtensionParams | None = ...,
         participant_nodes: _abc.Iterable[_state_pb2.ParticipantNodes] | None = ...,
         epoch_declines: _abc.Iterable[_state_pb2.EpochDeclines] | None = ...,
-        inference_declines: _abc.Iterable[_state_pb2.InferenceDecline] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["extension_params", b"extension_params", "pending_extension_params", b"pending_extension_params", "pending_params", b"pending_params"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["effective_epoch_index", b"effective_epoch_index", "epoch_declines", b"epoch_declines", "epoch_groups", b"epoch_groups", "epoch_performance_summaries", b"epoch_performance_summaries", "epochs", b"epochs", "excluded_participants", b"excluded_participants", "extension_params", b"extension_params", "height", b"height", "inference_declines", b"inference_declines", "inference_timeouts", b"inference_timeouts", "inferences", b"inferences", "participant_nodes", b"participant_nodes", "pending_extension_params", b"pending_extension_params", "pending_params", b"pending_params", "policy_state", b"policy_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effective_epoch_index", b"effective_epoch_index", "epoch_declines", b"epoch_declines", "epoch_groups", b"epoch_groups", "epoch_performance_summaries", b"epoch_performance_summaries", "epochs", b"epochs", "excluded_participants", b"excluded_participants", "extension_params", b"extension_params", "height", b"height", "inference_timeouts", b"inference_timeouts", "inferences", b"inferences", "participant_nodes", b"participant_nodes", "pending_extension_params", b"pending_extension_params", "pending_params", b"pending_params", "policy_state", b"policy_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -82,35 +82,3 @@ class EpochDeclines(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EpochDeclines: _TypeAlias = EpochDeclines  # noqa: Y015
-
-@_typing.final
-class InferenceDecline(_message.Message):
-    """A declined inference (the chain has no decline). The chain's Inference stays as the start left
-    it (status STARTED); this record says it ended, when, and why, and its timeout is gone.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    INFERENCE_ID_FIELD_NUMBER: _builtins.int
-    EXECUTOR_FIELD_NUMBER: _builtins.int
-    HEIGHT_FIELD_NUMBER: _builtins.int
-    REASON_FIELD_NUMBER: _builtins.int
-    inference_id: _builtins.str
-    executor: _builtins.str
-    height: _builtins.int
-    reason: _builtins.str
-    def __init__(
-        self,
-        *,
-        inference_id: _builtins.str = ...,
-        executor: _builtins.str = ...,
-        height: _builtins.int = ...,
-        reason: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "height", b"height", "inference_id", b"inference_id", "reason", b"reason"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___InferenceDecline: _TypeAlias = InferenceDecline  # noqa: Y015
