@@ -5,22 +5,27 @@ writes a genesis from the scenario, and delivers blocks ``1..scenario.blocks``, 
 :meth:`ScenarioStepper.step` each (the stepper holds the rules below; the server's scenario runner
 steps a chain through it too). Exactly:
 
-Params
-    Unless ``params`` is given: the chain's code defaults (:func:`get_default_params`) with
-    ``expiration_blocks`` and ``epoch_params.epoch_length`` from the scenario and the PoC stages
-    set to 0 (the whole epoch serves inference). ``health_params.policy`` is the run's policy
-    (an ``oracle`` run's params name ``none``; its chain runs the oracle as a harness hook).
-    SPRT: for every policy except ``sprt``, ``sprt_params.enabled`` is False, as on mainnet ("SPRT
-    is explicitly disabled on mainnet"), so that a policy is measured alone; for ``sprt`` the
-    code defaults stay (p0 0.10, p1 0.20, threshold 4) and SPRT deactivation is the whole policy.
-    Selection is by weight alone, as upstream; ``reputation_weighting`` selects by weight x
-    reputation instead (the fork's PR #8; reputation is recomputed at every epoch's end).
-    A given ``params`` is used as is, except for ``health_params.policy`` (and ``shadow``, and
-    ``reputation_weighting`` when true). :func:`compute_run_mechanisms` states these rules.
+ModuleParams
+    Unless ``params`` is given: the chain's code defaults (:func:`get_default_params`: upstream
+    ``DefaultParams()`` and keepersim's extension defaults) with
+    ``validation_params.expiration_blocks`` and ``epoch_params.epoch_length`` from the scenario
+    and the shortest PoC the chain accepts (stage 1, validation 1, the rest 0 blocks; every
+    participant keeps serving during PoC, so it changes no selection).
+    ``extension_params.health_params.policy`` is the run's policy (an ``oracle`` run's params name
+    ``none``; its chain runs the oracle as a harness hook). SPRT: for every policy except
+    ``sprt``, ``extension_params.sprt_enabled`` is False, as on mainnet (where the downtime
+    thresholds make it "effectively disabled"), so that a policy is measured alone; for ``sprt``
+    the chain's code defaults stay (``downtime_good_percentage`` 0.1, ``downtime_bad_percentage``
+    0.2, ``downtime_h_threshold`` 4) and SPRT deactivation is the whole policy. Selection is by
+    weight alone, as upstream; ``reputation_weighting`` selects by weight x reputation instead
+    (the fork's PR #8; reputation is recomputed at every epoch's end). A given ``params`` is used
+    as is, except for the policy (and ``shadow``, and ``reputation_weighting`` when true).
+    :func:`compute_run_mechanisms` states these rules.
 
 Genesis
-    Every scenario participant with its weight, its models (default ``["default"]``) and one ML
-    node with ``timeslot_allocation [True, True]``; chain id ``keepersim-<scenario name>``.
+    Every scenario participant with its weight (the chain's ``participant_list``), and its models
+    (default ``["default"]``) and one ML node with ``timeslot_allocation [True, True]`` as its
+    registered nodes (``keepersim.participant_nodes``); chain id ``keepersim-<scenario name>``.
 
 Requests
     The number of requests arriving at height ``h`` is Poisson(``arrivals_per_block``), drawn
@@ -118,6 +123,7 @@ from keepersim.store.checkpoint import (
     read_checkpoint,
 )
 from keepersim.store.committed import RUN_META_PREFIX
+from keepersim.types.chain_params import compute_chain_decimal
 from keepersim.types.errors import InvalidParamsError, KeepersimError, NoExecutorsError
 from keepersim.types.events import (
     EpochSettled,
@@ -130,15 +136,12 @@ from keepersim.types.events import (
 )
 from keepersim.types.messages import (
     STARTED,
-    GenesisState,
     Inference,
     MLNodeInfo,
-    Params,
     Participant,
 )
 from keepersim.types.params import (
     GOV_AUTHORITY,
-    compute_decimal,
     get_decimal_value,
     get_default_params,
     params_from_dict,
@@ -150,7 +153,10 @@ from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgStartInference,
     MsgUpdateParams,
 )
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, MsgUpdateExtensionParams
 
 __all__ = [
     "REQUESTER",
@@ -220,29 +226,31 @@ def build_params(
     scenario: Scenario,
     policy: str,
     *,
-    params: Params | None = None,
+    params: ModuleParams | None = None,
     shadow: bool = False,
     reputation_weighting: bool = False,
-) -> Params:
+) -> ModuleParams:
     """The params a run starts with (see the module docstring); validated."""
-    out = Params()
+    out = ModuleParams()
     if params is None:
         out.CopyFrom(get_default_params())
-        out.expiration_blocks = scenario.expiration_blocks
-        epoch = out.epoch_params
+        out.params.validation_params.expiration_blocks = scenario.expiration_blocks
+        epoch = out.params.epoch_params
         epoch.epoch_length = scenario.epoch_length
-        epoch.poc_stage_duration = 0
+        epoch.poc_stage_duration = 1
+        epoch.poc_exchange_duration = 0
         epoch.poc_validation_delay = 0
-        epoch.poc_validation_duration = 0
+        epoch.poc_validation_duration = 1
         epoch.set_new_validators_delay = 0
-        out.sprt_params.enabled = policy == "sprt"
+        out.extension_params.sprt_enabled = policy == "sprt"
     else:
         out.CopyFrom(params)
-    out.health_params.policy = get_chain_policy_name(policy)
+    health = out.extension_params.health_params
+    health.policy = get_chain_policy_name(policy)
     if shadow:
-        out.health_params.shadow = True
+        health.shadow = True
     if reputation_weighting:
-        out.reputation_params.reputation_weighting = True
+        out.extension_params.reputation_weighting = True
     validate_params(out)
     return out
 
@@ -257,39 +265,48 @@ def compute_run_mechanisms(
         policy: build_params(scenario, policy, reputation_weighting=reputation_weighting)
         for policy in get_known_policies()
     }
-    sprt_on = [policy for policy, params in built.items() if params.sprt_params.enabled]
+    sprt_on = [policy for policy, p in built.items() if p.extension_params.sprt_enabled]
     sprt = "off"
     if sprt_on:
-        s = built[sprt_on[0]].sprt_params
+        v = built[sprt_on[0]].params.validation_params
         values = ", ".join(
-            f"{name} {get_decimal_value(getattr(s, name)).normalize():f}"
-            for name in ("p0", "p1", "threshold")
+            f"{name} {get_decimal_value(getattr(v, name)).normalize():f}"
+            for name in (
+                "downtime_good_percentage",
+                "downtime_bad_percentage",
+                "downtime_h_threshold",
+            )
         )
         sprt = f"off except in {', '.join(sprt_on)} runs ({values})"
-    return {"selection": get_selection_rule(built["none"]), "sprt": sprt}
+    return {"selection": get_selection_rule(built["none"].extension_params), "sprt": sprt}
 
 
-def compute_selection_history(initial: Params, schedule: Sequence[tuple[int, Params]]) -> str:
+def compute_selection_history(
+    initial: ModuleParams, schedule: Sequence[tuple[int, ModuleParams]]
+) -> str:
     """The run's selection rule, and each change a governance update makes to it (effective from
     the block after the update's)."""
-    current = get_selection_rule(initial)
+    current = get_selection_rule(initial.extension_params)
     out = current
     for height, params in schedule:
-        rule = get_selection_rule(params)
+        rule = get_selection_rule(params.extension_params)
         if rule != current:
             out += f"; from height {height + 1}: {rule}"
             current = rule
     return out
 
 
-def build_genesis(scenario: Scenario, params: Params) -> GenesisState:
-    genesis = GenesisState(params=params, chain_id=f"keepersim-{scenario.name}", height=0)
+def build_genesis(scenario: Scenario, params: ModuleParams) -> Genesis:
+    genesis = Genesis(chain_id=f"keepersim-{scenario.name}")
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
     for spec in scenario.participants:
-        genesis.participants.append(
-            Participant(
+        genesis.inference.participant_list.append(
+            Participant(address=spec.address, index=spec.address, weight=spec.weight)
+        )
+        genesis.keepersim.participant_nodes.append(
+            ParticipantNodes(
                 address=spec.address,
-                index=spec.address,
-                weight=spec.weight,
                 models=list(spec.models),
                 ml_nodes=[MLNodeInfo(node_id="node-0", timeslot_allocation=[True, True])],
             )
@@ -394,9 +411,9 @@ def _set_fields(obj: object, fields: Mapping[str, Any]) -> None:
 
 
 def _check_governance(
-    governance: Sequence[tuple[int, Params]], blocks: int
-) -> list[tuple[int, Params]]:
-    out: list[tuple[int, Params]] = []
+    governance: Sequence[tuple[int, ModuleParams]], blocks: int
+) -> list[tuple[int, ModuleParams]]:
+    out: list[tuple[int, ModuleParams]] = []
     for i, (height, params) in enumerate(governance):
         where = f"governance[{i}] (height {height})"
         if isinstance(height, bool) or not isinstance(height, int) or not 1 <= height <= blocks:
@@ -417,8 +434,8 @@ def run_scenario(
     seed: int | None = None,
     store: StoreKind = "leveldb",
     store_dir: str | os.PathLike[str] | None = None,
-    params: Params | None = None,
-    governance: Sequence[tuple[int, Params]] = (),
+    params: ModuleParams | None = None,
+    governance: Sequence[tuple[int, ModuleParams]] = (),
     trace_out: str | os.PathLike[str] | None = None,
     progress: bool = False,
     shadow: bool = False,
@@ -561,8 +578,8 @@ def _compute_run_fingerprint(
     scenario: Scenario,
     policy: str,
     seed: int,
-    params: Params,
-    schedule: Sequence[tuple[int, Params]],
+    params: ModuleParams,
+    schedule: Sequence[tuple[int, ModuleParams]],
     bucket_blocks: int,
     trace_out: str | os.PathLike[str] | None,
 ) -> bytes:
@@ -584,7 +601,7 @@ def _compute_run_fingerprint(
 def _read_run_checkpoint(
     chain: Chain,
     fingerprint: bytes,
-    genesis: GenesisState,
+    genesis: Genesis,
     override: PolicyFactory | None,
     folder: Path,
 ) -> dict[str, Any] | None:
@@ -635,7 +652,7 @@ class ScenarioStepper:
         *,
         seed: int | None = None,
         blocks: int | None = None,
-        governance: Sequence[tuple[int, Params]] = (),
+        governance: Sequence[tuple[int, ModuleParams]] = (),
         deliver: Callable[[list[Any]], BlockResult] | None = None,
         on_selection: SelectionHook | None = None,
         on_start: StartHook | None = None,
@@ -652,7 +669,7 @@ class ScenarioStepper:
         )
         self.specs = {p.address: p for p in scenario.participants}
         self.models = sorted({m for p in scenario.participants for m in p.models})
-        self.governance: dict[int, list[Params]] = {}
+        self.governance: dict[int, list[ModuleParams]] = {}
         for height, p in governance:
             self.governance.setdefault(height, []).append(p)
         self.finishes: dict[int, list[MsgFinishInference]] = {}
@@ -677,7 +694,7 @@ class ScenarioStepper:
             params = k.get_pending_params()
             if params is None:
                 params = k.get_params()
-            return params.expiration_blocks, GOV_AUTHORITY
+            return params.validation_params.expiration_blocks, GOV_AUTHORITY
 
     # one assignment ------------------------------------------------------------------------
 
@@ -747,7 +764,7 @@ class ScenarioStepper:
         self._expiration, authority = self._read_params()
         txs: list[Any] = []
         for p in self.governance.get(h, ()):
-            txs.append(MsgUpdateParams(authority=authority, params=p))
+            txs.extend(compute_governance_txs(p, authority))
         txs.extend(self.finishes.pop(h, ()))
         txs.extend(self.declines.pop(h, ()))
         starts: list[MsgStartInference] = []
@@ -771,8 +788,8 @@ class _Run:
         scenario: Scenario,
         chain: Chain,
         seed: int,
-        params: Params,
-        schedule: list[tuple[int, Params]],
+        params: ModuleParams,
+        schedule: list[tuple[int, ModuleParams]],
         trace: TraceWriter | None,
         bucket_blocks: int,
         on_block: Callable[[Chain, int], None] | None,
@@ -792,7 +809,10 @@ class _Run:
             scenario,
             bucket_blocks=bucket_blocks,
             expiration_blocks=max(
-                [params.expiration_blocks, *(p.expiration_blocks for _, p in schedule)]
+                [
+                    params.params.validation_params.expiration_blocks,
+                    *(p.params.validation_params.expiration_blocks for _, p in schedule),
+                ]
             ),
         )
         self.stepper = ScenarioStepper(
@@ -1048,18 +1068,31 @@ class _Run:
 # --------------------------------------------------------------------------------------------
 
 GOVERNANCE_HELP = """\
-A governance schedule is a JSON list; each entry is sent as MsgUpdateParams from the governance
-authority in block "height" and takes effect from the next block. Entries apply in height order
-(same height: file order), each to the params in force after the previous ones:
-  {"height": 5000, "params": {...}}   Params JSON (as /params returns) merged onto the params in
-                                       force: fields not given keep their values
-  {"height": 5000, "set": {"circuit_breaker_params.miss_threshold_pct": 10,
-                           "health_params.policy": "windowed", "sprt_params.p0": "0.05"}}
-                                       dotted field paths; a Decimal field takes a decimal string
-                                       or number
-Every resulting Params is validated before the run starts; an invalid entry fails with the rule
-it breaks. The signer is the x/gov module account (not a param), and health_params.policy takes a
+A governance schedule is a JSON list; each entry is sent from the governance authority in block
+"height" (MsgUpdateParams for the chain's params, keepersim.v1.MsgUpdateExtensionParams for
+keepersim's, whichever the entry changes) and takes effect from the next block. Entries apply in
+height order (same height: file order), each to the params in force after the previous ones:
+  {"height": 5000, "params": {...}, "extension_params": {...}}
+                                       the chain's params JSON and/or
+                                       keepersim's extension params, merged onto those in force:
+                                       fields not given keep their values
+  {"height": 5000, "set": {"extension_params.cb_miss_threshold_pct": 10,
+                           "extension_params.health_params.policy": "windowed",
+                           "params.validation_params.downtime_good_percentage": "0.05"}}
+                                       dotted field paths from {"params", "extension_params"}; a
+                                       Decimal field takes a decimal string or number
+Every resulting pair is validated before the run starts; an invalid entry fails with the rule it
+breaks. The signer is the x/gov module account (not a param), and health_params.policy takes a
 chain policy only (the oracle is the simulator's baseline, not a param)."""
+
+
+def compute_governance_txs(params: ModuleParams, authority: str) -> list[Any]:
+    """The messages that put ``params`` in force: the chain's update and keepersim's, each with
+    the whole of its part."""
+    return [
+        MsgUpdateParams(authority=authority, params=params.params),
+        MsgUpdateExtensionParams(authority=authority, extension_params=params.extension_params),
+    ]
 
 
 def _deep_merge(base: dict[str, Any], patch: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -1074,12 +1107,12 @@ def _deep_merge(base: dict[str, Any], patch: Mapping[str, Any], where: str) -> d
 
 def _set_dotted(data: dict[str, Any], path: str, value: Any, where: str) -> None:
     parts = path.split(".")
-    descriptor = Params.DESCRIPTOR
+    descriptor = ModuleParams.DESCRIPTOR
     node = data
     for i, part in enumerate(parts):
         fd = descriptor.fields_by_name.get(part)
         if fd is None:
-            prefix = ".".join(parts[:i]) or "Params"
+            prefix = ".".join(parts[:i]) or "ModuleParams"
             known = ", ".join(sorted(descriptor.fields_by_name))
             raise GovernanceError(f"{where}: {prefix} has no field {part!r} (fields: {known})")
         last = i == len(parts) - 1
@@ -1107,7 +1140,7 @@ def _set_dotted(data: dict[str, Any], path: str, value: Any, where: str) -> None
 
 def _get_decimal_arg(value: str | int | float, where: str) -> Any:
     """A chain Decimal from a governance value, or a GovernanceError saying what was expected."""
-    expected = 'expected a decimal string with at most 12 fractional digits (e.g. "0.05")'
+    expected = 'expected a decimal string (e.g. "0.05")'
     text = str(value).strip()
     try:
         finite = PyDecimal(text).is_finite()
@@ -1116,14 +1149,14 @@ def _get_decimal_arg(value: str | int | float, where: str) -> Any:
     if not finite:
         raise GovernanceError(f"{where}: {expected}, got {value!r}")
     try:
-        return compute_decimal(text)
+        return compute_chain_decimal(text)
     except (ValueError, ArithmeticError) as exc:
         raise GovernanceError(f"{where}: {expected}, got {value!r} ({exc})") from exc
 
 
 def _get_parse_error_text(text: str) -> str:
     """The protobuf JSON parser's nested "Failed to parse x field: ..." as ``params.x: ...``."""
-    path = ["params"]
+    path: list[str] = []
     while True:
         match = re.match(r"Failed to parse (\w+) field: ", text)
         if match is None:
@@ -1131,7 +1164,7 @@ def _get_parse_error_text(text: str) -> str:
         path.append(match.group(1))
         text = text[match.end() :]
     reason = text.split("\n")[0].rstrip(".")
-    return f"{'.'.join(path)}: expected Params JSON (as /params returns): {reason}"
+    return f"{'.'.join(path) or 'params'}: expected params JSON: {reason}"
 
 
 def _check_params_patch(patch: Mapping[str, Any], descriptor: Any, where: str) -> None:
@@ -1163,9 +1196,9 @@ def _is_repeated(fd: Any) -> bool:
 
 
 def parse_governance(
-    data: object, base: Params, source: str = "governance"
-) -> list[tuple[int, Params]]:
-    """A decoded governance schedule (see :data:`GOVERNANCE_HELP`) -> ``(height, Params)``
+    data: object, base: ModuleParams, source: str = "governance"
+) -> list[tuple[int, ModuleParams]]:
+    """A decoded governance schedule (see :data:`GOVERNANCE_HELP`) -> ``(height, ModuleParams)``
     pairs, each entry applied to the params in force after the previous ones (starting from
     ``base``) and validated. Raises :class:`GovernanceError` naming the entry."""
     if not isinstance(data, list):
@@ -1177,28 +1210,32 @@ def parse_governance(
         where = f"{source}[{i}]"
         if not isinstance(entry, Mapping):
             raise GovernanceError(f"{where}: expected an object, got {type(entry).__name__}")
-        unknown = sorted(set(entry) - {"height", "params", "set"})
+        unknown = sorted(set(entry) - {"height", "params", "extension_params", "set"})
         if unknown:
             raise GovernanceError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}")
         height = entry.get("height")
         if isinstance(height, bool) or not isinstance(height, int) or height < 1:
             raise GovernanceError(f"{where}: 'height' must be an integer >= 1, got {height!r}")
-        if ("params" in entry) == ("set" in entry):
-            raise GovernanceError(f"{where}: needs exactly one of 'params' or 'set'")
+        patches = "params" in entry or "extension_params" in entry
+        if patches == ("set" in entry):
+            raise GovernanceError(
+                f"{where}: needs 'params' and/or 'extension_params', or 'set' (not both)"
+            )
         indexed.append((height, i, entry))
     indexed.sort(key=lambda item: (item[0], item[1]))
-    current = Params()
+    current = ModuleParams()
     current.CopyFrom(base)
-    out: list[tuple[int, Params]] = []
+    out: list[tuple[int, ModuleParams]] = []
     for height, i, entry in indexed:
         where = f"{source}[{i}] (height {height})"
         data_now = params_to_dict(current)
-        if "params" in entry:
-            patch = entry["params"]
-            if not isinstance(patch, Mapping):
-                raise GovernanceError(f"{where}: 'params' must be an object")
-            _check_params_patch(patch, Params.DESCRIPTOR, f"{where}: params")
-            merged = _deep_merge(data_now, patch, "params")
+        if "set" not in entry:
+            patch = {k: entry[k] for k in ("params", "extension_params") if k in entry}
+            for key, part in patch.items():
+                if not isinstance(part, Mapping):
+                    raise GovernanceError(f"{where}: '{key}' must be an object")
+            _check_params_patch(patch, ModuleParams.DESCRIPTOR, f"{where}:")
+            merged = _deep_merge(data_now, patch, "")
         else:
             changes = entry["set"]
             if not isinstance(changes, Mapping) or not changes:
@@ -1210,8 +1247,8 @@ def parse_governance(
             new = params_from_dict(merged)
             validate_params(new)
         except InvalidParamsError as exc:
-            if exc.field == "params" and isinstance(exc.value, str):
-                raise GovernanceError(f"{where}: {_get_parse_error_text(exc.value)}") from exc
+            if exc.field == "params" and exc.rule.endswith("ModuleParams JSON"):
+                raise GovernanceError(f"{where}: {_get_parse_error_text(str(exc.value))}") from exc
             raise GovernanceError(f"{where}: {exc}") from exc
         out.append((height, new))
         current = new
