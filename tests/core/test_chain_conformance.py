@@ -269,8 +269,8 @@ def test_comparison_reports_each_kind_of_difference() -> None:
         "E.E_UNSPECIFIED: extra",
     ]
     assert compute_type_differences("E", enum_up, up) == ["E: kind Message != Enum"]
-    upstream = {"p.M": ("a.proto", up), "p.E": ("a.proto", enum_up)}
-    theirs = {"p.M": ("b.proto", up), "p.X": ("a.proto", enum_up)}
+    upstream: Types = {"p.M": ("a.proto", up), "p.E": ("a.proto", enum_up)}
+    theirs: Types = {"p.M": ("b.proto", up), "p.X": ("a.proto", enum_up)}
     assert compute_differences(upstream, theirs) == [
         "p.E: missing (upstream in a.proto)",
         "p.X: extra (keepersim's a.proto; the vendored files lack it)",

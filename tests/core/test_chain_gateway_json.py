@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 import pytest
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from keepersim.types import messages
@@ -186,7 +186,7 @@ CASES = [
 ]
 
 
-def compute_shape_problems(data: Any, descriptor: Descriptor, path: str) -> list[str]:
+def compute_shape_problems(data: Any, descriptor: Any, path: str) -> list[str]:
     """Where ``data`` is not a complete gateway object of ``descriptor``: keys not exactly the
     descriptor's fields in declaration order, a 64-bit integer not a string, a 32-bit one not a
     number, an enum not a name; recursing into every object present."""
@@ -221,7 +221,7 @@ def test_payload_has_every_field_in_the_gateways_shape(
     assert compute_shape_problems(payload, cls.DESCRIPTOR, "") == []
 
 
-def compute_defaults(data: Any, descriptor: Descriptor, path: str) -> list[str]:
+def compute_defaults(data: Any, descriptor: Any, path: str) -> list[str]:
     """The scalars and lists of ``data`` at their zero value (a dropped field would print
     those, so the round trip could not tell)."""
     out: list[str] = []
