@@ -1,15 +1,23 @@
-"""Vendor the chain's protos (gonka ``inference-chain/proto``, "set B") as a reference copy.
+"""Vendor the chain's protos (gonka ``inference-chain/proto``, "set B"), compiled into keepersim.
 
 Copies the 18 upstream files of docs/design/chain-types-v0.2.14.md section 2.3 into
-``proto/chain/inference/inference/`` with the spec's stripping rule: ``option (...)`` lines and
+``proto/inference/inference/`` with the spec's stripping rule: ``option (...)`` lines and
 ``(...)`` entries inside ``[...]`` are dropped (``deprecated`` and standard options stay), and so
 are the imports nothing in the file uses any more (gogoproto, amino, cosmos_proto, cosmos.msg, and
 inference files whose types the file does not name). Everything else is upstream's text. Each file
-gets a header naming its upstream path and commit; ``proto/chain/UPSTREAM.md`` records the
+gets a header naming its upstream path and commit; ``proto/inference/UPSTREAM.md`` records the
 repository, the commit and each file's git blob id.
 
-The copy is not compiled into keepersim's modules (scripts/gen_proto.py skips ``proto/chain``);
-tests/core/test_chain_conformance.py compiles it and compares keepersim's descriptors with it.
+scripts/gen_proto.py compiles the copies into ``keepersim.types.pb.inference.inference``, so the
+chain's messages in keepersim are upstream's field for field (tests/core/test_chain_conformance.py
+compiles the copies afresh and compares).
+
+One option changes what the chain prints: a singular message field marked
+``(gogoproto.nullable) = false`` is a Go value, never ``null`` in the gateway's JSON. Stripping
+loses it, so the script first reads those fields from upstream's text and writes them, one
+``package.Message.field`` a line, to ``proto/inference/non_nullable_fields.txt`` (the list
+``keepersim.types.chain_json.NON_NULLABLE_FIELDS`` must equal; repeated and map fields need no
+entry).
 
     python scripts/vendor_chain_protos.py --git-dir /path/to/gonka.git --commit ee730031
     python scripts/vendor_chain_protos.py /path/to/gonka-checkout
@@ -26,7 +34,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT_ROOT = ROOT / "proto" / "chain"
+#: The upstream proto root's counterpart: set B lands in proto/inference/inference/.
+OUT_ROOT = ROOT / "proto"
+#: The folder (under OUT_ROOT) the script owns: everything in it is what the script writes.
+OUT_FOLDER = "inference"
 #: Where the .proto files sit inside the upstream repository (their import root).
 UPSTREAM_PROTO_ROOT = "inference-chain/proto"
 UPSTREAM_REPO = "gonka-ai/gonka"
@@ -63,7 +74,28 @@ OPTION_ONLY_IMPORTS = frozenset(
         "cosmos/msg/v1/msg.proto",
     ]
 )
-MANIFEST = "UPSTREAM.md"
+MANIFEST = f"{OUT_FOLDER}/UPSTREAM.md"
+NON_NULLABLE_FILE = f"{OUT_FOLDER}/non_nullable_fields.txt"
+#: Scalar field types: ``(gogoproto.nullable) = false`` on one changes nothing in JSON.
+SCALAR_TYPES = frozenset(
+    [
+        "double",
+        "float",
+        "int32",
+        "int64",
+        "uint32",
+        "uint64",
+        "sint32",
+        "sint64",
+        "fixed32",
+        "fixed64",
+        "sfixed32",
+        "sfixed64",
+        "bool",
+        "string",
+        "bytes",
+    ]
+)
 IMPORT_RE = re.compile(r'^\s*import\s+(?:public\s+|weak\s+)?"([^"]+)"\s*;\s*(//.*)?$')
 OPTION_LINE_RE = re.compile(r"^\s*option\s*\(")
 TYPE_DEF_RE = re.compile(r"^\s*(?:message|enum)\s+(\w+)", re.MULTILINE)
@@ -199,20 +231,75 @@ def compute_header(path: str, commit: str) -> str:
 
 
 def compute_manifest(commit: str, blobs: dict[str, str]) -> str:
-    """proto/chain/UPSTREAM.md: repository, commit, and each file's upstream path and blob id."""
+    """proto/inference/UPSTREAM.md: repository, commit, each file's upstream path and blob id."""
     rows = "\n".join(f"| `{UPSTREAM_PROTO_ROOT}/{p}` | `{blobs[p]}` |" for p in sorted(blobs))
     return (
-        "# The chain's protos, vendored (reference copy)\n\n"
+        "# The chain's protos, vendored\n\n"
         f"- repository: {UPSTREAM_REPO}\n"
         f"- commit: {commit}\n"
         f"- files: {len(blobs)} (set B of docs/design/chain-types-v0.2.14.md section 2.3), under\n"
-        "  `proto/chain/`, options stripped; not compiled into keepersim's modules\n"
+        "  `proto/inference/inference/`, options stripped; compiled by scripts/gen_proto.py into\n"
+        "  keepersim.types.pb.inference.inference\n"
+        f"- `{Path(NON_NULLABLE_FILE).name}`: the singular message fields upstream marks\n"
+        "  `(gogoproto.nullable) = false` (never `null` in the chain's JSON; the stripped copies\n"
+        "  lose the option), one `package.Message.field` a line\n"
         "- written by `scripts/vendor_chain_protos.py`; refresh with\n"
         "  `python scripts/vendor_chain_protos.py --git-dir GONKA.git --commit COMMIT`\n\n"
         "| upstream path | git blob id |\n"
         "|---|---|\n"
         f"{rows}\n"
     )
+
+
+def compute_non_nullable_fields(path: str, text: str) -> list[str]:
+    """The singular message fields of one upstream file marked ``(gogoproto.nullable) = false``,
+    as ``package.Message.field`` (nested messages by their full path); read before stripping.
+
+    Repeated and map fields are left out (their elements are never null), and so are scalars
+    (the option does not change them)."""
+    code = compute_code_without_comments_and_strings(text)
+    package = re.search(r"^\s*package\s+([\w.]+)\s*;", code, re.MULTILINE)
+    if package is None:
+        raise VendorError(f"{path}: no package statement")
+    scopes: list[tuple[str, str]] = []
+    found: list[str] = []
+    for chunk, end in re.findall(r"([^{};]*)([{};])", code):
+        if end == "{":
+            block = re.fullmatch(r"\s*(message|enum|oneof|service|extend)\s+([\w.]+)\s*", chunk)
+            scopes.append((block.group(1), block.group(2)) if block else ("other", ""))
+            continue
+        if end == "}":
+            if not scopes:
+                raise VendorError(f"{path}: unbalanced '}}'")
+            scopes.pop()
+            continue
+        if not scopes or scopes[-1][0] not in ("message", "oneof"):
+            continue
+        field = re.fullmatch(
+            r"\s*(repeated\s+|optional\s+)?([\w.]+)\s+(\w+)\s*=\s*\d+\s*\[(.*)\]\s*",
+            chunk,
+            re.DOTALL,
+        )
+        if field is None or field.group(1) == "repeated " or field.group(2) in SCALAR_TYPES:
+            continue  # not a field with options, a map (no name match), repeated or a scalar
+        entries = {re.sub(r"\s+", "", e) for e in compute_split_entries(field.group(4))}
+        if "(gogoproto.nullable)=false" in entries:
+            messages = [name for kind, name in scopes if kind == "message"]
+            found.append(".".join([package.group(1), *messages, field.group(3)]))
+    if scopes:
+        raise VendorError(f"{path}: unbalanced '{{'")
+    return found
+
+
+def compute_non_nullable_text(commit: str, fields: list[str]) -> str:
+    """proto/inference/non_nullable_fields.txt: a header, then one field a line, sorted."""
+    head = (
+        f"# Singular message fields marked (gogoproto.nullable) = false in {UPSTREAM_REPO}\n"
+        f"# {UPSTREAM_PROTO_ROOT} at {commit},\n"
+        "# over the vendored files. Written by scripts/vendor_chain_protos.py; do not edit.\n"
+        "# keepersim.types.chain_json.NON_NULLABLE_FIELDS must equal this list.\n"
+    )
+    return head + "".join(f"{f}\n" for f in sorted(set(fields)))
 
 
 def _git(git_dir: str, *args: str) -> bytes:
@@ -265,25 +352,28 @@ def get_upstream_from_checkout(source: Path, commit: str | None) -> tuple[str, d
 
 
 def compute_vendored(commit: str, upstream: dict[str, bytes]) -> dict[str, str]:
-    """{path under proto/chain: text} for set B and the manifest."""
+    """{path under proto/: text} for set B, the manifest and the non-nullable field list."""
     missing = [p for p in SET_B if p not in upstream]
     if missing:
         raise VendorError(f"commit {commit[:12]} lacks {', '.join(missing)}")
     texts = {p: data.decode("utf-8") for p, data in upstream.items()}
     out = {p: compute_header(p, commit) + compute_stripped(p, texts[p], texts) for p in SET_B}
     out[MANIFEST] = compute_manifest(commit, {p: compute_blob_id(upstream[p]) for p in SET_B})
+    fields = [f for p in SET_B for f in compute_non_nullable_fields(p, texts[p])]
+    out[NON_NULLABLE_FILE] = compute_non_nullable_text(commit, fields)
     return out
 
 
 def get_committed() -> set[str]:
-    """The files now under proto/chain (paths relative to it)."""
-    if not OUT_ROOT.is_dir():
+    """The files now under proto/inference (paths relative to proto/)."""
+    folder = OUT_ROOT / OUT_FOLDER
+    if not folder.is_dir():
         return set()
-    return {p.relative_to(OUT_ROOT).as_posix() for p in OUT_ROOT.rglob("*") if p.is_file()}
+    return {p.relative_to(OUT_ROOT).as_posix() for p in folder.rglob("*") if p.is_file()}
 
 
 def process_write(files: dict[str, str]) -> None:
-    """Replace proto/chain with ``files``, each written atomically (temp file, then rename)."""
+    """Replace proto/inference with ``files``, each written atomically (temp file, then rename)."""
     for old in get_committed() - set(files):
         (OUT_ROOT / old).unlink()
     for name, text in files.items():
@@ -325,15 +415,16 @@ def main(argv: list[str] | None = None) -> int:
         extra = sorted(get_committed() - set(files))
         if stale or extra:
             print(
-                f"stale vendored protos in proto/chain: {stale + extra}; re-run "
+                f"stale vendored protos in proto/{OUT_FOLDER}: {stale + extra}; re-run "
                 f"python scripts/vendor_chain_protos.py (commit {commit[:12]})"
             )
             return 1
-        print(f"proto/chain matches {UPSTREAM_REPO} {commit[:12]} ({len(SET_B)} files)")
+        print(f"proto/{OUT_FOLDER} matches {UPSTREAM_REPO} {commit[:12]} ({len(SET_B)} files)")
         return 0
     process_write(files)
     print(
-        f"wrote {len(files)} files to {OUT_ROOT.relative_to(ROOT)} ({UPSTREAM_REPO} {commit[:12]})"
+        f"wrote {len(files)} files to {(OUT_ROOT / OUT_FOLDER).relative_to(ROOT)} "
+        f"({UPSTREAM_REPO} {commit[:12]})"
     )
     return 0
 

@@ -54,12 +54,14 @@ M = TypeVar("M", bound=Message)
 
 #: Singular message fields upstream marks ``(gogoproto.nullable) = false``, as
 #: ``"<message full name>.<field name>"``: the gateway prints them as objects, never ``null``.
-#: keepersim's protos strip the options, so the list is kept here; the vendoring step (issue 12,
-#: item 1) fills it from upstream's options (the 52 uses in inference/inference/*.proto; repeated
-#: fields need no entry, their elements are never null). Today: the fields of that kind that
-#: keepersim's own copies of the chain's messages already have.
+#: The vendored protos have the option stripped, so scripts/vendor_chain_protos.py reads it from
+#: upstream's text (gonka ee730031: 52 uses in inference/inference/*.proto, 3 of them on singular
+#: fields of the vendored messages; repeated fields need no entry, their elements are never null)
+#: into proto/inference/non_nullable_fields.txt. The package reads no file outside keepersim/, so
+#: the list is repeated here; tests/core/test_chain_conformance.py checks the two are equal.
 NON_NULLABLE_FIELDS: frozenset[str] = frozenset(
     {
+        "inference.inference.GenesisState.genesis_only_params",
         "inference.inference.GenesisState.params",
         "inference.inference.MsgUpdateParams.params",
     }

@@ -1,11 +1,15 @@
-"""keepersim's descriptors of the 20 types it shares with the chain, against the chain's own
-protos (the reference copy in proto/chain, gonka ee730031; scripts/vendor_chain_protos.py).
+"""keepersim's generated descriptors of package inference.inference, against the chain's own protos
+(proto/inference/inference, vendored from gonka ee730031 by scripts/vendor_chain_protos.py and
+compiled here afresh with protoc).
 
-Every field (name, number, type, label) and every enum value (name, number) is compared. The
-differences are a ratchet: tests/core/chain_conformance_known.txt lists those that remain, and the
-test fails both on a new one (a regression) and on a listed one that is gone (the list must shrink
-as the migration of issue 12 proceeds). Rewrite the list after fixing types with
-``python tests/core/test_chain_conformance.py --write``.
+Every message and enum of the package, nested ones included, is compared: each field by name,
+number, type, type name, label, oneof membership, proto3 ``optional`` and ``deprecated``; each enum
+value by name and number; and each type must live in the file upstream defines it in. keepersim
+may add nothing to the package, and its own package keepersim.v1 reuses none of the chain's
+names. No difference is tolerated: the migration of issue 12 made the generated code upstream's.
+
+Also here: the vendoring script's stripping rule and its list of non-nullable fields, which
+``keepersim.types.chain_json.NON_NULLABLE_FIELDS`` must equal.
 """
 
 from __future__ import annotations
@@ -22,23 +26,28 @@ from types import ModuleType
 
 import pytest
 from chain_protos import (
+    CHAIN_PROTO_DIR,
     CHAIN_PROTO_ROOT,
+    PACKAGE,
     TypeProto,
+    compute_all_types,
     compute_chain_descriptor_set,
-    compute_package_types,
     needs_protoc,
 )
 from google.protobuf import descriptor_pb2
 
+from keepersim.types.chain_json import NON_NULLABLE_FIELDS
+
 ROOT = Path(__file__).resolve().parents[2]
-KNOWN_FILE = Path(__file__).with_name("chain_conformance_known.txt")
 VENDOR_SCRIPT = ROOT / "scripts" / "vendor_chain_protos.py"
 #: A bare mirror of gonka holding the pinned commit (absent on CI: the freshness test skips).
 MIRROR = Path(os.environ.get("KEEPERSIM_GONKA_GIT_DIR", "/work/.mirror/kaitakuai+gonka/repo"))
 PINNED_COMMIT = "ee730031"
-KEEPERSIM_PACKAGE = "keepersim.types.pb.inference.inference"
-#: The 20 types of issue 12 (docs/design/chain-types-v0.2.14.md section 1).
-SHARED_MESSAGES = (
+KEEPERSIM_CHAIN_PACKAGE = "keepersim.types.pb.inference.inference"
+KEEPERSIM_OWN_PACKAGE = "keepersim.types.pb.keepersim.v1"
+#: The 20 types of issue 12 (docs/design/chain-types-v0.2.14.md section 1): they must be among
+#: those compared (a guard against comparing an empty set).
+SHARED_TYPES = (
     "Participant",
     "CurrentEpochStats",
     "Inference",
@@ -57,13 +66,12 @@ SHARED_MESSAGES = (
     "MsgStartInference",
     "MsgFinishInference",
     "GenesisState",
+    "ParticipantStatus",
+    "InferenceStatus",
 )
-SHARED_ENUMS = ("ParticipantStatus", "InferenceStatus")
-#: Fields and enum values of the 20 at the pinned commit (section 1's summary).
-UPSTREAM_ITEMS_AT_EE730031 = 214
-COUNTS_RE = re.compile(r"^# counts: upstream (\d+), matching (\d+)$")
 
 FDP = descriptor_pb2.FieldDescriptorProto
+Types = dict[str, tuple[str, TypeProto]]
 
 
 def get_vendor_script() -> ModuleType:
@@ -75,59 +83,57 @@ def get_vendor_script() -> ModuleType:
     return module
 
 
-def get_keepersim_files() -> list[descriptor_pb2.FileDescriptorProto]:
-    """keepersim's generated files of package inference.inference, as descriptor protos."""
-    package = importlib.import_module(KEEPERSIM_PACKAGE)
+def get_generated_files(package: str) -> list[descriptor_pb2.FileDescriptorProto]:
+    """The descriptors keepersim's generated classes of one package are built from."""
+    modules = importlib.import_module(package)
     files = []
-    for info in pkgutil.iter_modules(package.__path__):
+    for info in pkgutil.iter_modules(modules.__path__):
         if info.name.endswith("_pb2"):
-            module = importlib.import_module(f"{KEEPERSIM_PACKAGE}.{info.name}")
+            module = importlib.import_module(f"{package}.{info.name}")
             proto = descriptor_pb2.FileDescriptorProto()
             module.DESCRIPTOR.CopyToProto(proto)
             files.append(proto)
     return files
 
 
-def compute_field_type(field: descriptor_pb2.FieldDescriptorProto) -> str:
-    """A field's type: the scalar kind, or the referenced message or enum by short name."""
-    if field.type in (FDP.TYPE_MESSAGE, FDP.TYPE_ENUM):
-        return field.type_name.rsplit(".", 1)[-1]
-    return FDP.Type.Name(field.type).removeprefix("TYPE_").lower()
+def compute_field_row(field: FDP, message: descriptor_pb2.DescriptorProto) -> dict[str, object]:
+    """What is compared of a field (its name is the key)."""
+    oneof = message.oneof_decl[field.oneof_index].name if field.HasField("oneof_index") else None
+    return {
+        "number": field.number,
+        "type": FDP.Type.Name(field.type).removeprefix("TYPE_").lower(),
+        "type_name": field.type_name,
+        "label": FDP.Label.Name(field.label).removeprefix("LABEL_").lower(),
+        "oneof": oneof,
+        "proto3_optional": field.proto3_optional,
+        "deprecated": field.options.deprecated,
+    }
 
 
-def compute_upstream_items(name: str, upstream: TypeProto) -> list[str]:
-    """The items of one upstream type, ``Type.field`` or ``Enum.VALUE``."""
-    members = (
-        upstream.field if isinstance(upstream, descriptor_pb2.DescriptorProto) else upstream.value
-    )
-    return [f"{name}.{m.name}" for m in members]
-
-
-def compute_type_differences(name: str, upstream: TypeProto, ours: TypeProto | None) -> list[str]:
-    """One line per difference between an upstream type and keepersim's type of the same name."""
-    if ours is None or type(ours) is not type(upstream):
-        return [f"{item}: missing" for item in compute_upstream_items(name, upstream)]
+def compute_type_differences(name: str, upstream: TypeProto, ours: TypeProto) -> list[str]:
+    """One line per difference between an upstream type and keepersim's, ``ours != upstream``."""
+    kinds = [
+        type(t).__name__.removesuffix("DescriptorProto") or "Message" for t in (ours, upstream)
+    ]
+    if kinds[0] != kinds[1]:
+        return [f"{name}: kind {kinds[0]} != {kinds[1]}"]
     out: list[str] = []
     if isinstance(upstream, descriptor_pb2.DescriptorProto):
         assert isinstance(ours, descriptor_pb2.DescriptorProto)
-        mine = {f.name: f for f in ours.field}
+        if ours.options.map_entry != upstream.options.map_entry:
+            out.append(
+                f"{name}: map_entry {ours.options.map_entry} != {upstream.options.map_entry}"
+            )
+        mine = {f.name: compute_field_row(f, ours) for f in ours.field}
         for field in upstream.field:
-            other = mine.pop(field.name, None)
             where = f"{name}.{field.name}"
+            other = mine.pop(field.name, None)
             if other is None:
                 out.append(f"{where}: missing")
                 continue
-            if other.number != field.number:
-                out.append(f"{where}: number {other.number} != {field.number}")
-            if compute_field_type(other) != compute_field_type(field):
-                out.append(
-                    f"{where}: type {compute_field_type(other)} != {compute_field_type(field)}"
-                )
-            if other.label != field.label:
-                labels = [
-                    FDP.Label.Name(x.label).removeprefix("LABEL_").lower() for x in (other, field)
-                ]
-                out.append(f"{where}: label {labels[0]} != {labels[1]}")
+            for key, value in compute_field_row(field, upstream).items():
+                if other[key] != value:
+                    out.append(f"{where}: {key} {other[key]!r} != {value!r}")
         out.extend(f"{name}.{extra}: extra" for extra in mine)
     else:
         assert isinstance(ours, descriptor_pb2.EnumDescriptorProto)
@@ -143,111 +149,113 @@ def compute_type_differences(name: str, upstream: TypeProto, ours: TypeProto | N
     return out
 
 
-def compute_differences(upstream: dict[str, TypeProto], ours: dict[str, TypeProto]) -> list[str]:
-    """The sorted differences over the 20 shared types."""
-    out: list[str] = []
-    for name in (*SHARED_MESSAGES, *SHARED_ENUMS):
-        out.extend(compute_type_differences(name, upstream[name], ours.get(name)))
-    return sorted(out)
+def compute_differences(upstream: Types, ours: Types) -> list[str]:
+    """Every difference between two packages' types (full name -> (file, descriptor))."""
+    out = [
+        f"{n}: missing (upstream in {upstream[n][0]})" for n in sorted(set(upstream) - set(ours))
+    ]
+    out += [
+        f"{n}: extra (keepersim's {ours[n][0]}; the vendored files lack it)"
+        for n in sorted(set(ours) - set(upstream))
+    ]
+    for name in sorted(set(upstream) & set(ours)):
+        (up_file, up_type), (our_file, our_type) = upstream[name], ours[name]
+        if up_file != our_file:
+            out.append(f"{name}: file {our_file} != {up_file}")
+        out.extend(compute_type_differences(name, up_type, our_type))
+    return out
 
 
-def compute_counts(upstream: dict[str, TypeProto], differences: list[str]) -> tuple[int, int]:
-    """(upstream items in the 20, items that match): an item matches when no line but ``extra``
-    names it."""
-    total = sum(
-        len(compute_upstream_items(n, upstream[n])) for n in (*SHARED_MESSAGES, *SHARED_ENUMS)
+def compute_item_count(types: Types) -> int:
+    """Fields and enum values over ``types``."""
+    return sum(
+        len(t.field) if isinstance(t, descriptor_pb2.DescriptorProto) else len(t.value)
+        for _, t in types.values()
     )
-    differing = {d.split(": ", 1)[0] for d in differences if not d.endswith(": extra")}
-    return total, total - len(differing)
-
-
-def get_known() -> tuple[list[str], tuple[int, int] | None]:
-    """The ratchet file's differences (in file order) and its ``# counts:`` line."""
-    lines, counts = [], None
-    for line in KNOWN_FILE.read_text().splitlines():
-        found = COUNTS_RE.match(line)
-        if found:
-            counts = (int(found.group(1)), int(found.group(2)))
-        elif line.strip() and not line.startswith("#"):
-            lines.append(line)
-    return lines, counts
-
-
-def compute_known_text(differences: list[str], total: int, matching: int) -> str:
-    """The ratchet file as --write writes it."""
-    head = (
-        "# The migration's to-do list (issue 12): every difference between keepersim's generated\n"
-        "# descriptors and the chain's vendored protos (proto/chain, gonka ee730031) over the 20\n"
-        "# shared messages and enums, as `keepersim != upstream`. Fix a type, then delete its lines:\n"
-        "# tests/core/test_chain_conformance.py fails on a new difference and on a listed one that\n"
-        "# no longer exists. Rewrite with: python tests/core/test_chain_conformance.py --write\n"
-        f"# counts: upstream {total}, matching {matching}\n"
-    )
-    return head + "".join(f"{d}\n" for d in differences)
 
 
 @pytest.fixture(scope="session")
-def differences(chain_types: dict[str, TypeProto]) -> list[str]:
-    return compute_differences(chain_types, compute_package_types(get_keepersim_files()))
+def vendored_files(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> list[descriptor_pb2.FileDescriptorProto]:
+    """proto/inference/inference/*.proto, compiled once per session (one protoc call)."""
+    return list(compute_chain_descriptor_set(tmp_path_factory.mktemp("chain_protos")).file)
+
+
+@pytest.fixture(scope="session")
+def vendored_types(vendored_files: list[descriptor_pb2.FileDescriptorProto]) -> Types:
+    return compute_all_types(vendored_files)
 
 
 @needs_protoc
-def test_shared_descriptors_differ_only_as_the_ratchet_lists(
-    chain_types: dict[str, TypeProto], differences: list[str]
+def test_every_generated_type_of_the_chains_package_is_the_vendored_one(
+    vendored_types: Types,
 ) -> None:
-    known, _ = get_known()
-    total, matching = compute_counts(chain_types, differences)
-    new = sorted(set(differences) - set(known))
-    gone = sorted(set(known) - set(differences))
-    assert not new and not gone, (
-        f"upstream items {total}, matching {matching}\n"
-        f"new differences (regressions; fix them): {new}\n"
-        f"listed differences that are gone (delete them from {KNOWN_FILE.name}): {gone}\n"
-        "rewrite the list with: python tests/core/test_chain_conformance.py --write"
+    """The issue's Must-hold: every generated descriptor of the shared messages equals the
+    vendored upstream .proto, field by field and enum value by enum value (all of the package,
+    not only the 20)."""
+    ours = compute_all_types(get_generated_files(KEEPERSIM_CHAIN_PACKAGE))
+    absent = [n for n in SHARED_TYPES if f"{PACKAGE}.{n}" not in vendored_types]
+    assert not absent, f"not in the vendored protos: {absent}"
+    differences = compute_differences(vendored_types, ours)
+    assert not differences, (
+        f"{len(differences)} differences between keepersim's generated code and "
+        f"{CHAIN_PROTO_DIR.relative_to(ROOT)} (keepersim != upstream); regenerate with "
+        "python scripts/gen_proto.py:\n" + "\n".join(differences)
     )
+    assert compute_item_count(ours) == compute_item_count(vendored_types) > 0
 
 
 @needs_protoc
-def test_counts_of_upstream_and_matching_items(
-    chain_types: dict[str, TypeProto], differences: list[str]
+def test_generated_modules_are_exactly_the_vendored_files(
+    vendored_files: list[descriptor_pb2.FileDescriptorProto],
 ) -> None:
-    missing = [n for n in (*SHARED_MESSAGES, *SHARED_ENUMS) if n not in chain_types]
-    assert not missing, f"not in the vendored protos: {missing}"
-    total, matching = compute_counts(chain_types, differences)
-    _, counts = get_known()
-    message = f"upstream items {total}, matching {matching}; {KNOWN_FILE.name} says {counts}"
-    assert total == UPSTREAM_ITEMS_AT_EE730031, message
-    assert counts == (total, matching), message
+    """No generated module of inference.inference is keepersim's own (nor a vendored file left
+    uncompiled)."""
+    ours = {f.name for f in get_generated_files(KEEPERSIM_CHAIN_PACKAGE)}
+    theirs = {f.name for f in vendored_files if f.package == PACKAGE}
+    assert ours == theirs, {"keepersim only": ours - theirs, "vendored only": theirs - ours}
+    assert {f.package for f in get_generated_files(KEEPERSIM_CHAIN_PACKAGE)} == {PACKAGE}
 
 
-def test_ratchet_file_is_sorted_without_duplicates() -> None:
-    known, counts = get_known()
-    assert counts is not None, f"{KNOWN_FILE.name} has no '# counts: upstream N, matching M' line"
-    assert known == sorted(set(known)), f"{KNOWN_FILE.name}: keep one difference a line, sorted"
+@needs_protoc
+def test_keepersims_own_package_reuses_no_chain_name(vendored_types: Types) -> None:
+    """keepersim.v1 names none of its messages or enums (nested ones included) like a type of
+    inference.inference, so no reader can take one for the other."""
+    own = compute_all_types(get_generated_files(KEEPERSIM_OWN_PACKAGE), "keepersim.v1")
+    assert own, "keepersim.v1 defines no type"
+    chain_names = {n.rsplit(".", 1)[1] for n in vendored_types}
+    reused = sorted(n for n in own if n.rsplit(".", 1)[1] in chain_names)
+    assert not reused, f"keepersim.v1 reuses chain names: {reused}"
 
 
 def test_comparison_reports_each_kind_of_difference() -> None:
-    """The comparison itself: renumbered, retyped, relabelled, missing and extra fields and
-    values each give their line; identical types give none."""
+    """The comparison itself: renumbered, retyped, relabelled, moved in or out of a oneof,
+    missing and extra fields and values, and missing, extra and moved types each give their
+    line; identical types give none."""
     up = descriptor_pb2.DescriptorProto(name="M")
+    up.oneof_decl.add(name="choice")
     up.field.add(name="a", number=1, type=FDP.TYPE_UINT64, label=FDP.LABEL_OPTIONAL)
     up.field.add(name="b", number=2, type=FDP.TYPE_MESSAGE, type_name=".p.Decimal", label=1)
     up.field.add(name="c", number=3, type=FDP.TYPE_STRING, label=FDP.LABEL_REPEATED)
     up.field.add(name="d", number=4, type=FDP.TYPE_INT32, label=FDP.LABEL_OPTIONAL)
+    up.field.add(name="o", number=6, type=FDP.TYPE_BOOL, label=1, oneof_index=0)
     ours = descriptor_pb2.DescriptorProto(name="M")
     ours.field.add(name="a", number=5, type=FDP.TYPE_INT64, label=FDP.LABEL_OPTIONAL)
     ours.field.add(name="b", number=2, type=FDP.TYPE_MESSAGE, type_name=".q.Decimal", label=1)
     ours.field.add(name="c", number=3, type=FDP.TYPE_STRING, label=FDP.LABEL_OPTIONAL)
     ours.field.add(name="e", number=4, type=FDP.TYPE_INT32, label=FDP.LABEL_OPTIONAL)
+    ours.field.add(name="o", number=6, type=FDP.TYPE_BOOL, label=1)
     assert compute_type_differences("M", up, ours) == [
         "M.a: number 5 != 1",
-        "M.a: type int64 != uint64",
-        "M.c: label optional != repeated",
+        "M.a: type 'int64' != 'uint64'",
+        "M.b: type_name '.q.Decimal' != '.p.Decimal'",
+        "M.c: label 'optional' != 'repeated'",
         "M.d: missing",
+        "M.o: oneof None != 'choice'",
         "M.e: extra",
     ]
     assert compute_type_differences("M", up, up) == []
-    assert compute_type_differences("M", up, None) == [f"M.{x}: missing" for x in "abcd"]
     enum_up = descriptor_pb2.EnumDescriptorProto(name="E")
     for i, value in enumerate(["UNSPECIFIED", "ACTIVE", "RAMPING"]):
         enum_up.value.add(name=value, number=i)
@@ -260,28 +268,126 @@ def test_comparison_reports_each_kind_of_difference() -> None:
         "E.RAMPING: missing",
         "E.E_UNSPECIFIED: extra",
     ]
-    diffs = ["M.a: number 5 != 1", "M.a: type int64 != uint64", "M.d: missing", "M.e: extra"]
-    assert compute_counts({n: up for n in (*SHARED_MESSAGES, *SHARED_ENUMS)}, diffs) == (80, 78)
+    assert compute_type_differences("E", enum_up, up) == ["E: kind Message != Enum"]
+    upstream: Types = {"p.M": ("a.proto", up), "p.E": ("a.proto", enum_up)}
+    theirs: Types = {"p.M": ("b.proto", up), "p.X": ("a.proto", enum_up)}
+    assert compute_differences(upstream, theirs) == [
+        "p.E: missing (upstream in a.proto)",
+        "p.X: extra (keepersim's a.proto; the vendored files lack it)",
+        "p.M: file b.proto != a.proto",
+    ]
+    assert compute_differences(upstream, dict(upstream)) == []
 
 
-def test_vendored_files_name_the_pinned_commit_and_the_manifest_lists_them() -> None:
-    """No mirror needed: each file starts with the script's header at the manifest's commit, and
-    UPSTREAM.md lists exactly the vendored files, each with a blob id."""
-    script = get_vendor_script()
+def test_all_types_include_nested_ones() -> None:
+    file = descriptor_pb2.FileDescriptorProto(name="a.proto", package="p")
+    outer = file.message_type.add(name="Outer")
+    outer.nested_type.add(name="Inner").enum_type.add(name="Kind")
+    file.enum_type.add(name="Top")
+    other = descriptor_pb2.FileDescriptorProto(name="b.proto", package="q")
+    other.message_type.add(name="Elsewhere")
+    assert sorted(compute_all_types([file, other], "p")) == [
+        "p.Outer",
+        "p.Outer.Inner",
+        "p.Outer.Inner.Kind",
+        "p.Top",
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# The vendored files and the vendoring script (no mirror needed but for the freshness test)
+# --------------------------------------------------------------------------------------------
+
+
+def get_manifest_commit(script: ModuleType) -> str:
     manifest = (CHAIN_PROTO_ROOT / script.MANIFEST).read_text()
     commit = re.search(r"^- commit: ([0-9a-f]{40})$", manifest, re.MULTILINE)
     assert commit is not None, f"{script.MANIFEST}: no '- commit: <40 hex>' line"
-    assert commit.group(1).startswith(PINNED_COMMIT)
+    return commit.group(1)
+
+
+def get_non_nullable_file(script: ModuleType) -> list[str]:
+    """The entries of proto/inference/non_nullable_fields.txt (comment lines skipped)."""
+    text = (CHAIN_PROTO_ROOT / script.NON_NULLABLE_FILE).read_text()
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def test_vendored_files_name_the_pinned_commit_and_the_manifest_lists_them() -> None:
+    """Each file starts with the script's header at the manifest's commit, and UPSTREAM.md
+    lists exactly the vendored files, each with a blob id."""
+    script = get_vendor_script()
+    commit = get_manifest_commit(script)
+    assert commit.startswith(PINNED_COMMIT)
+    manifest = (CHAIN_PROTO_ROOT / script.MANIFEST).read_text()
     rows = dict(
         re.findall(r"^\| `inference-chain/proto/(\S+)` \| `([0-9a-f]{40})` \|$", manifest, re.M)
     )
-    on_disk = sorted(
-        p.relative_to(CHAIN_PROTO_ROOT).as_posix() for p in CHAIN_PROTO_ROOT.rglob("*.proto")
-    )
+    on_disk = sorted(p.relative_to(CHAIN_PROTO_ROOT).as_posix() for p in CHAIN_PROTO_DIR.rglob("*"))
     assert sorted(rows) == on_disk == sorted(script.SET_B)
     for path in on_disk:
         text = (CHAIN_PROTO_ROOT / path).read_text()
-        assert text.startswith(script.compute_header(path, commit.group(1))), path
+        assert text.startswith(script.compute_header(path, commit)), path
+    assert (CHAIN_PROTO_ROOT / script.NON_NULLABLE_FILE).read_text() == (
+        script.compute_non_nullable_text(commit, get_non_nullable_file(script))
+    ), f"{script.NON_NULLABLE_FILE} is not as the script writes it (sorted, with its header)"
+
+
+@needs_protoc
+def test_chain_json_non_nullable_fields_equal_the_vendored_list(
+    vendored_types: Types,
+) -> None:
+    """One list: chain_json's literal is the one the vendoring script read from upstream's
+    options, and each entry is a singular message field of a vendored message."""
+    script = get_vendor_script()
+    listed = get_non_nullable_file(script)
+    assert sorted(NON_NULLABLE_FIELDS) == listed, (
+        f"keepersim.types.chain_json.NON_NULLABLE_FIELDS != {script.NON_NULLABLE_FILE}: "
+        f"only in chain_json {sorted(NON_NULLABLE_FIELDS - set(listed))}, "
+        f"only in the file {sorted(set(listed) - NON_NULLABLE_FIELDS)}"
+    )
+    for entry in listed:
+        message_name, field_name = entry.rsplit(".", 1)
+        assert message_name in vendored_types, entry
+        message = vendored_types[message_name][1]
+        assert isinstance(message, descriptor_pb2.DescriptorProto), entry
+        field = next((f for f in message.field if f.name == field_name), None)
+        assert field is not None, entry
+        assert field.type == FDP.TYPE_MESSAGE and field.label != FDP.LABEL_REPEATED, entry
+
+
+def test_non_nullable_fields_are_read_from_the_options() -> None:
+    """Singular message fields with the option (nested messages and oneofs by their message's
+    path) are listed; repeated, map and scalar fields, ``= true``, and comments are not."""
+    script = get_vendor_script()
+    source = (
+        'syntax = "proto3";\n'
+        "package p.q;\n"
+        "// Decimal d = 9 [(gogoproto.nullable) = false];\n"
+        "/* Decimal e = 9 [(gogoproto.nullable) = false]; */\n"
+        "message A {\n"
+        "  option (gogoproto.equal) = true;\n"
+        "  Decimal d = 1 [(gogoproto.nullable) = false, (amino.dont_omitempty) = true];\n"
+        "  repeated Decimal r = 2 [(gogoproto.nullable) = false];\n"
+        "  map<string, Decimal> m = 3 [(gogoproto.nullable) = false];\n"
+        "  int64 n = 4 [(gogoproto.nullable) = false];\n"
+        "  Decimal t = 5 [(gogoproto.nullable) = true];\n"
+        "  .p.q.Decimal  full =  6 [ ( gogoproto.nullable )=false ];\n"
+        "  message B { Decimal inner = 1 [(gogoproto.nullable) = false]; }\n"
+        "  oneof choice {\n"
+        "    Decimal one = 7 [(gogoproto.nullable) = false];\n"
+        "  }\n"
+        "  Decimal plain = 8;\n"
+        "}\n"
+        "enum E { X = 0; }\n"
+    )
+    assert script.compute_non_nullable_fields("x.proto", source) == [
+        "p.q.A.d",
+        "p.q.A.full",
+        "p.q.A.B.inner",
+        "p.q.A.one",
+    ]
+    with pytest.raises(script.VendorError, match="x.proto: unbalanced"):
+        script.compute_non_nullable_fields("x.proto", "package p;\nmessage A {\n")
 
 
 def test_stripping_rule_keeps_upstream_text_but_options_and_unused_imports() -> None:
@@ -323,6 +429,8 @@ def test_stripping_rule_keeps_upstream_text_but_options_and_unused_imports() -> 
     not MIRROR.is_dir(), reason=f"no gonka mirror at {MIRROR} (set KEEPERSIM_GONKA_GIT_DIR)"
 )
 def test_vendored_copies_are_fresh() -> None:
+    """With the mirror: the committed files (protos, UPSTREAM.md, the non-nullable list) are
+    exactly what the script writes from the pinned commit."""
     done = subprocess.run(
         [
             sys.executable,
@@ -339,27 +447,3 @@ def test_vendored_copies_are_fresh() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-def main() -> int:
-    """``--write``: rewrite the ratchet file from the current descriptors."""
-    import tempfile
-
-    if sys.argv[1:] != ["--write"]:
-        print("usage: python tests/core/test_chain_conformance.py --write", file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        upstream = compute_package_types(list(compute_chain_descriptor_set(Path(tmp)).file))
-    differences = compute_differences(upstream, compute_package_types(get_keepersim_files()))
-    total, matching = compute_counts(upstream, differences)
-    tmp_file = KNOWN_FILE.with_name(KNOWN_FILE.name + ".tmp")
-    tmp_file.write_text(compute_known_text(differences, total, matching))
-    tmp_file.replace(KNOWN_FILE)
-    print(
-        f"wrote {KNOWN_FILE} ({len(differences)} differences; upstream {total}, matching {matching})"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
