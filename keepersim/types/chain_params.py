@@ -13,13 +13,11 @@ would.
   params.go at ee730031 (they agree). ``fee_params`` is null: ``DefaultParams`` leaves it nil.
 - ``get_chain_mainnet_params``: defaults overlaid with mainnet ``genesis/genesis.json`` and the
   upgrade handlers ``inference-chain/app/upgrades/v0_2_4 … v0_2_14`` (spec section 3.3), assuming no
-  governance vote in between. Not reconstructed (kept at the code default): ``poc_params.models``
-  and the deprecated singular PoC fields (v0.2.12 ``migrateParams`` builds models from chain state:
-  Kimi's ``penalty_start_epoch`` is the effective epoch + 3, v0.2.13 adds MiniMax),
-  ``delegation_params.initial_model_id`` (needs those models), ``poc_params.model_params`` (cleared
-  by v0.2.12), ``devshard_escrow_params`` (v0.2.11/13/14 set amounts, creators and approved
-  versions), every address list (guardian, developer, blocked participant, transfer agents,
-  devshard creators), and the grace-epoch ``binom_test_p0`` 0.5 (a separate store, not Params).
+  governance vote in between. Not reconstructed (left as the code default or as the upgrades
+  leave them): every address list (genesis guardians, developers, blocked participants, transfer
+  agents, devshard creators); Kimi's ``poc_params.models[1].penalty_start_epoch`` (v0.2.12 sets it
+  to the effective epoch + 3, chain state; kept 0); governance state outside Params (grace-epoch
+  ``binom_test_p0`` 0.5, model registry, GenesisOnlyParams).
 - ``validate_chain_params``: ``func (p Params) Validate() error`` (params.go:629) and every
   ``Validate`` it calls, in upstream order. ``InvalidParamsError.rule`` is upstream's error text as
   Go would print it (``errors.Wrap`` prefixes included); ``field`` is the dotted proto path.
@@ -68,6 +66,7 @@ from keepersim.types.pb.inference.inference.params_pb2 import (
     MaintenanceParams,
     Params,
     PocParams,
+    PoCStatTestParams,
     TokenomicsParams,
     ValidationParams,
 )
@@ -85,6 +84,9 @@ MAX_MIN_GAS_PRICE_NGONKA = 1_000_000  # fee_params.go:21
 # cosmossdk.io/math v1.5.3 LegacyDec: 18 decimals; maxDecBitLen = MaxBitLen + decimalTruncateBits.
 LEGACY_PRECISION = 18
 LEGACY_MAX_DEC_BIT_LEN = 256 + 59
+QWEN_MODEL_ID = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"  # app/upgrades/v0_2_8, v0_2_13
+KIMI_MODEL_ID = "moonshotai/Kimi-K2.6"  # app/upgrades/v0_2_12/upgrades.go:37
+MINIMAX_MODEL_ID = "MiniMaxAI/MiniMax-M2.7"  # app/upgrades/v0_2_13/upgrades.go:101
 GO_NIL_DEREFERENCE = "runtime error: invalid memory address or nil pointer dereference"
 _MAX_SPELLED_EXPONENT = 10_000
 
@@ -196,41 +198,103 @@ def get_chain_mainnet_params() -> Params:
     p.genesis_guardian_params.network_maturity_min_height = 3_000_000
     p.developer_access_params.until_block_height = 2_294_222
 
-    # app/upgrades/v0_2_8/upgrades.go setV0_2_8Params, v0_2_9/upgrades.go enablePocV2
+    # app/upgrades/v0_2_8/upgrades.go setV0_2_8Params (the singular fields migrateParams reads)
+    qwen_stat_test = PoCStatTestParams(
+        dist_threshold=d("0.2"), p_mismatch=d("0.1"), p_value_threshold=d("0.05")
+    )
+    # app/upgrades/v0_2_9/upgrades.go enablePocV2, setParticipantAccessParams
     p.poc_params.poc_v2_enabled = True
     p.poc_params.confirmation_poc_v2_enabled = True
-    # app/upgrades/v0_2_9/upgrades.go enablePocV2, setParticipantAccessParams
     e.inference_validation_cutoff, e.poc_validation_duration = 2, 480
     p.participant_access_params.new_participant_registration_start_height = 2_475_000
     p.participant_access_params.participant_allowlist_until_block_height = 2_475_000
 
-    # app/upgrades/v0_2_10/upgrades.go setPocTimingParams, validation slots, normalization
+    # app/upgrades/v0_2_10/upgrades.go setPocTimingParams (weight scale {3593,-4}), validation
+    # slots 0, normalization on
     e.poc_stage_duration, e.poc_validation_duration, e.poc_exchange_duration = 35, 240, 0
     p.poc_params.validation_slots = 0
     p.poc_params.poc_normalization_enabled = True
 
-    # app/upgrades/v0_2_11/upgrades.go setParameters
+    # app/upgrades/v0_2_11/upgrades.go setParameters: a new DevshardEscrowParams (creators not
+    # reconstructed)
     e.confirmation_poc_safety_window = 50
     v.claim_validation_enabled = False
+    p.devshard_escrow_params.CopyFrom(
+        DevshardEscrowParams(
+            min_amount=50_000_000,
+            max_amount=100_000_000_000,
+            max_escrows_per_epoch=100,
+            group_size=16,
+            token_price=10,
+        )
+    )
 
-    # app/upgrades/v0_2_12/upgrades.go adjustParameters, migrateParams, setFeeParams
-    v.logprobs_mode = LOGPROBS_MODE_PROCESSED
-    e.confirmation_poc_safety_window = 500
+    # app/upgrades/v0_2_12/upgrades.go migrateParams (models from the singular fields, plus Kimi;
+    # the singular fields cleared), adjustParameters, setFeeParams
+    pp = p.poc_params
+    for name in ("weight_scale_factor", "model_params", "stat_test"):
+        pp.ClearField(name)
+    pp.model_id, pp.seq_len = "", 0
+    del pp.models[:]
+    pp.models.add(
+        model_id=QWEN_MODEL_ID,
+        seq_len=1024,
+        stat_test=qwen_stat_test,
+        weight_scale_factor=Decimal(value=3593, exponent=-4),
+    )
+    # penalty_start_epoch: the effective epoch at the upgrade + 3 (chain state): not reconstructed
+    pp.models.add(
+        model_id=KIMI_MODEL_ID,
+        seq_len=1024,
+        stat_test=PoCStatTestParams(
+            dist_threshold=d("0.4"), p_mismatch=d("0.1"), p_value_threshold=d("0.05")
+        ),
+    )
     g = p.delegation_params
     g.refusal_penalty.CopyFrom(d("0.1"))
     g.no_participation_penalty.CopyFrom(d("0.15"))
     g.delegation_share.CopyFrom(d("0.05"))
     g.cap_factor.CopyFrom(d("0.75"))
     g.deploy_window = 500
+    g.initial_model_id = QWEN_MODEL_ID
     g.max_model_voting_power_percentage.CopyFrom(d("0.3"))
+    v.logprobs_mode = LOGPROBS_MODE_PROCESSED
+    e.confirmation_poc_safety_window = 500
     # DefaultFeeParams (fee_params.go:8) with min_gas_price_ngonka 0
     p.fee_params.CopyFrom(
         FeeParams(min_gas_price_ngonka=0, base_validation_gas=500_000, gas_per_poc_count=100)
     )
 
-    # app/upgrades/v0_2_14/upgrades.go: maintenance defaults, vote threshold 5000 (= defaults)
+    # app/upgrades/v0_2_13/upgrades.go setDevshardEscrowParams, setDevshardApprovedVersions,
+    # updateModelParams (Kimi weight scale 0.78, MiniMax added)
+    ds = p.devshard_escrow_params
+    ds.max_escrows_per_epoch, ds.max_nonce, ds.devshard_requests_enabled = 500_000, 1_000_000, True
+    ds.approved_versions.add(
+        name="v1",
+        binary="https://github.com/gonka-ai/gonka/releases/download/release%2Fv0.2.13-devshard-v1/devshardd.zip",
+        sha256="dad6f1b97843816c0a33874b89ac403e48b54fe3aa1a0fdccb228d89d2a5594c",
+    )
+    pp.models[1].weight_scale_factor.CopyFrom(Decimal(value=78, exponent=-2))
+    pp.models.add(
+        model_id=MINIMAX_MODEL_ID,
+        seq_len=1024,
+        stat_test=PoCStatTestParams(
+            dist_threshold=d("0.75"), p_mismatch=d("0.1"), p_value_threshold=d("0.05")
+        ),
+        weight_scale_factor=Decimal(value=3024, exponent=-4),
+        penalty_start_epoch=278,
+    )
+
+    # app/upgrades/v0_2_14/upgrades.go: maintenance defaults, vote threshold 5000, devshard
+    # backfillDevshardEscrowParamDefaults (zero fields get the defaults; auto-seal is not among them)
     p.maintenance_params.CopyFrom(get_chain_default_params().maintenance_params)
-    p.poc_params.validation_vote_threshold_bps = 5000
+    pp.validation_vote_threshold_bps = 5000
+    ds.default_inference_seal_grace_nonces = 10 * ds.group_size
+    ds.default_inference_seal_grace_seconds = 3600
+    ds.create_devshard_fee, ds.fee_per_nonce = 10_000, 1_000
+    ds.refusal_timeout, ds.execution_timeout = 60, 32 * 60
+    ds.validation_rate, ds.vote_threshold_factor = 1000, 50
+    ds.default_auto_seal_every_n_nonces = 0
     return p
 
 
