@@ -109,16 +109,17 @@ def compute_chain_decimal(value: str | int) -> Decimal:
         raise ValueError(f"chain decimal: {value!r} is not a decimal number") from None
     if not parsed.is_finite():
         raise ValueError(f"chain decimal: {value!r} is not a finite number")
-    sign, digits, exponent = parsed.as_tuple()
-    assert isinstance(exponent, int)
-    coefficient = int("".join(map(str, digits))) if digits else 0
-    if coefficient == 0:
+    sign, digit_tuple, exponent = parsed.as_tuple()
+    if not isinstance(exponent, int):  # unreachable for a finite number; keeps mypy exact
+        raise ValueError(f"chain decimal: {value!r} is not a finite number")
+    digits = "".join(map(str, digit_tuple)).lstrip("0")
+    if not digits:
         return Decimal(value=0, exponent=0)
-    while coefficient % 10 == 0:
-        coefficient //= 10
-        exponent += 1
-    if sign:
-        coefficient = -coefficient
+    significant = digits.rstrip("0")
+    exponent += len(digits) - len(significant)
+    if len(significant) > 19:  # checked before int(): more digits than any int64 holds
+        raise ValueError(f"chain decimal: {value!r}: {significant} does not fit int64")
+    coefficient = -int(significant) if sign else int(significant)
     if not INT64_MIN <= coefficient <= INT64_MAX:
         raise ValueError(f"chain decimal: {value!r}: coefficient {coefficient} does not fit int64")
     if not INT32_MIN <= exponent <= INT32_MAX:

@@ -150,6 +150,8 @@ def test_compute_chain_decimal_examples(text: str | int, pair: tuple[int, int]) 
     "text",
     [
         "9223372036854775808",
+        "1" * 40,
+        "0.1234567890123456789012345",
         "-9223372036854775809",
         "1e2147483648",
         "1e-2147483649",
