@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from keepersim.types.messages import Params
-from keepersim.types.params import get_decimal_value
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.params import get_cb_settings, get_decimal_value
 
 __all__ = ["compute_inaction_note", "get_inaction_reason", "is_policy_idle"]
 
@@ -24,15 +24,15 @@ __all__ = ["compute_inaction_note", "get_inaction_reason", "is_policy_idle"]
 _NO_NOTE = frozenset({"none", "oracle"})
 
 
-def get_inaction_reason(policy: str, params: Params) -> tuple[str, str]:
+def get_inaction_reason(policy: str, params: ModuleParams) -> tuple[str, str]:
     """``(what it never did, why)`` in words, with the params' thresholds, e.g. ``("never
     opened a breaker", "no participant reached 5 consecutive misses")``."""
-    h = params.health_params
+    h = params.extension_params.health_params
     if policy == "consecutive":
         n = h.consecutive.failure_threshold
         return "never opened a breaker", f"no participant reached {n} consecutive misses"
     if policy == "gonka":
-        c = params.circuit_breaker_params
+        c = get_cb_settings(params.extension_params)
         return "never opened a breaker", (
             f"no participant missed more than {c.miss_threshold_pct}% of at least "
             f"{c.min_samples} inferences in an epoch"
@@ -44,12 +44,14 @@ def get_inaction_reason(policy: str, params: Params) -> tuple[str, str]:
             f"(z {w.confidence_z_milli / 1000:g}) above {w.baseline_miss_pct}%"
         )
     if policy == "sprt":
-        s = params.sprt_params
-        if not s.enabled:
+        v = params.params.validation_params
+        if not params.extension_params.sprt_enabled:
             return "never deactivated anybody", "SPRT is disabled in the params"
         return "never deactivated anybody", (
-            f"no participant's SPRT log-likelihood ratio reached {get_decimal_value(s.threshold)} "
-            f"(p0 {get_decimal_value(s.p0)}, p1 {get_decimal_value(s.p1)})"
+            "no participant's SPRT log-likelihood ratio reached "
+            f"{get_decimal_value(v.downtime_h_threshold)} "
+            f"(p0 {get_decimal_value(v.downtime_good_percentage)}, "
+            f"p1 {get_decimal_value(v.downtime_bad_percentage)})"
         )
     if policy.startswith("trin"):
         return "never moved traffic", (
@@ -73,7 +75,7 @@ def compute_inaction_note(
     policy: str,
     records: Sequence[dict[str, Any]],
     none_records: Sequence[dict[str, Any]],
-    params: Params,
+    params: ModuleParams,
 ) -> tuple[bool, str | None]:
     """``(acted, note)`` of a (scenario, policy) row; ``none_records``: the same scenario's
     ``none`` runs (matched by seed).
