@@ -23,14 +23,14 @@ from keepersim.sim.driver import (
 )
 from keepersim.sim.oracle import HEALTHY_MISS_THRESHOLD, OraclePolicy
 from keepersim.sim.scenario import Scenario, parse_scenario
+from keepersim.keeper.inferences import is_declined
 from keepersim.types.messages import (
-    DECLINED,
     EXPIRED,
     FINISHED,
     STARTED,
     Inference,
-    Params,
 )
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 TIMING_KEYS = {"wall_seconds", "inferences_per_second", "blocks_per_second", "store"}
 
@@ -284,7 +284,7 @@ def test_capacity_pushback_declines_and_reselects(tmp_path: Path) -> None:
     folder = tmp_path / "chain"
     result = run_scenario(s, "none", store_dir=folder).to_dict()
     inferences = {i.inference_id: i for i in read_inferences(folder)}
-    declined = [i for i in inferences.values() if i.status == DECLINED]
+    declined = [i for i in inferences.values() if is_declined(i)]
     assert declined and result["declines"] == len(declined)
     assert result["misses"] == 0  # p = 0 and overflow is pushback, not a miss
     for inf in declined:
@@ -300,9 +300,11 @@ def test_capacity_pushback_declines_and_reselects(tmp_path: Path) -> None:
         result["inferences"] + result["declines"] + result["in_flight_at_end"]
         == result["selections"]
     )
-    last_declined = sum(1 for i in retries if i.status == DECLINED)
+    last_declined = sum(1 for i in retries if is_declined(i))
     started_last = sum(
-        1 for i in retries if i.status == STARTED and i.start_block_height == s.blocks
+        1
+        for i in retries
+        if i.status == STARTED and not is_declined(i) and i.start_block_height == s.blocks
     )
     assert last_declined <= result["unserved_requests"] <= last_declined + started_last
     assert not any("/r2" in i for i in inferences)
@@ -316,24 +318,32 @@ def test_governance_changes_params_at_the_given_height() -> None:
     base = build_params(s, "none")
     schedule = parse_governance(
         [
-            {"height": 100, "set": {"health_params.policy": "gonka", "expiration_blocks": 30}},
-            {"height": 150, "params": {"circuit_breaker_params": {"min_samples": 9}}},
+            {
+                "height": 100,
+                "set": {
+                    "extension_params.health_params.policy": "gonka",
+                    "params.validation_params.expiration_blocks": 30,
+                },
+            },
+            {"height": 150, "extension_params": {"cb_min_samples": 9}},
         ],
         base,
     )
-    seen: dict[int, Params] = {}
+    seen: dict[int, ModuleParams] = {}
 
     def on_block(chain: Chain, height: int) -> None:
         if height in (100, 101, 150, 151):
             seen[height] = chain.get_params()
 
     result = run_scenario(s, "none", store="memory", governance=schedule, on_block=on_block)
-    assert seen[100].health_params.policy == "none"
-    assert seen[101].health_params.policy == "gonka"
-    assert seen[101].expiration_blocks == 30
-    assert seen[150].circuit_breaker_params.min_samples == 4
-    assert seen[151].circuit_breaker_params.min_samples == 9
-    assert seen[151].health_params.policy == "gonka"  # the patch applied to the params in force
+    assert seen[100].extension_params.health_params.policy == "none"
+    assert seen[101].extension_params.health_params.policy == "gonka"
+    assert seen[101].params.validation_params.expiration_blocks == 30
+    assert seen[150].extension_params.cb_min_samples == 4
+    assert seen[151].extension_params.cb_min_samples == 9
+    # the patch applied to the params in force
+    assert seen[151].extension_params.health_params.policy == "gonka"
+    assert seen[151].params.validation_params.expiration_blocks == 30
     timeline = result.metrics["timeline"]
     assert timeline[0]["excluded_weight_share"] == 0.0  # blocks 1-100 under `none`
     assert timeline[1]["excluded_weight_share"] > 0.0  # 101-200 under gonka
@@ -345,29 +355,43 @@ def test_governance_cannot_select_the_oracle() -> None:
     s = make_scenario(blocks=200)
     with pytest.raises(GovernanceError, match=r"governance\[0\].*health_params.policy='oracle'"):
         parse_governance(
-            [{"height": 5, "set": {"health_params.policy": "oracle"}}], build_params(s, "none")
+            [{"height": 5, "set": {"extension_params.health_params.policy": "oracle"}}],
+            build_params(s, "none"),
         )
 
 
 def test_governance_errors_name_the_entry_and_rule() -> None:
     s = make_scenario()
     base = build_params(s, "gonka")
-    with pytest.raises(GovernanceError, match=r"governance\[0\].*miss_threshold_pct.*\[1, 100\]"):
+    expiry = "params.validation_params.expiration_blocks"
+    with pytest.raises(
+        GovernanceError, match=r"governance\[0\].*cb_miss_threshold_pct.*\[1, 100\]"
+    ):
         parse_governance(
-            [{"height": 5, "set": {"circuit_breaker_params.miss_threshold_pct": 0}}], base
+            [{"height": 5, "set": {"extension_params.cb_miss_threshold_pct": 101}}], base
         )
+    with pytest.raises(GovernanceError, match=r"governance\[0\].*expiration_blocks.*> 0"):
+        parse_governance([{"height": 5, "set": {expiry: 0}}], base)
     with pytest.raises(GovernanceError, match="no field 'nope'"):
-        parse_governance([{"height": 5, "set": {"circuit_breaker_params.nope": 1}}], base)
+        parse_governance([{"height": 5, "set": {"extension_params.nope": 1}}], base)
+    with pytest.raises(GovernanceError, match="no field 'expiration_blocks'"):
+        parse_governance([{"height": 5, "set": {"expiration_blocks": 3}}], base)
     with pytest.raises(GovernanceError, match="'height' must be an integer >= 1"):
-        parse_governance([{"height": 0, "set": {"expiration_blocks": 3}}], base)
-    with pytest.raises(GovernanceError, match="exactly one of"):
+        parse_governance([{"height": 0, "set": {expiry: 3}}], base)
+    with pytest.raises(GovernanceError, match="not both"):
         parse_governance([{"height": 3}], base)
     with pytest.raises(GovernanceError, match="unknown key"):
-        parse_governance([{"height": 3, "set": {"expiration_blocks": 3}, "x": 1}], base)
+        parse_governance([{"height": 3, "set": {expiry: 3}, "x": 1}], base)
     with pytest.raises(GovernanceError, match="expected a JSON list"):
         parse_governance({"height": 3}, base)
-    decimal = parse_governance([{"height": 3, "set": {"sprt_params.p0": "0.05"}}], base)
-    assert decimal[0][1].sprt_params.p0.value == 50_000_000_000
+    good = "params.validation_params.downtime_good_percentage"
+    decimal = parse_governance([{"height": 3, "set": {good: "0.05"}}], base)
+    # The chain's shortest form (DecimalFromFloat): 0.05 -> {5, -2}.
+    d = decimal[0][1].params.validation_params.downtime_good_percentage
+    assert (d.value, d.exponent) == (5, -2)
+    # cb_* 0 means "use the default", as upstream #942: accepted.
+    zero = parse_governance([{"height": 3, "set": {"extension_params.cb_min_samples": 0}}], base)
+    assert zero[0][1].extension_params.cb_min_samples == 0
     with pytest.raises(GovernanceError, match="height must be an integer in"):
         run_scenario(s, "gonka", store="memory", governance=[(s.blocks + 1, base)])
 
@@ -378,14 +402,16 @@ def test_governance_errors_name_the_entry_and_rule() -> None:
 def test_run_params_follow_the_scenario_and_disable_sprt_except_for_sprt() -> None:
     s = make_scenario()
     gonka = build_params(s, "gonka")
-    assert gonka.expiration_blocks == s.expiration_blocks
-    assert gonka.epoch_params.epoch_length == s.epoch_length
-    assert gonka.epoch_params.poc_stage_duration == 0
-    assert not gonka.sprt_params.enabled
-    assert gonka.health_params.policy == "gonka"
+    assert gonka.params.validation_params.expiration_blocks == s.expiration_blocks
+    assert gonka.params.epoch_params.epoch_length == s.epoch_length
+    # The shortest PoC the chain's validation accepts (stage and validation > 0).
+    assert gonka.params.epoch_params.poc_stage_duration == 1
+    assert gonka.params.epoch_params.poc_validation_duration == 1
+    assert not gonka.extension_params.sprt_enabled
+    assert gonka.extension_params.health_params.policy == "gonka"
     sprt = build_params(s, "sprt")
-    assert sprt.sprt_params.enabled
-    assert build_params(s, "gonka", shadow=True).health_params.shadow
+    assert sprt.extension_params.sprt_enabled
+    assert build_params(s, "gonka", shadow=True).extension_params.health_params.shadow
 
 
 def test_bad_runs_fail_before_starting(tmp_path: Path) -> None:
@@ -440,7 +466,7 @@ def test_reputation_weighting_reaches_the_chain(weighting: bool, rule: str) -> N
     seen: list[bool] = []
 
     def on_block(chain: Chain, height: int) -> None:
-        seen.append(chain.get_params().reputation_params.reputation_weighting)
+        seen.append(chain.get_params().extension_params.reputation_weighting)
 
     result = run_scenario(
         s, "none", store="memory", reputation_weighting=weighting, on_block=on_block
@@ -450,15 +476,15 @@ def test_reputation_weighting_reaches_the_chain(weighting: bool, rule: str) -> N
     assert (
         build_params(
             s, "gonka", reputation_weighting=weighting
-        ).reputation_params.reputation_weighting
+        ).extension_params.reputation_weighting
         is weighting
     )
 
 
 def test_selection_names_a_governance_change_of_the_rule() -> None:
     s = make_scenario(blocks=120)
-    on = {"set": {"reputation_params.reputation_weighting": True}}
-    off = {"set": {"reputation_params.reputation_weighting": False}}
+    on = {"set": {"extension_params.reputation_weighting": True}}
+    off = {"set": {"extension_params.reputation_weighting": False}}
     schedule = parse_governance(
         [{"height": 40, **on}, {"height": 60, **on}, {"height": 90, **off}], build_params(s, "none")
     )
@@ -474,8 +500,12 @@ def test_run_mechanisms_are_read_from_the_built_params() -> None:
     for weighting, rule in ((False, SELECTION_BY_WEIGHT), (True, SELECTION_BY_REPUTATION)):
         stated = compute_run_mechanisms(s, reputation_weighting=weighting)
         assert stated["selection"] == rule
-    sprt_runs = [p for p in get_known_policies() if build_params(s, p).sprt_params.enabled]
+    sprt_runs = [
+        p for p in get_known_policies() if build_params(s, p).extension_params.sprt_enabled
+    ]
     assert sprt_runs == ["sprt"]
     assert (
-        compute_run_mechanisms(s)["sprt"] == "off except in sprt runs (p0 0.1, p1 0.2, threshold 4)"
+        compute_run_mechanisms(s)["sprt"]
+        == "off except in sprt runs (downtime_good_percentage 0.1, downtime_bad_percentage 0.2, "
+        "downtime_h_threshold 4)"
     )
