@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from keepersim.chain import Chain
+from keepersim.module.genesis import compute_genesis
 from keepersim.types.messages import MLNodeInfo, Participant
 from keepersim.types.params import get_default_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
@@ -74,13 +75,7 @@ def make_genesis(
     if participants is None:
         participants = [make_participant(f"p{i}", weight) for i in range(n)]
     params = params if params is not None else make_test_params()
-    genesis = Genesis(chain_id=chain_id)
-    genesis.inference.params.CopyFrom(params.params)
-    genesis.inference.participant_list.extend(p for p, _ in participants)
-    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
-    genesis.keepersim.height = height
-    genesis.keepersim.participant_nodes.extend(nodes for _, nodes in participants)
-    return genesis
+    return compute_genesis(chain_id, params, participants, height)
 
 
 ChainFactory = Callable[..., Chain]

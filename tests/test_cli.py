@@ -69,7 +69,9 @@ def test_simulate_writes_the_result(tiny: Path, tmp_path: Path, capsys: Any) -> 
 
 def test_simulate_seed_and_governance(tiny: Path, tmp_path: Path, capsys: Any) -> None:
     gov = tmp_path / "gov.json"
-    gov.write_text(json.dumps([{"height": 50, "set": {"health_params.policy": "gonka"}}]))
+    gov.write_text(
+        json.dumps([{"height": 50, "set": {"extension_params.health_params.policy": "gonka"}}])
+    )
     status, _, err = run(
         capsys,
         "simulate",
@@ -95,8 +97,15 @@ def test_simulate_seed_and_governance(tiny: Path, tmp_path: Path, capsys: Any) -
 @pytest.mark.parametrize(
     ("entry", "named"),
     [
-        ({"set": {"health_params.policy": "oracle"}}, "health_params.policy='oracle'"),
-        ({"set": {"authority": "gonka1someoneelse"}}, "no field 'authority'"),
+        (
+            {"set": {"extension_params.health_params.policy": "oracle"}},
+            "health_params.policy='oracle'",
+        ),
+        ({"set": {"params.authority": "gonka1someoneelse"}}, "no field 'authority'"),
+        (
+            {"set": {"health_params.policy": "gonka"}},
+            "did you mean extension_params.health_params.policy?",
+        ),
         ({"params": {"authority": "gonka1someoneelse"}}, "authority"),
     ],
 )
@@ -122,7 +131,7 @@ def test_simulate_governance_cannot_select_oracle_or_authority(
         (["simulate", "{tiny}", "--governance", "{badjson}"], "invalid JSON at line 1"),
         (
             ["simulate", "{tiny}", "--governance", "{badrule}"],
-            "circuit_breaker_params.min_samples=0 breaks rule: >= 1",
+            "extension_params.cb_miss_threshold_pct=101 breaks rule: in [1, 100]",
         ),
         (["simulate", "{tiny}", "--governance", "{late}"], "beyond the run's last block 120"),
         (["simulate", "{tiny}", "--store", "memory", "--store-dir", "x"], "--store-dir needs"),
@@ -141,10 +150,12 @@ def test_bad_input_exits_2_with_a_message(
     badjson.write_text("[{")
     badrule = tmp_path / "badrule.json"
     badrule.write_text(
-        json.dumps([{"height": 5, "set": {"circuit_breaker_params.min_samples": 0}}])
+        json.dumps([{"height": 5, "set": {"extension_params.cb_miss_threshold_pct": 101}}])
     )
     late = tmp_path / "late.json"
-    late.write_text(json.dumps([{"height": 500, "set": {"expiration_blocks": 5}}]))
+    late.write_text(
+        json.dumps([{"height": 500, "set": {"params.validation_params.expiration_blocks": 5}}])
+    )
     names = {
         "tiny": tiny,
         "bad": bad,
@@ -282,7 +293,9 @@ def test_simulate_reputation_weighting_reaches_the_chain(
     from keepersim.keeper.selection import SELECTION_BY_REPUTATION, SELECTION_BY_WEIGHT
 
     gov = tmp_path / "gov.json"
-    gov.write_text(json.dumps([{"height": 50, "set": {"health_params.policy": "gonka"}}]))
+    gov.write_text(
+        json.dumps([{"height": 50, "set": {"extension_params.health_params.policy": "gonka"}}])
+    )
     store = tmp_path / "chain"
     flag = ["--reputation-weighting"] if weighting else []
     status, out, err = run(
@@ -306,8 +319,9 @@ def test_simulate_reputation_weighting_reaches_the_chain(
     assert any(line.split(None, 1) == ["selection", rule] for line in out.splitlines())
     with Chain.open(store) as chain:
         params = chain.get_params()
-    assert params.health_params.policy == "gonka"  # the governance update was applied
-    assert params.reputation_params.reputation_weighting is weighting
+    # the governance update was applied
+    assert params.extension_params.health_params.policy == "gonka"
+    assert params.extension_params.reputation_weighting is weighting
 
 
 def test_compare_reputation_weighting_flag(tiny: Path, tmp_path: Path, capsys: Any) -> None:
@@ -322,3 +336,35 @@ def test_compare_reputation_weighting_flag(tiny: Path, tmp_path: Path, capsys: A
     assert report["config"]["selection"] == SELECTION_BY_REPUTATION
     assert {r["selection"] for r in report["runs"]} == {SELECTION_BY_REPUTATION}
     assert out.splitlines()[0] == report["config"]["baselines"]
+
+
+@pytest.mark.parametrize("preset", ["default", "mainnet"])
+def test_params_prints_the_chains_rest_shape_with_the_extension_beside(
+    preset: str, capsys: Any, tmp_path: Path
+) -> None:
+    """`keepersim params` answers like the chain's /params ({"params": ...}: every field of the
+    chain's Params, 64-bit integers as strings, an unset message as null) plus keepersim's
+    extension params, and the JSON reads back into the preset's params."""
+    from keepersim.types.chain_json import parse_chain_json
+    from keepersim.types.messages import Params
+    from keepersim.types.params import get_preset_params
+
+    status, out, err = run(capsys, "params", "--preset", preset)
+    assert status == 0, err
+    data = json.loads(out)
+    assert set(data) == {"params", "extension_params"}
+    chain = data["params"]
+    assert list(chain) == [f.name for f in Params.DESCRIPTOR.fields]
+    if preset == "default":  # DefaultParams() leaves it nil; the gateway prints null
+        assert chain["fee_params"] is None
+    assert isinstance(chain["validation_params"]["expiration_blocks"], str)
+    expected = get_preset_params(preset)
+    assert parse_chain_json(chain, Params, where="params") == expected.params
+    assert data["extension_params"]["health_params"]["policy"] == "gonka"
+    assert data["extension_params"]["reputation_weighting"] is False
+    target = tmp_path / "p.json"
+    assert run(capsys, "params", "--preset", preset, "--out", str(target))[0] == 0
+    assert json.loads(target.read_text()) == data
+    if preset == "mainnet":
+        assert chain["validation_params"]["expiration_blocks"] == "150"
+        assert chain["epoch_params"]["epoch_length"] == "17280"

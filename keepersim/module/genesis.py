@@ -18,6 +18,7 @@ model of ``model_list`` and the extension params are keepersim's defaults.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from google.protobuf import json_format
@@ -31,7 +32,7 @@ from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.chain_json import compute_chain_json, parse_chain_json
 from keepersim.types.errors import ChainJsonError, GenesisError, InvalidParamsError
-from keepersim.types.messages import ACTIVE, GenesisState
+from keepersim.types.messages import ACTIVE, GenesisState, Participant
 from keepersim.types.params import get_default_extension_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis, GenesisExtension
@@ -39,6 +40,25 @@ from keepersim.types.pb.keepersim.v1.health_pb2 import PolicyStateEntry
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 _POLICY_RANGES = (keys.POLICY_STATE, keys.POLICY_QUEUE, keys.POLICY_ITEMS, keys.POLICY_LOG)
+
+
+def compute_genesis(
+    chain_id: str,
+    params: ModuleParams,
+    participants: Iterable[tuple[Participant, ParticipantNodes | None]] = (),
+    height: int = 0,
+) -> Genesis:
+    """A fresh chain's genesis: the params (the chain's and the extension), and each participant
+    with the models and ML nodes it registered (None: none registered)."""
+    genesis = Genesis(chain_id=chain_id)
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
+    genesis.keepersim.height = height
+    for participant, nodes in participants:
+        genesis.inference.participant_list.append(participant)
+        if nodes is not None:
+            genesis.keepersim.participant_nodes.append(nodes)
+    return genesis
 
 
 def get_genesis_params(genesis: Genesis) -> ModuleParams:

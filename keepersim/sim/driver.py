@@ -97,6 +97,7 @@ import numpy as np
 from keepersim.chain import BlockResult, Chain, Selection
 from keepersim.keeper.policies import BUILTIN_POLICIES, PolicyFactory
 from keepersim.keeper.selection import SelectionTable, get_selection_rule
+from keepersim.module.genesis import compute_genesis
 from keepersim.sim.metrics import (
     DECLINED,
     DEFAULT_BUCKET_BLOCKS,
@@ -297,21 +298,21 @@ def compute_selection_history(
 
 
 def build_genesis(scenario: Scenario, params: ModuleParams) -> Genesis:
-    genesis = Genesis(chain_id=f"keepersim-{scenario.name}")
-    genesis.inference.params.CopyFrom(params.params)
-    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
-    for spec in scenario.participants:
-        genesis.inference.participant_list.append(
-            Participant(address=spec.address, index=spec.address, weight=spec.weight)
-        )
-        genesis.keepersim.participant_nodes.append(
-            ParticipantNodes(
-                address=spec.address,
-                models=list(spec.models),
-                ml_nodes=[MLNodeInfo(node_id="node-0", timeslot_allocation=[True, True])],
+    return compute_genesis(
+        f"keepersim-{scenario.name}",
+        params,
+        (
+            (
+                Participant(address=spec.address, index=spec.address, weight=spec.weight),
+                ParticipantNodes(
+                    address=spec.address,
+                    models=list(spec.models),
+                    ml_nodes=[MLNodeInfo(node_id="node-0", timeslot_allocation=[True, True])],
+                ),
             )
-        )
-    return genesis
+            for spec in scenario.participants
+        ),
+    )
 
 
 @dataclass
@@ -1114,7 +1115,10 @@ def _set_dotted(data: dict[str, Any], path: str, value: Any, where: str) -> None
         if fd is None:
             prefix = ".".join(parts[:i]) or "ModuleParams"
             known = ", ".join(sorted(descriptor.fields_by_name))
-            raise GovernanceError(f"{where}: {prefix} has no field {part!r} (fields: {known})")
+            hint = _get_root_hint(path) if i == 0 else ""
+            raise GovernanceError(
+                f"{where}: {prefix} has no field {part!r} (fields: {known}){hint}"
+            )
         last = i == len(parts) - 1
         message_type = None if _is_repeated(fd) else fd.message_type
         if last:
@@ -1136,6 +1140,16 @@ def _set_dotted(data: dict[str, Any], path: str, value: Any, where: str) -> None
             node[part] = child
         node = child
         descriptor = message_type
+
+
+def _get_root_hint(path: str) -> str:
+    """A path written from the old, single Params root: the path it now has."""
+    head = path.split(".")[0]
+    for root in ("params", "extension_params"):
+        message = ModuleParams.DESCRIPTOR.fields_by_name[root].message_type
+        if message is not None and head in message.fields_by_name:
+            return f"; did you mean {root}.{path}?"
+    return ""
 
 
 def _get_decimal_arg(value: str | int | float, where: str) -> Any:
