@@ -32,7 +32,7 @@ from keepersim.store.leveldb import LevelDBBackend
 from keepersim.store.memory import MemoryBackend
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition
-from keepersim.types.messages import Params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import OPEN, ConsecutiveEntry, PolicyStateEntry
 
 SRC = "smg-project/smg 28590879 model_gateway/src/worker/circuit_breaker.rs"
@@ -44,9 +44,9 @@ Make = Callable[..., ConsecutiveBreakers]
 
 def make_smg_params(
     failure_threshold: int = 5, success_threshold: int = 2, timeout_blocks: int = 30_000
-) -> Params:
+) -> ModuleParams:
     params = make_params("consecutive")
-    c = params.health_params.consecutive
+    c = params.extension_params.health_params.consecutive
     c.failure_threshold = failure_threshold
     c.success_threshold = success_threshold
     c.timeout_blocks = timeout_blocks

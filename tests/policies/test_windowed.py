@@ -16,20 +16,19 @@ from keepersim.keeper.policies.windowed import (
 )
 from keepersim.types.errors import BlockError, InvalidParamsError
 from keepersim.types.events import InferenceExpired
-from keepersim.types.messages import Params
+from keepersim.types.messages import MsgFinishInference, MsgUpdateParams
 from keepersim.types.params import GOV_AUTHORITY, get_default_health_params, validate_params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgUpdateParams
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import WindowedParams
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams, WindowedParams
 
 FLEET = {"a": 100, "b": 100, "c": 100, "d": 100, "e": 100}
 EXPIRY = 20
 
 
-def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> Params:
+def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> ModuleParams:
     """Windowed params with the pipeline's cap and panic off, no jitter and no overdue evidence
     (tests opt in): misses count when they expire."""
     params = make_params("windowed", expiration_blocks=expiration_blocks)
-    w = params.health_params.windowed
+    w = params.extension_params.health_params.windowed
     w.jitter_pct = 0
     w.initial_cooldown_blocks = 50
     w.max_cooldown_blocks = 800
@@ -47,7 +46,7 @@ def record(net: Net, address: str, successes: int, misses: int) -> None:
     starts = [net.start(address) for _ in range(successes + misses)]
     result = net.block(*starts)
     net.block(*[net.finish(s) for s in starts[:successes]])
-    net.run_until(result.height + net.chain.get_params().expiration_blocks)
+    net.run_until(result.height + net.chain.get_params().params.validation_params.expiration_blocks)
 
 
 def weights(net: Net) -> dict[str, int]:
@@ -241,7 +240,7 @@ def test_window_survives_a_probe_success(make_net: NetFactory) -> None:
 
 def test_window_survives_the_epoch_boundary(make_net: NetFactory) -> None:
     params = make_w_params(initial_cooldown_blocks=100)
-    params.epoch_params.epoch_length = 60
+    params.params.epoch_params.epoch_length = 60
     net = make_net(params, FLEET)
     exclude(net, "a")
     record(net, "b", 5, 1)
@@ -381,7 +380,7 @@ def test_panic_admits_everyone(make_net: NetFactory) -> None:
 
 def test_shadow_mode_records_state_and_keeps_nobody_out(make_net: NetFactory) -> None:
     params = make_w_params()
-    params.health_params.shadow = True
+    params.extension_params.health_params.shadow = True
     net = make_net(params, FLEET)
     exclude(net, "a")
     table = net.chain.get_selection_table(MODEL)
@@ -415,7 +414,7 @@ def test_windowed_param_validation_names_the_field() -> None:
     params = make_w_params(ramp_start_pct=0)
     with pytest.raises(InvalidParamsError) as info:
         validate_params(params)
-    assert info.value.field == "health_params.windowed.ramp_start_pct"
+    assert info.value.field == "extension_params.health_params.windowed.ramp_start_pct"
     validate_params(make_w_params())
 
 
@@ -450,7 +449,7 @@ def overflow(net: Net, address: str, pairs: int) -> None:
         dropped = net.start(address)
         net.block(dropped)
         net.block(net.finish(running))
-    net.run(net.chain.get_params().expiration_blocks)
+    net.run(net.chain.get_params().params.validation_params.expiration_blocks)
 
 
 def test_a_miss_beside_a_running_success_is_a_capacity_miss(make_net: NetFactory) -> None:
