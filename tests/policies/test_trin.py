@@ -213,14 +213,16 @@ def test_an_imported_log_record_above_the_height_is_kept_in_order(
     for _ in range(3):
         source.succeed("a")
     genesis = source.chain.export_genesis()
-    above = genesis.height + 3
+    above = genesis.keepersim.height + 3
     if additive:
         record = TrinScoreRecord(deltas=[ScoreDelta(address="b", delta=-10)])
         prefix = keys.POLICY_LOG + TrinAdditive.prefix
     else:
         record = TrinOffers(addresses=["b"])
         prefix = keys.POLICY_LOG + TrinMultiplicative.prefix
-    genesis.policy_state.add(key=prefix + keys.height_key(above), value=record.SerializeToString())
+    genesis.keepersim.policy_state.add(
+        key=prefix + keys.height_key(above), value=record.SerializeToString()
+    )
 
     def get_msgs(net: Net, h: int) -> list[object]:
         start = net.start("ab"[h % 2], f"imp-{h}")
@@ -454,7 +456,7 @@ def test_multiplicative_log_index_rebuilt_from_the_store_decides_the_same(
         assert net.chain.verify_app_hash()
         # Exported and imported, the log goes along and the copy decides the same.
         genesis = net.chain.export_genesis()
-        assert any(e.key.startswith(keys.POLICY_LOG) for e in genesis.policy_state)
+        assert any(e.key.startswith(keys.POLICY_LOG) for e in genesis.keepersim.policy_state)
         with Chain.open(memory=True, genesis=genesis) as imported:
             copy = Net(imported)
             for h in range(12):

@@ -247,7 +247,9 @@ def test_open_entry_imported_without_its_queue_key_goes_half_open(tmp_path: Path
         address=W, state=OPEN, opened_at_block=0, half_open_at_block=6, consecutive_failures=3
     )
     key = keys.POLICY_STATE + ConsecutiveBreaker.prefix + W.encode()
-    genesis.policy_state.append(PolicyStateEntry(key=key, value=entry.SerializeToString()))
+    genesis.keepersim.policy_state.append(
+        PolicyStateEntry(key=key, value=entry.SerializeToString())
+    )
     with Chain.open(tmp_path / "a", genesis=genesis) as chain:
         net = Net(chain)
         while net.height < 5:
