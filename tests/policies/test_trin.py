@@ -17,7 +17,6 @@ from keepersim.keeper.policies.trin_additive import Events, ScoreParams, TrinAdd
 from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
 from keepersim.types import keys
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
-from keepersim.types.messages import MsgUpdateParams
 from keepersim.types.params import GOV_AUTHORITY, validate_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams, TrinAdditiveParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import (
@@ -26,6 +25,7 @@ from keepersim.types.pb.keepersim.v1.health_pb2 import (
     TrinOffers,
     TrinScoreRecord,
 )
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
 
 T = TypeVar("T")
 
@@ -185,7 +185,8 @@ def test_additive_log_index_rebuilt_from_the_store_decides_the_same(make_net: Ne
             msgs.append(net.finish(net.start("a")))
         if h in (20, 35):
             params = make_additive_params(window_blocks=3 if h == 20 else 12)
-            msgs.append(MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
+            ext = params.extension_params  # a health-policy param: keepersim's, not the chain's
+            msgs.append(MsgUpdateExtensionParams(authority=GOV_AUTHORITY, extension_params=ext))
         return msgs
 
     def observe(net: Net) -> object:

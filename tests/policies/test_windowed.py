@@ -19,6 +19,7 @@ from keepersim.types.events import InferenceExpired
 from keepersim.types.messages import MsgFinishInference, MsgUpdateParams
 from keepersim.types.params import GOV_AUTHORITY, get_default_health_params, validate_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams, WindowedParams
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
 
 FLEET = {"a": 100, "b": 100, "c": 100, "d": 100, "e": 100}
 EXPIRY = 20
@@ -540,10 +541,16 @@ def test_the_in_memory_starts_list_decides_as_the_timeout_index(make_net: NetFac
     timeout index: with the hints forgotten before every block, and across changes of
     expiration_blocks and overdue_min_blocks with inferences in flight, every block's app hash
     is the same."""
-    updates = {}
+    updates: dict[int, list[object]] = {}
     for h, expiration, min_blocks in ((20, 12, 3), (35, 12, 5), (45, 12, 2), (50, 40, 2)):
         params = make_w_params(expiration_blocks=expiration, overdue_min_blocks=min_blocks)
-        updates[h] = MsgUpdateParams(authority=GOV_AUTHORITY, params=params)
+        # expiration_blocks is the chain's param, overdue_min_blocks keepersim's: one of each.
+        updates[h] = [
+            MsgUpdateParams(authority=GOV_AUTHORITY, params=params.params),
+            MsgUpdateExtensionParams(
+                authority=GOV_AUTHORITY, extension_params=params.extension_params
+            ),
+        ]
     hashes = []
     for cold in (False, True):
         net = make_net(make_w_params(expiration_blocks=30, overdue_min_blocks=3), FLEET)
@@ -556,8 +563,7 @@ def test_the_in_memory_starts_list_decides_as_the_timeout_index(make_net: NetFac
                 msgs.append(net.finish(net.start("a", f"i{h - 1}a")))
             if h % 4 == 0:
                 msgs.append(net.finish(net.start("b", f"i{h - 2}b")))
-            if h in updates:
-                msgs.append(updates[h])
+            msgs.extend(updates.get(h, []))
             out.append(net.block(*msgs).app_hash)
         hashes.append(out)
         assert net.state("c")["overdue_flags"] > 0  # the checks did flag something
