@@ -107,8 +107,8 @@ weights_strategy = st.lists(st.integers(1 << 17, 1 << 20), min_size=5, max_size=
 def compute_fresh_table(chain: Chain) -> SelectionTable:
     """The selection table from verdicts computed now, without the chain's memo."""
     with chain.read() as keeper:
-        params = keeper.get_params()
-        policy = chain.get_policy_object(params.extension_params.health_params.policy)
+        params = keeper.get_extension_params()
+        policy = chain.get_policy_object(params.health_params.policy)
         reader = PolicyReader(keeper, policy)
         candidates = get_candidates(keeper, MODEL, chain.height)
         healths = [policy.get_health(reader, c.address, chain.height) for c in candidates]

@@ -181,6 +181,40 @@ def test_decline_after_overdue_removes_the_provisional_miss(make_net: NetFactory
     assert (view["window_misses"], view["window_samples"], view["outcomes_recorded"]) == (0, 4, 4)
 
 
+@pytest.mark.parametrize("cold", [False, True], ids=["starts-memo", "timeout-index"])
+def test_a_declined_inference_is_never_flagged_overdue(make_net: NetFactory, cold: bool) -> None:
+    """A declined inference stays STARTED (with its end height) and keeps its timeout: the
+    overdue check skips it whether it lists the starts from memory or, as after a reopen, from
+    the chain's timeout index."""
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
+    warm_up(net, "a")
+    start = net.start("a")
+    started = net.block(start).height
+    net.block(net.decline(start))
+    if cold:
+        base._CARRY.clear()  # the starts memo is gone: the check reads the timeout index
+    net.run_until(started + 11)
+    view = net.state("a")
+    assert (view["overdue_flags"], view["window_misses"], view["window_samples"]) == (0, 0, 4)
+
+
+def test_a_decline_before_its_own_threshold_cancels_the_overdue_check(
+    make_net: NetFactory,
+) -> None:
+    """Past overdue_min_blocks but before the participant's own threshold the check is put off
+    to that height; declined in between, it is not flagged there."""
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
+    warm_up(net, "a", latency=5)  # overdue after max(10, 3 * 5) = 15 blocks
+    assert net.state("a")["overdue_blocks"] == 15
+    start = net.start("a")
+    started = net.block(start).height
+    net.run_until(started + 12)
+    net.block(net.decline(start))
+    net.run_until(started + 16)
+    view = net.state("a")
+    assert (view["overdue_flags"], view["window_misses"], view["window_samples"]) == (0, 0, 4)
+
+
 def test_late_success_after_exclusion_probes_at_once(make_net: NetFactory) -> None:
     net = make_net(
         make_w_params(expiration_blocks=150, overdue_min_blocks=10, initial_cooldown_blocks=100),

@@ -522,8 +522,12 @@ class WindowedBreaker(HealthPolicy):
         """Still unfinished past its participant's overdue threshold: a provisional miss. The
         threshold is taken now, from the latencies seen up to now; not yet reached, the
         inference is looked at again when it is."""
+        # (imported here: keeper.inferences imports the block context, which imports policies)
+        from keepersim.keeper.inferences import is_declined
+
         inference = ctx.keeper.get_inference(inference_id)
-        if inference is None or inference.status != STARTED:
+        # A declined inference stays STARTED (with an end height) and keeps its timeout.
+        if inference is None or inference.status != STARTED or is_declined(inference):
             return  # resolved in time (or declined, or finished by another executor)
         if started_at is not None and inference.start_block_height != started_at:
             return  # its timeout was set under another expiration_blocks: it expires unchecked
