@@ -10,40 +10,33 @@ from collections.abc import Callable, Sequence
 
 from keepersim.chain import BlockResult, Chain
 from keepersim.types.events import HealthTransition
-from keepersim.types.messages import GenesisState, MLNodeInfo, Params, Participant
-from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.messages import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
+from tests.conftest import make_genesis, make_participant, make_test_params
 
 MODEL = "m"
 
 
-def make_params(policy: str, *, expiration_blocks: int = 20, epoch_length: int = 100_000) -> Params:
-    params = get_default_params()
-    params.health_params.policy = policy
-    params.expiration_blocks = expiration_blocks
-    params.epoch_params.epoch_length = epoch_length
-    params.sprt_params.enabled = False
-    params.reputation_params.reputation_weighting = False
+def make_params(
+    policy: str, *, expiration_blocks: int = 20, epoch_length: int = 100_000
+) -> ModuleParams:
+    params = make_test_params()
+    ext = params.extension_params
+    ext.health_params.policy = policy
+    params.params.validation_params.expiration_blocks = expiration_blocks
+    params.params.epoch_params.epoch_length = epoch_length
+    ext.sprt_enabled = False
+    ext.reputation_weighting = False
     return params
 
 
-def make_policy_genesis(params: Params, weights: dict[str, int]) -> GenesisState:
-    genesis = GenesisState(params=params, chain_id="policy-test")
-    for address, weight in weights.items():
-        genesis.participants.append(
-            Participant(
-                address=address,
-                weight=weight,
-                models=[MODEL],
-                ml_nodes=[
-                    MLNodeInfo(
-                        node_id=f"{address}-n", poc_weight=weight, timeslot_allocation=[True, True]
-                    )
-                ],
-            )
-        )
-    return genesis
+def make_policy_genesis(params: ModuleParams, weights: dict[str, int]) -> Genesis:
+    participants = [
+        make_participant(address, weight, (MODEL,)) for address, weight in weights.items()
+    ]
+    return make_genesis(params=params, participants=participants, chain_id="policy-test")
 
 
 class Net:
@@ -109,7 +102,9 @@ class Net:
     def miss(self, address: str, count: int = 1) -> None:
         """Start ``count`` inferences in one block and let them expire (known at start + expiry)."""
         result = self.block(*[self.start(address) for _ in range(count)])
-        self.run_until(result.height + self.chain.get_params().expiration_blocks)
+        self.run_until(
+            result.height + self.chain.get_params().params.validation_params.expiration_blocks
+        )
 
     def succeed_many(self, address: str, count: int, latency: int = 1) -> None:
         """Start ``count`` inferences in one block and finish them all ``latency`` blocks later."""

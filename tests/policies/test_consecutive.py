@@ -8,16 +8,15 @@ from policy_helpers import MODEL, NetFactory, make_params, to_names
 from keepersim.keeper.policies.consecutive import compute_outcome_class
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
 from keepersim.types.events import Outcome
-from keepersim.types.messages import Params
 from keepersim.types.params import validate_params
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ConsecutiveOverride
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ConsecutiveOverride, ModuleParams
 
 WEIGHTS = {"a": 100, "b": 100, "c": 100}
 
 
-def make_smg_params(**consecutive: object) -> Params:
+def make_smg_params(**consecutive: object) -> ModuleParams:
     params = make_params("consecutive", expiration_blocks=3)
-    c = params.health_params.consecutive
+    c = params.extension_params.health_params.consecutive
     c.failure_threshold = 3
     c.success_threshold = 2
     c.timeout_blocks = 6
@@ -187,32 +186,32 @@ def test_outcome_classes() -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"failure_threshold": 0}, "health_params.consecutive.failure_threshold"),
-        ({"success_threshold": 0}, "health_params.consecutive.success_threshold"),
-        ({"timeout_blocks": 0}, "health_params.consecutive.timeout_blocks"),
+        ({"failure_threshold": 0}, "extension_params.health_params.consecutive.failure_threshold"),
+        ({"success_threshold": 0}, "extension_params.health_params.consecutive.success_threshold"),
+        ({"timeout_blocks": 0}, "extension_params.health_params.consecutive.timeout_blocks"),
         (
             {"overrides": [ConsecutiveOverride(address="a", failure_threshold=0)]},
-            "health_params.consecutive.overrides[0].failure_threshold",
+            "extension_params.health_params.consecutive.overrides[0].failure_threshold",
         ),
         (
             {"overrides": [ConsecutiveOverride(address="a", timeout_blocks=-1)]},
-            "health_params.consecutive.overrides[0].timeout_blocks",
+            "extension_params.health_params.consecutive.overrides[0].timeout_blocks",
         ),
         (
             {"overrides": [ConsecutiveOverride(address="a", pushback_outcomes=["503"])]},
-            "health_params.consecutive.overrides[0].pushback_outcomes",
+            "extension_params.health_params.consecutive.overrides[0].pushback_outcomes",
         ),
         (
             {"overrides": [ConsecutiveOverride(address="a", pushback_outcomes=["miss", "miss"])]},
-            "health_params.consecutive.overrides[0].pushback_outcomes",
+            "extension_params.health_params.consecutive.overrides[0].pushback_outcomes",
         ),
         (
             {"overrides": [ConsecutiveOverride(address="a"), ConsecutiveOverride(address="a")]},
-            "health_params.consecutive.overrides[1].address",
+            "extension_params.health_params.consecutive.overrides[1].address",
         ),
         (
             {"overrides": [ConsecutiveOverride(address="")]},
-            "health_params.consecutive.overrides[0].address",
+            "extension_params.health_params.consecutive.overrides[0].address",
         ),
     ],
 )
@@ -251,7 +250,7 @@ def test_all_open_with_fallback_returns_the_full_list(make_net: NetFactory) -> N
 
 def test_shadow_mode_records_but_keeps_nobody_out(make_net: NetFactory) -> None:
     params = make_smg_params()
-    params.health_params.shadow = True
+    params.extension_params.health_params.shadow = True
     net = make_net(params, WEIGHTS)
     net.miss("a", 3)
     assert net.state("a")["state"] == "open"

@@ -32,20 +32,20 @@ from keepersim.keeper.selection import (
     get_pipeline_rules,
 )
 from keepersim.types.events import HealthTransition
-from keepersim.types.messages import Params
+from keepersim.types.messages import MsgFinishInference, MsgStartInference
 from keepersim.types.params import validate_params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 EXPIRY = 6
 ADDRESSES = ("p0", "p1", "p2", "p3", "p4")
 
 
-def make_policy_params(name: str) -> Params:
+def make_policy_params(name: str) -> ModuleParams:
     """Params that make each policy move fast, with its fallback or panic on."""
     policy = "windowed" if name.startswith("windowed") else name
     params = make_params(policy, expiration_blocks=EXPIRY, epoch_length=40)
-    h = params.health_params
+    h = params.extension_params.health_params
     h.consecutive.failure_threshold = 2
     h.consecutive.success_threshold = 1
     h.consecutive.timeout_blocks = 4
@@ -66,8 +66,8 @@ def make_policy_params(name: str) -> Params:
     w.max_excluded_weight_pct = 100
     # "windowed-panic": panic below 50% admitted weight; "windowed": only the fallback.
     w.panic_healthy_weight_pct = 50 if name == "windowed-panic" else 0
-    params.circuit_breaker_params.initial_cooldown_blocks = 5
-    params.circuit_breaker_params.max_cooldown_blocks = 40
+    params.extension_params.cb_initial_cooldown_blocks = 5
+    params.extension_params.cb_max_cooldown_blocks = 40
     validate_params(params)
     return params
 
@@ -107,7 +107,7 @@ weights_strategy = st.lists(st.integers(1 << 17, 1 << 20), min_size=5, max_size=
 def compute_fresh_table(chain: Chain) -> SelectionTable:
     """The selection table from verdicts computed now, without the chain's memo."""
     with chain.read() as keeper:
-        params = keeper.get_params()
+        params = keeper.get_extension_params()
         policy = chain.get_policy_object(params.health_params.policy)
         reader = PolicyReader(keeper, policy)
         candidates = get_candidates(keeper, MODEL, chain.height)

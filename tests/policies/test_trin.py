@@ -17,16 +17,15 @@ from keepersim.keeper.policies.trin_additive import Events, ScoreParams, TrinAdd
 from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
 from keepersim.types import keys
 from keepersim.types.errors import InvalidParamsError, NoExecutorsError
-from keepersim.types.messages import Params
 from keepersim.types.params import GOV_AUTHORITY, validate_params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgUpdateParams
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import TrinAdditiveParams
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams, TrinAdditiveParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import (
     ScoreDelta,
     TrinMultiplicativeEntry,
     TrinOffers,
     TrinScoreRecord,
 )
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
 
 T = TypeVar("T")
 
@@ -44,10 +43,10 @@ def get_weights(net: Net) -> dict[str, int]:
 # --- trin-additive ------------------------------------------------------------------------
 
 
-def make_additive_params(**changes: object) -> Params:
+def make_additive_params(**changes: object) -> ModuleParams:
     params = make_params("trin-additive", expiration_blocks=3)
     for key, value in changes.items():
-        setattr(params.health_params.trin_additive, key, value)
+        setattr(params.extension_params.health_params.trin_additive, key, value)
     return params
 
 
@@ -186,7 +185,8 @@ def test_additive_log_index_rebuilt_from_the_store_decides_the_same(make_net: Ne
             msgs.append(net.finish(net.start("a")))
         if h in (20, 35):
             params = make_additive_params(window_blocks=3 if h == 20 else 12)
-            msgs.append(MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
+            ext = params.extension_params  # a health-policy param: keepersim's, not the chain's
+            msgs.append(MsgUpdateExtensionParams(authority=GOV_AUTHORITY, extension_params=ext))
         return msgs
 
     def observe(net: Net) -> object:
@@ -214,14 +214,16 @@ def test_an_imported_log_record_above_the_height_is_kept_in_order(
     for _ in range(3):
         source.succeed("a")
     genesis = source.chain.export_genesis()
-    above = genesis.height + 3
+    above = genesis.keepersim.height + 3
     if additive:
         record = TrinScoreRecord(deltas=[ScoreDelta(address="b", delta=-10)])
         prefix = keys.POLICY_LOG + TrinAdditive.prefix
     else:
         record = TrinOffers(addresses=["b"])
         prefix = keys.POLICY_LOG + TrinMultiplicative.prefix
-    genesis.policy_state.add(key=prefix + keys.height_key(above), value=record.SerializeToString())
+    genesis.keepersim.policy_state.add(
+        key=prefix + keys.height_key(above), value=record.SerializeToString()
+    )
 
     def get_msgs(net: Net, h: int) -> list[object]:
         start = net.start("ab"[h % 2], f"imp-{h}")
@@ -312,12 +314,12 @@ def test_additive_verdict_holds_exactly_until_valid_until(
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"max_score": 0}, "health_params.trin_additive.max_score"),
-        ({"initial_score": 401}, "health_params.trin_additive.initial_score"),
-        ({"window_blocks": 0}, "health_params.trin_additive.window_blocks"),
-        ({"miss_delta": 1}, "health_params.trin_additive.miss_delta"),
-        ({"pushback_delta": 3}, "health_params.trin_additive.pushback_delta"),
-        ({"success_delta": -1}, "health_params.trin_additive.success_delta"),
+        ({"max_score": 0}, "extension_params.health_params.trin_additive.max_score"),
+        ({"initial_score": 401}, "extension_params.health_params.trin_additive.initial_score"),
+        ({"window_blocks": 0}, "extension_params.health_params.trin_additive.window_blocks"),
+        ({"miss_delta": 1}, "extension_params.health_params.trin_additive.miss_delta"),
+        ({"pushback_delta": 3}, "extension_params.health_params.trin_additive.pushback_delta"),
+        ({"success_delta": -1}, "extension_params.health_params.trin_additive.success_delta"),
     ],
 )
 def test_additive_validation_names_the_field(change: dict[str, object], field: str) -> None:
@@ -331,9 +333,9 @@ def test_additive_validation_names_the_field(change: dict[str, object], field: s
 
 def make_multiplicative_params(
     history: int = 16, recency_blocks: int = 100_000, max_doublings: int = 4
-) -> Params:
+) -> ModuleParams:
     params = make_params("trin-multiplicative", expiration_blocks=3)
-    t = params.health_params.trin_multiplicative
+    t = params.extension_params.health_params.trin_multiplicative
     t.history = history
     t.recency_blocks = recency_blocks
     t.max_recency_doublings = max_doublings
@@ -455,7 +457,7 @@ def test_multiplicative_log_index_rebuilt_from_the_store_decides_the_same(
         assert net.chain.verify_app_hash()
         # Exported and imported, the log goes along and the copy decides the same.
         genesis = net.chain.export_genesis()
-        assert any(e.key.startswith(keys.POLICY_LOG) for e in genesis.policy_state)
+        assert any(e.key.startswith(keys.POLICY_LOG) for e in genesis.keepersim.policy_state)
         with Chain.open(memory=True, genesis=genesis) as imported:
             copy = Net(imported)
             for h in range(12):
@@ -512,16 +514,22 @@ def test_multiplicative_recency_offsets_misses(make_net: NetFactory) -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"history": 0}, "health_params.trin_multiplicative.history"),
-        ({"history": 33}, "health_params.trin_multiplicative.history"),
-        ({"recency_blocks": 0}, "health_params.trin_multiplicative.recency_blocks"),
-        ({"max_recency_doublings": 17}, "health_params.trin_multiplicative.max_recency_doublings"),
+        ({"history": 0}, "extension_params.health_params.trin_multiplicative.history"),
+        ({"history": 33}, "extension_params.health_params.trin_multiplicative.history"),
+        (
+            {"recency_blocks": 0},
+            "extension_params.health_params.trin_multiplicative.recency_blocks",
+        ),
+        (
+            {"max_recency_doublings": 17},
+            "extension_params.health_params.trin_multiplicative.max_recency_doublings",
+        ),
     ],
 )
 def test_multiplicative_validation_names_the_field(change: dict[str, object], field: str) -> None:
     params = make_multiplicative_params()
     for key, value in change.items():
-        setattr(params.health_params.trin_multiplicative, key, value)
+        setattr(params.extension_params.health_params.trin_multiplicative, key, value)
     with pytest.raises(InvalidParamsError) as info:
         validate_params(params)
     assert info.value.field == field

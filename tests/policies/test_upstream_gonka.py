@@ -32,6 +32,9 @@ from keepersim.store.buffer import BlockBuffer
 from keepersim.store.leveldb import LevelDBBackend
 from keepersim.store.memory import MemoryBackend
 from keepersim.types import keys
+from keepersim.types.errors import InvalidParamsError
+from keepersim.types.params import CB_DEFAULTS, CbSettings, get_cb_settings, validate_params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import (
     EXCLUDED,
     HEALTHY,
@@ -48,17 +51,31 @@ INITIAL, MAX = 50, 500
 GONKA_STATE = keys.POLICY_STATE + GonkaBreaker.prefix
 
 
-def make_keeper(backend: LevelDBBackend | MemoryBackend) -> Keeper:
+def make_gonka_params(*, zero_cb: bool = False) -> ModuleParams:
+    """The gonka policy's params; ``zero_cb`` leaves every ``cb_*`` at 0, which upstream (#942)
+    reads as its ``Default*`` constants."""
+    params = make_params("gonka")
+    if zero_cb:
+        ext = params.extension_params
+        ext.cb_miss_threshold_pct = ext.cb_min_samples = 0
+        ext.cb_initial_cooldown_blocks = ext.cb_max_cooldown_blocks = 0
+    return params
+
+
+def make_keeper(backend: LevelDBBackend | MemoryBackend, *, zero_cb: bool = False) -> Keeper:
     """A keeper over ``backend`` after a genesis of A1 and A2 (no stats, no breaker entries)."""
     keeper = Keeper(BlockBuffer(backend))
-    init_genesis(keeper, make_policy_genesis(make_params("gonka"), {A1: 100, A2: 100}))
+    init_genesis(
+        keeper, make_policy_genesis(make_gonka_params(zero_cb=zero_cb), {A1: 100, A2: 100})
+    )
     return keeper
 
 
-@pytest.fixture
-def cb(tmp_path: Path) -> Iterator[GonkaCBKeeper]:
+@pytest.fixture(params=[False, True], ids=["cb-defaults", "cb-zero"])
+def cb(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[GonkaCBKeeper]:
+    """Upstream's cases hold with the defaults written out and with every ``cb_*`` at 0."""
     backend = LevelDBBackend(tmp_path / "db")
-    yield GonkaCBKeeper.open(make_keeper(backend))
+    yield GonkaCBKeeper.open(make_keeper(backend, zero_cb=request.param))
     backend.close()
 
 
@@ -258,6 +275,43 @@ def test_conformance_vectors(cb: GonkaCBKeeper, ok: int, missed: int, excluded: 
     assert cb.get_cb_entry(A1).state == (EXCLUDED if excluded else HEALTHY)
 
 
+def test_zero_cb_params_are_upstreams_defaults() -> None:
+    """With #942 a ``cb_*`` of 0 is no error: it reads as the ``Default*`` constant (25%, 4
+    samples, 50 and 500 blocks), which the ``cb-zero`` runs of the cases above rely on."""
+    params = make_gonka_params(zero_cb=True)
+    validate_params(params)
+    assert get_cb_settings(params.extension_params) == CbSettings(25, 4, INITIAL, MAX)
+
+
+CB_SET = {"miss_threshold_pct": 50, "min_samples": 2, "initial_cooldown_blocks": 10}
+
+
+@pytest.mark.parametrize("name", [*CB_SET, "max_cooldown_blocks"])
+def test_each_zero_cb_param_alone_reads_as_its_default(name: str) -> None:
+    """One ``cb_*`` at 0 takes its default and leaves the others as set."""
+    params = make_gonka_params()
+    ext = params.extension_params
+    values = {**CB_SET, "max_cooldown_blocks": 100}
+    for key, value in values.items():
+        setattr(ext, "cb_" + key, value)
+    setattr(ext, "cb_" + name, 0)
+    validate_params(params)
+    expected = {**values, name: getattr(CB_DEFAULTS, name)}
+    assert get_cb_settings(ext) == CbSettings(**expected)
+
+
+def test_zero_max_cooldown_is_checked_as_its_default() -> None:
+    """cb_max_cooldown_blocks 0 is 500, so an initial cooldown above 500 is still rejected."""
+    params = make_gonka_params()
+    ext = params.extension_params
+    ext.cb_initial_cooldown_blocks, ext.cb_max_cooldown_blocks = MAX + 1, 0
+    with pytest.raises(InvalidParamsError) as info:
+        validate_params(params)
+    assert info.value.field == "extension_params.cb_max_cooldown_blocks"
+    ext.cb_initial_cooldown_blocks = MAX
+    validate_params(params)
+
+
 # circuit_breaker_endblock_test.go
 
 
@@ -376,7 +430,7 @@ def test_excluded_entry_imported_without_its_queue_key_is_promoted(tmp_path: Pat
     entry = CircuitBreakerEntry(
         address=A1, state=EXCLUDED, excluded_at_block=0, cooldown_blocks=20, probe_attempts=3
     )
-    genesis.policy_state.append(
+    genesis.keepersim.policy_state.append(
         PolicyStateEntry(key=GONKA_STATE + A1.encode(), value=entry.SerializeToString())
     )
     with Chain.open(tmp_path / "a", genesis=genesis) as chain:
@@ -395,9 +449,13 @@ def test_excluded_entry_imported_without_its_queue_key_is_promoted(tmp_path: Pat
         assert net.state(A1)["probe_attempts"] == 3
 
 
-def test_policy_state_is_the_whole_entry(make_net: NetFactory) -> None:
-    """get_policy_state: every field of the entry (probe_restored too), as GetCBEntry reads it."""
-    net = make_net(make_params("gonka", expiration_blocks=3), {A1: 100, A2: 100}, memory=True)
+@pytest.mark.parametrize("zero_cb", [False, True], ids=["cb-defaults", "cb-zero"])
+def test_policy_state_is_the_whole_entry(make_net: NetFactory, zero_cb: bool) -> None:
+    """get_policy_state: every field of the entry (probe_restored too), as GetCBEntry reads it;
+    the chain runs the same with every ``cb_*`` at 0 (their defaults)."""
+    params = make_gonka_params(zero_cb=zero_cb)
+    params.params.validation_params.expiration_blocks = 3
+    net = make_net(params, {A1: 100, A2: 100}, memory=True)
     assert net.state(A2) == {
         "policy": "gonka",
         "address": A2,
@@ -494,10 +552,14 @@ STEP = st.one_of(
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(STEP, max_size=40))
-def test_api_matches_upstreams_scan_of_every_entry(steps: list[tuple[object, ...]]) -> None:
+@pytest.mark.parametrize("zero_cb", [False, True], ids=["cb-defaults", "cb-zero"])
+def test_api_matches_upstreams_scan_of_every_entry(
+    zero_cb: bool, steps: list[tuple[object, ...]]
+) -> None:
     """Block by block (results, then the EndBlock pass), the queue-driven API keeps exactly the
-    entries upstream's keeper keeps, which visits every entry and participant every block."""
-    cb = GonkaCBKeeper.open(make_keeper(MemoryBackend()))
+    entries upstream's keeper keeps, which visits every entry and participant every block
+    (the model's constants are the defaults, which ``cb_*`` of 0 must read as)."""
+    cb = GonkaCBKeeper.open(make_keeper(MemoryBackend(), zero_cb=zero_cb))
     model = Model(stats={a: (0, 0) for a in ADDRESSES})
     height = 1
     for kind, a, b, c in steps:

@@ -32,7 +32,7 @@ from keepersim.store.leveldb import LevelDBBackend
 from keepersim.store.memory import MemoryBackend
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition
-from keepersim.types.messages import Params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import OPEN, ConsecutiveEntry, PolicyStateEntry
 
 SRC = "smg-project/smg 28590879 model_gateway/src/worker/circuit_breaker.rs"
@@ -44,9 +44,9 @@ Make = Callable[..., ConsecutiveBreakers]
 
 def make_smg_params(
     failure_threshold: int = 5, success_threshold: int = 2, timeout_blocks: int = 30_000
-) -> Params:
+) -> ModuleParams:
     params = make_params("consecutive")
-    c = params.health_params.consecutive
+    c = params.extension_params.health_params.consecutive
     c.failure_threshold = failure_threshold
     c.success_threshold = success_threshold
     c.timeout_blocks = timeout_blocks
@@ -247,7 +247,9 @@ def test_open_entry_imported_without_its_queue_key_goes_half_open(tmp_path: Path
         address=W, state=OPEN, opened_at_block=0, half_open_at_block=6, consecutive_failures=3
     )
     key = keys.POLICY_STATE + ConsecutiveBreaker.prefix + W.encode()
-    genesis.policy_state.append(PolicyStateEntry(key=key, value=entry.SerializeToString()))
+    genesis.keepersim.policy_state.append(
+        PolicyStateEntry(key=key, value=entry.SerializeToString())
+    )
     with Chain.open(tmp_path / "a", genesis=genesis) as chain:
         net = Net(chain)
         while net.height < 5:

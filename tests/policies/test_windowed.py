@@ -16,20 +16,20 @@ from keepersim.keeper.policies.windowed import (
 )
 from keepersim.types.errors import BlockError, InvalidParamsError
 from keepersim.types.events import InferenceExpired
-from keepersim.types.messages import Params
+from keepersim.types.messages import MsgFinishInference, MsgUpdateParams
 from keepersim.types.params import GOV_AUTHORITY, get_default_health_params, validate_params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgUpdateParams
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import WindowedParams
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams, WindowedParams
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
 
 FLEET = {"a": 100, "b": 100, "c": 100, "d": 100, "e": 100}
 EXPIRY = 20
 
 
-def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> Params:
+def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> ModuleParams:
     """Windowed params with the pipeline's cap and panic off, no jitter and no overdue evidence
     (tests opt in): misses count when they expire."""
     params = make_params("windowed", expiration_blocks=expiration_blocks)
-    w = params.health_params.windowed
+    w = params.extension_params.health_params.windowed
     w.jitter_pct = 0
     w.initial_cooldown_blocks = 50
     w.max_cooldown_blocks = 800
@@ -47,7 +47,7 @@ def record(net: Net, address: str, successes: int, misses: int) -> None:
     starts = [net.start(address) for _ in range(successes + misses)]
     result = net.block(*starts)
     net.block(*[net.finish(s) for s in starts[:successes]])
-    net.run_until(result.height + net.chain.get_params().expiration_blocks)
+    net.run_until(result.height + net.chain.get_params().params.validation_params.expiration_blocks)
 
 
 def weights(net: Net) -> dict[str, int]:
@@ -181,6 +181,40 @@ def test_decline_after_overdue_removes_the_provisional_miss(make_net: NetFactory
     assert (view["window_misses"], view["window_samples"], view["outcomes_recorded"]) == (0, 4, 4)
 
 
+@pytest.mark.parametrize("cold", [False, True], ids=["starts-memo", "timeout-index"])
+def test_a_declined_inference_is_never_flagged_overdue(make_net: NetFactory, cold: bool) -> None:
+    """A declined inference stays STARTED (with its end height) and keeps its timeout: the
+    overdue check skips it whether it lists the starts from memory or, as after a reopen, from
+    the chain's timeout index."""
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
+    warm_up(net, "a")
+    start = net.start("a")
+    started = net.block(start).height
+    net.block(net.decline(start))
+    if cold:
+        base._CARRY.clear()  # the starts memo is gone: the check reads the timeout index
+    net.run_until(started + 11)
+    view = net.state("a")
+    assert (view["overdue_flags"], view["window_misses"], view["window_samples"]) == (0, 0, 4)
+
+
+def test_a_decline_before_its_own_threshold_cancels_the_overdue_check(
+    make_net: NetFactory,
+) -> None:
+    """Past overdue_min_blocks but before the participant's own threshold the check is put off
+    to that height; declined in between, it is not flagged there."""
+    net = make_net(make_w_params(expiration_blocks=150, overdue_min_blocks=10), FLEET)
+    warm_up(net, "a", latency=5)  # overdue after max(10, 3 * 5) = 15 blocks
+    assert net.state("a")["overdue_blocks"] == 15
+    start = net.start("a")
+    started = net.block(start).height
+    net.run_until(started + 12)
+    net.block(net.decline(start))
+    net.run_until(started + 16)
+    view = net.state("a")
+    assert (view["overdue_flags"], view["window_misses"], view["window_samples"]) == (0, 0, 4)
+
+
 def test_late_success_after_exclusion_probes_at_once(make_net: NetFactory) -> None:
     net = make_net(
         make_w_params(expiration_blocks=150, overdue_min_blocks=10, initial_cooldown_blocks=100),
@@ -241,7 +275,7 @@ def test_window_survives_a_probe_success(make_net: NetFactory) -> None:
 
 def test_window_survives_the_epoch_boundary(make_net: NetFactory) -> None:
     params = make_w_params(initial_cooldown_blocks=100)
-    params.epoch_params.epoch_length = 60
+    params.params.epoch_params.epoch_length = 60
     net = make_net(params, FLEET)
     exclude(net, "a")
     record(net, "b", 5, 1)
@@ -381,7 +415,7 @@ def test_panic_admits_everyone(make_net: NetFactory) -> None:
 
 def test_shadow_mode_records_state_and_keeps_nobody_out(make_net: NetFactory) -> None:
     params = make_w_params()
-    params.health_params.shadow = True
+    params.extension_params.health_params.shadow = True
     net = make_net(params, FLEET)
     exclude(net, "a")
     table = net.chain.get_selection_table(MODEL)
@@ -415,7 +449,7 @@ def test_windowed_param_validation_names_the_field() -> None:
     params = make_w_params(ramp_start_pct=0)
     with pytest.raises(InvalidParamsError) as info:
         validate_params(params)
-    assert info.value.field == "health_params.windowed.ramp_start_pct"
+    assert info.value.field == "extension_params.health_params.windowed.ramp_start_pct"
     validate_params(make_w_params())
 
 
@@ -450,7 +484,7 @@ def overflow(net: Net, address: str, pairs: int) -> None:
         dropped = net.start(address)
         net.block(dropped)
         net.block(net.finish(running))
-    net.run(net.chain.get_params().expiration_blocks)
+    net.run(net.chain.get_params().params.validation_params.expiration_blocks)
 
 
 def test_a_miss_beside_a_running_success_is_a_capacity_miss(make_net: NetFactory) -> None:
@@ -541,10 +575,16 @@ def test_the_in_memory_starts_list_decides_as_the_timeout_index(make_net: NetFac
     timeout index: with the hints forgotten before every block, and across changes of
     expiration_blocks and overdue_min_blocks with inferences in flight, every block's app hash
     is the same."""
-    updates = {}
+    updates: dict[int, list[object]] = {}
     for h, expiration, min_blocks in ((20, 12, 3), (35, 12, 5), (45, 12, 2), (50, 40, 2)):
         params = make_w_params(expiration_blocks=expiration, overdue_min_blocks=min_blocks)
-        updates[h] = MsgUpdateParams(authority=GOV_AUTHORITY, params=params)
+        # expiration_blocks is the chain's param, overdue_min_blocks keepersim's: one of each.
+        updates[h] = [
+            MsgUpdateParams(authority=GOV_AUTHORITY, params=params.params),
+            MsgUpdateExtensionParams(
+                authority=GOV_AUTHORITY, extension_params=params.extension_params
+            ),
+        ]
     hashes = []
     for cold in (False, True):
         net = make_net(make_w_params(expiration_blocks=30, overdue_min_blocks=3), FLEET)
@@ -557,8 +597,7 @@ def test_the_in_memory_starts_list_decides_as_the_timeout_index(make_net: NetFac
                 msgs.append(net.finish(net.start("a", f"i{h - 1}a")))
             if h % 4 == 0:
                 msgs.append(net.finish(net.start("b", f"i{h - 2}b")))
-            if h in updates:
-                msgs.append(updates[h])
+            msgs.extend(updates.get(h, []))
             out.append(net.block(*msgs).app_hash)
         hashes.append(out)
         assert net.state("c")["overdue_flags"] > 0  # the checks did flag something

@@ -13,9 +13,10 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   Each inference is checked overdue_min_blocks after its start, with the threshold of the
   latencies known then (a higher one schedules another look at its own height); the checks find
   the starts through the chain's timeout index, or the StartsMemo, so a start writes nothing.
-  An inference still STARTED at its threshold is flagged and remembered in the entry. Each
-  flag sits at a ring position (``flag_seq``): a late success turns it into the success it was,
-  a decline removes it (pushback never counts) and the final expiry adds nothing (counted once).
+  An inference still in progress at its threshold (STARTED, not declined) is flagged and
+  remembered in the entry. Each flag sits at a ring position (``flag_seq``): a late success
+  turns it into the success it was, a decline removes it (pushback never counts) and the final
+  expiry adds nothing (counted once).
 - Confidence gate instead of a bare threshold: exclude when n >= min_samples, m/n > p0 and the
   one-sided z-score (m/n - p0) / sqrt(p0 (1 - p0) / n) exceeds z, p0 = baseline_miss_pct / 100.
   In integers: (100 m - b n)^2 * 10^6 > z_milli^2 * n * b * (100 - b). One miss in four is not
@@ -522,8 +523,12 @@ class WindowedBreaker(HealthPolicy):
         """Still unfinished past its participant's overdue threshold: a provisional miss. The
         threshold is taken now, from the latencies seen up to now; not yet reached, the
         inference is looked at again when it is."""
+        # (imported here: keeper.inferences imports the block context, which imports policies)
+        from keepersim.keeper.inferences import is_declined
+
         inference = ctx.keeper.get_inference(inference_id)
-        if inference is None or inference.status != STARTED:
+        # A declined inference stays STARTED (with an end height) and keeps its timeout.
+        if inference is None or inference.status != STARTED or is_declined(inference):
             return  # resolved in time (or declined, or finished by another executor)
         if started_at is not None and inference.start_block_height != started_at:
             return  # its timeout was set under another expiration_blocks: it expires unchecked
