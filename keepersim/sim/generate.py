@@ -24,9 +24,10 @@ from keepersim.types.bech32 import ACCOUNT_ADDRESS_PREFIX, compute_bech32
 
 __all__ = [
     "ADDRESS_PREFIX",
+    "EPOCH158_PARTICIPANTS",
+    "EPOCH158_WEIGHT_CAP",
     "OUTAGE_BLOCKS",
     "SHARE_TOLERANCE",
-    "EPOCH158_PARTICIPANTS",
     "WEIGHT_FLOOR",
     "WEIGHT_MEDIAN",
     "WEIGHT_MODELS",
@@ -52,7 +53,8 @@ WEIGHT_SIGMA: Final = 1.0
 # with weight > 0; analysis and fit in docs/design/chain-rest-api.md section 2). Only these summary
 # parameters are kept here, not the list. A participant's weight is (ML nodes) x (weight per node):
 # - ML nodes: 1 with probability EPOCH158_ONE_NODE_SHARE (real: 128 of 279), else a lognormal count
-#   (median 6 = the real multi-node median e^1.79; sigma 0.9, the real 1.08 narrowed by the fit)
+#   (median 6 = the real multi-node participants' geometric mean e^1.79; sigma 0.9, their 1.08
+#   narrowed by the fit)
 #   rounded and clipped to [2, 200] (real max 184);
 # - weight per node: a "standard" node (share 0.5, median 3,450, sigma 0.1: the real spike, 49% of
 #   participants average 2.5k-4.5k per node) or another node (lognormal median 1,200, sigma 1.4);

@@ -4,8 +4,9 @@ Every built-in scenario is a deterministic function of ``(name, seed)`` built on
 :func:`keepersim.sim.generate.generate_scenario` (150 participants with lognormal weights, median
 ~10,000, sigma 1.0; 4.6 requests per block; expiry after 150 blocks; 12,000 blocks in epochs of
 4,000, unless the scenario says otherwise). ``mainnet_like`` instead has 279 participants with
-weights shaped like mainnet epoch 158's (the ``"epoch158"`` weight model). Scenario-specific randomness comes from
-``numpy.random.default_rng((seed, <scenario tag>))``, a stream independent of the generator's.
+weights shaped like mainnet epoch 158's (the ``"epoch158"`` weight model). Scenario-specific
+randomness comes from ``numpy.random.default_rng((seed, <scenario tag>))``, a stream independent
+of the generator's.
 
 Reproducibility: numpy does not promise identical random streams across versions, so a built-in
 scenario is exactly reproducible only on the same numpy build. When exactness across machines
