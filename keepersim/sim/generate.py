@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
 import numpy as np
@@ -24,10 +24,15 @@ from keepersim.types.bech32 import ACCOUNT_ADDRESS_PREFIX, compute_bech32
 
 __all__ = [
     "ADDRESS_PREFIX",
+    "EPOCH158_PARTICIPANTS",
+    "EPOCH158_WEIGHT_CAP",
     "OUTAGE_BLOCKS",
     "SHARE_TOLERANCE",
+    "WEIGHT_FLOOR",
     "WEIGHT_MEDIAN",
+    "WEIGHT_MODELS",
     "WEIGHT_SIGMA",
+    "draw_epoch158_weights",
     "draw_weights",
     "generate_scenario",
     "make_address",
@@ -41,6 +46,35 @@ ADDRESS_PREFIX: Final = ACCOUNT_ADDRESS_PREFIX
 # weights proportional instead of zeroing small nodes.
 WEIGHT_MEDIAN: Final = 10000.0
 WEIGHT_SIGMA: Final = 1.0
+
+# The "epoch158" weight model (mainnet_like), fitted to the real per-participant weights of Gonka's
+# epoch 158: the public audit huxuxuya/epoch158, commit 44248ff0d42fe14550e3ece6081975c866b576d7,
+# artifacts/epoch_158/inference_slot_reward_check.csv, column parent_base_weight (279 participants
+# with weight > 0; analysis and fit in docs/design/chain-rest-api.md section 2). Only these summary
+# parameters are kept here, not the list. A participant's weight is (ML nodes) x (weight per node):
+# - ML nodes: 1 with probability EPOCH158_ONE_NODE_SHARE (real: 128 of 279), else a lognormal count
+#   (median 6 = the real multi-node participants' geometric mean e^1.79; sigma 0.9, their 1.08
+#   narrowed by the fit)
+#   rounded and clipped to [2, 200] (real max 184);
+# - weight per node: a "standard" node (share 0.5, median 3,450, sigma 0.1: the real spike, 49% of
+#   participants average 2.5k-4.5k per node) or another node (lognormal median 1,200, sigma 1.4);
+# - the product is capped at 500,000 (real max 490,576) and floored at WEIGHT_FLOOR.
+# Node count and per-node weight are independent (real corr of their logs: -0.003).
+EPOCH158_PARTICIPANTS: Final = 279
+EPOCH158_ONE_NODE_SHARE: Final = 0.46
+EPOCH158_NODES_MEDIAN: Final = 6.0
+EPOCH158_NODES_SIGMA: Final = 0.9
+EPOCH158_NODES_MAX: Final = 200
+EPOCH158_STANDARD_NODE_SHARE: Final = 0.5
+EPOCH158_STANDARD_NODE_WEIGHT: Final = 3450.0
+EPOCH158_STANDARD_NODE_SIGMA: Final = 0.1
+EPOCH158_OTHER_NODE_WEIGHT: Final = 1200.0
+EPOCH158_OTHER_NODE_SIGMA: Final = 1.4
+EPOCH158_WEIGHT_CAP: Final = 500_000
+# The reputation floor (weight // 100 at reputation 0) zeroes weights below 100: epoch 158 had 4
+# (29, 68, 85, 94; the chain gives them 0 too). The model lifts its ~1% of draws below 100 to 100
+# (< 0.01% of the weight) so every generated participant stays selectable in the first epoch.
+WEIGHT_FLOOR: Final = 100
 
 # Outages (outage_share > 0): each outage node goes to p = 1.0 for OUTAGE_BLOCKS (inclusive
 # range, clipped to half the run) starting somewhere in the first 80% of the run.
@@ -69,6 +103,34 @@ def draw_weights(rng: np.random.Generator, n: int) -> list[int]:
     """``n`` lognormal integer weights (median ~10,000, sigma 1.0), each >= 1."""
     raw = rng.lognormal(mean=math.log(WEIGHT_MEDIAN), sigma=WEIGHT_SIGMA, size=n)
     return [max(1, round(float(w))) for w in raw]
+
+
+def draw_epoch158_weights(rng: np.random.Generator, n: int) -> list[int]:
+    """``n`` integer weights shaped like epoch 158's (ML nodes x weight per node; see the
+    EPOCH158_* constants), each in [WEIGHT_FLOOR, EPOCH158_WEIGHT_CAP].
+
+    Draws five vectors of ``n`` values in a fixed order, whatever the outcome.
+    """
+    one_node = rng.random(n) < EPOCH158_ONE_NODE_SHARE
+    counts = rng.lognormal(math.log(EPOCH158_NODES_MEDIAN), EPOCH158_NODES_SIGMA, size=n)
+    standard = rng.random(n) < EPOCH158_STANDARD_NODE_SHARE
+    standard_w = rng.lognormal(
+        math.log(EPOCH158_STANDARD_NODE_WEIGHT), EPOCH158_STANDARD_NODE_SIGMA, size=n
+    )
+    other_w = rng.lognormal(math.log(EPOCH158_OTHER_NODE_WEIGHT), EPOCH158_OTHER_NODE_SIGMA, size=n)
+    weights: list[int] = []
+    for i in range(n):
+        nodes = 1 if one_node[i] else min(EPOCH158_NODES_MAX, max(2, round(float(counts[i]))))
+        per_node = float(standard_w[i] if standard[i] else other_w[i])
+        weights.append(min(EPOCH158_WEIGHT_CAP, max(WEIGHT_FLOOR, round(nodes * per_node))))
+    return weights
+
+
+#: Weight models for :func:`generate_scenario`'s ``weight_model``.
+WEIGHT_MODELS: Final[dict[str, Callable[[np.random.Generator, int], list[int]]]] = {
+    "lognormal": draw_weights,
+    "epoch158": draw_epoch158_weights,
+}
 
 
 def select_by_weight_share(
@@ -212,8 +274,9 @@ def generate_scenario(
     expiration_blocks: int = 150,
     *,
     selection_bias: float = 0.0,
+    weight_model: str = "lognormal",
 ) -> Scenario:
-    """A scenario with lognormal weights and three kinds of nodes.
+    """A scenario with random weights and three kinds of nodes.
 
     * healthy: constant miss probability drawn uniformly from ``healthy_miss``;
     * degraded (nodes holding about ``degraded_share`` of the total weight, within 5%
@@ -227,7 +290,9 @@ def generate_scenario(
     simulator) and capacity ``capacity`` (None: unlimited). ``selection_bias`` (keyword-only,
     >= 0, an addition to the original knob list) makes the degraded and outage nodes larger
     than average (fewer nodes for the same weight share): it is ``size_bias`` of
-    :func:`select_by_weight_share`. Probabilities are rounded to 4
+    :func:`select_by_weight_share`. ``weight_model`` (keyword-only, a key of
+    :data:`WEIGHT_MODELS`) picks the weights: ``"lognormal"`` (median ~10,000, sigma 1.0) or
+    ``"epoch158"`` (shaped like mainnet epoch 158's). Probabilities are rounded to 4
     decimals. Knobs are validated (``ValueError`` naming the knob and the rule). Deterministic on
     one numpy build; save the result when exactness across machines matters.
     """
@@ -251,11 +316,18 @@ def generate_scenario(
             f"generate_scenario: selection_bias must be a number in [0, 4], got {selection_bias!r}"
         )
 
+    draw = WEIGHT_MODELS.get(weight_model) if isinstance(weight_model, str) else None
+    if draw is None:
+        raise ValueError(
+            f"generate_scenario: weight_model must be one of {', '.join(WEIGHT_MODELS)}, "
+            f"got {weight_model!r}"
+        )
+
     rng = np.random.default_rng(seed)
     n = participants
     # Every per-node vector is drawn for all nodes, in a fixed order, before the selections:
     # changing a share changes which nodes are affected, not the other nodes' draws.
-    weights = draw_weights(rng, n)
+    weights = draw(rng, n)
     healthy_p = rng.uniform(h_lo, h_hi, size=n)
     degraded_p = rng.uniform(d_lo, d_hi, size=n)
     outage_len = rng.integers(OUTAGE_BLOCKS[0], OUTAGE_BLOCKS[1] + 1, size=n)

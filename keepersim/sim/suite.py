@@ -3,8 +3,10 @@
 Every built-in scenario is a deterministic function of ``(name, seed)`` built on
 :func:`keepersim.sim.generate.generate_scenario` (150 participants with lognormal weights, median
 ~10,000, sigma 1.0; 4.6 requests per block; expiry after 150 blocks; 12,000 blocks in epochs of
-4,000, unless the scenario says otherwise). Scenario-specific randomness comes from
-``numpy.random.default_rng((seed, <scenario tag>))``, a stream independent of the generator's.
+4,000, unless the scenario says otherwise). ``mainnet_like`` instead has 279 participants with
+weights shaped like mainnet epoch 158's (the ``"epoch158"`` weight model). Scenario-specific
+randomness comes from ``numpy.random.default_rng((seed, <scenario tag>))``, a stream independent
+of the generator's.
 
 Reproducibility: numpy does not promise identical random streams across versions, so a built-in
 scenario is exactly reproducible only on the same numpy build. When exactness across machines
@@ -20,7 +22,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from keepersim.sim.generate import generate_scenario, select_by_weight_share
+from keepersim.sim.generate import (
+    EPOCH158_PARTICIPANTS,
+    generate_scenario,
+    select_by_weight_share,
+)
 from keepersim.sim.scenario import ParticipantSpec, Scenario, ScenarioError
 
 __all__ = [
@@ -102,6 +108,11 @@ def _replace(
     )
 
 
+def _median(values: list[int]) -> int:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
 def _healthy_p(p: ParticipantSpec) -> float:
     return p.miss[0][1]
 
@@ -116,14 +127,17 @@ def _pick_count(rng: np.random.Generator, n: int, k: int) -> list[int]:
 
 
 def _mainnet_like(seed: int) -> Scenario:
-    """Calibrated to the public aggregates: most nodes 0.5-2% miss, ~10% of nodes at 5-28%."""
+    """Calibrated to the public aggregates: most nodes 0.5-2% miss, ~10% of the weight at 5-28%;
+    279 participants weighted like mainnet epoch 158 (docs/design/chain-rest-api.md section 2)."""
     lo, hi = 0.05, 0.28
     s = generate_scenario(
         "mainnet_like",
         seed,
+        participants=EPOCH158_PARTICIPANTS,
         degraded_share=0.10,
         degraded_miss=(lo, hi),
         healthy_miss=(0.005, 0.02),
+        weight_model="epoch158",
     )
     total = s.get_total_weight()
     degraded = [i for i, p in enumerate(s.participants) if _healthy_p(p) >= lo]
@@ -145,10 +159,12 @@ def _mainnet_like(seed: int) -> Scenario:
     out = _replace(
         s,
         changes,
-        f"Calibrated to public mainnet aggregates: {len(degraded)} of {len(s.participants)} "
-        f"nodes ({degraded_weight / total:.1%} of weight) miss {lo:.0%}-{hi:.0%}, the rest "
-        f"0.5-2%; traffic-weighted mean miss probability {MAINNET_TARGET_MISS:.1%}; latency "
-        "1-8 blocks.",
+        f"Calibrated to public mainnet aggregates: {len(s.participants)} participants weighted "
+        "like mainnet epoch 158 (one-node spike ~3.4k, heavy top; median "
+        f"{_median(_weights(s)):,}, top-1 {max(_weights(s)) / total:.1%}); "
+        f"{len(degraded)} nodes ({degraded_weight / total:.1%} of weight) miss "
+        f"{lo:.0%}-{hi:.0%}, the rest 0.5-2%; traffic-weighted mean miss probability "
+        f"{MAINNET_TARGET_MISS:.1%}; latency 1-8 blocks.",
     )
     return out
 
