@@ -28,13 +28,35 @@ from keepersim.types.messages import (
     Params,
     Participant,
 )
-from keepersim.types.pb.inference.inference import genesis_pb2, params_pb2, tx_pb2, types_pb2
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgUpdateParams
+from keepersim.types.messages import ACTIVE, INACTIVE, MsgUpdateParams
+from keepersim.types.pb.inference.inference import (
+    epoch_group_data_pb2,
+    epoch_pb2,
+    epoch_performance_summary_pb2,
+    excluded_participant_pb2,
+    genesis_pb2,
+    inference_pb2,
+    inference_timeout_pb2,
+    params_pb2,
+    participant_pb2,
+    tx_pb2,
+)
 from keepersim.types.pb.keepersim.v1 import extension_params_pb2, health_pb2
 from keepersim.types.pb.keepersim.v1 import tx_pb2 as v1_tx_pb2
 
 F = FieldDescriptor
-CHAIN_MODULES = (types_pb2, params_pb2, tx_pb2, genesis_pb2)
+CHAIN_MODULES = (
+    participant_pb2,
+    inference_pb2,
+    inference_timeout_pb2,
+    epoch_pb2,
+    epoch_group_data_pb2,
+    epoch_performance_summary_pb2,
+    excluded_participant_pb2,
+    params_pb2,
+    tx_pb2,
+    genesis_pb2,
+)
 #: Every message of the chain's package that keepersim has today (the vendoring step brings the
 #: rest), and keepersim.v1's Tx (oneofs), policy state (bytes) and an override (proto3 optional).
 MESSAGES: list[type[Message]] = [
@@ -181,7 +203,7 @@ def test_participant_golden_nulls_and_enums() -> None:
         address="gonka1a",
         weight=7,
         join_height=12,
-        status=types_pb2.ACTIVE,
+        status=ACTIVE,
         models=["Qwen"],
         ml_nodes=[MLNodeInfo(node_id="n1", poc_weight=2**63 - 1)],
     )
@@ -283,7 +305,7 @@ def test_parse_accepts_what_gogo_accepts() -> None:
         index="a",
         weight=3,
         join_height=12,
-        status=types_pb2.INACTIVE,
+        status=INACTIVE,
         epochs_completed=4,
         ml_nodes=[MLNodeInfo(node_id="n", poc_weight=-5, timeslot_allocation=[True])],
     )
