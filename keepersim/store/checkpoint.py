@@ -77,20 +77,22 @@ class ResumeError(KeepersimError):
 
 @cache
 def _get_message_classes() -> dict[str, type[Message]]:
-    from keepersim.types.pb.inference.inference import genesis_pb2, params_pb2, tx_pb2, types_pb2
-    from keepersim.types.pb.keepersim.v1 import extension_params_pb2, health_pb2
-    from keepersim.types.pb.keepersim.v1 import tx_pb2 as own_tx_pb2
+    """Every generated message class, the chain's and keepersim's, by full name."""
+    import importlib
+    import pkgutil
+
+    import keepersim.types.pb.inference.inference as chain_pb
+    import keepersim.types.pb.keepersim.v1 as own_pb
 
     out: dict[str, type[Message]] = {}
-    chain = (genesis_pb2, params_pb2, tx_pb2, types_pb2)
-    for module in (*chain, extension_params_pb2, health_pb2, own_tx_pb2):
-        for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, Message):
-                out[value.DESCRIPTOR.full_name] = value
-    # Checkpoints written before keepersim's own messages left the chain's package name them so.
-    for name, value in list(out.items()):
-        if name.startswith("keepersim.v1."):
-            out.setdefault("inference.inference." + name.removeprefix("keepersim.v1."), value)
+    for package in (chain_pb, own_pb):
+        for info in pkgutil.iter_modules(package.__path__):
+            if not info.name.endswith("_pb2"):
+                continue
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for value in vars(module).values():
+                if isinstance(value, type) and issubclass(value, Message):
+                    out[value.DESCRIPTOR.full_name] = value
     return out
 
 
