@@ -19,9 +19,8 @@ from keepersim.keeper.policies.gonka import GonkaBreaker
 from keepersim.store.kv import KVBackend, KVReader, prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition
-from keepersim.types.messages import Participant
+from keepersim.types.messages import MsgFinishInference, MsgStartInference, Participant
 from keepersim.types.params import GOV_AUTHORITY
-from keepersim.types.messages import MsgFinishInference, MsgStartInference
 from keepersim.types.pb.keepersim.v1.health_pb2 import CircuitBreakerEntry
 from keepersim.types.pb.keepersim.v1.tx_pb2 import (
     MsgDeclineInference,

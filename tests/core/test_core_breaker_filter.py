@@ -17,7 +17,6 @@ from keepersim.keeper.policies.base import PolicyReader
 from keepersim.keeper.policies.gonka import GonkaBreaker
 from keepersim.types.messages import CurrentEpochStats, Participant
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
-from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 from keepersim.types.pb.keepersim.v1.health_pb2 import (
     EXCLUDED,
     PROBE,
@@ -25,6 +24,7 @@ from keepersim.types.pb.keepersim.v1.health_pb2 import (
     CircuitBreakerState,
     PolicyStateEntry,
 )
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 H = 100  # genesis height
 

@@ -10,8 +10,8 @@ import pytest
 from core_helpers import GONKA_QUEUE, GONKA_STATE, MODEL, Driver
 
 from keepersim.chain import Chain
-from keepersim.module.genesis import genesis_from_json, genesis_to_json
 from keepersim.keeper.inferences import is_finish_processed, is_start_processed
+from keepersim.module.genesis import genesis_from_json, genesis_to_json
 from keepersim.types.messages import INACTIVE, STARTED, MsgFinishInference, MsgUpdateParams
 from keepersim.types.params import GOV_AUTHORITY
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
@@ -141,4 +141,6 @@ def test_genesis_json_errors_name_the_source() -> None:
     with pytest.raises(GenesisError, match=r"g\.json: app_state\.inference.*no_such_field"):
         genesis_from_json('{"app_state": {"inference": {"no_such_field": 1}}}', "g.json")
     with pytest.raises(GenesisError, match=r"g\.json: keepersim: .*no_such_field"):
-        genesis_from_json('{"app_state": {"inference": {}}, "keepersim": {"no_such_field": 1}}', "g.json")
+        genesis_from_json(
+            '{"app_state": {"inference": {}}, "keepersim": {"no_such_field": 1}}', "g.json"
+        )

@@ -408,7 +408,7 @@ def test_cb_param_zero_means_the_default(chain: Chain, name: str) -> None:
 
 
 def test_cb_defaults_are_upstreams() -> None:
-    assert CB_DEFAULTS == CbSettings(25, 4, 50, 500)
+    assert CbSettings(25, 4, 50, 500) == CB_DEFAULTS
     assert get_cb_settings(ExtensionParams()) == CB_DEFAULTS
 
 

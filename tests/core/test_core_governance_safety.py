@@ -128,9 +128,7 @@ def test_update_from_another_signer_is_unauthorized() -> None:
             for r in result.tx_results:
                 assert r.error.startswith("UnauthorizedError: ") and GOV_AUTHORITY in r.error
         with pytest.raises(BlockError) as exc_info:
-            chain.deliver_block(
-                [MsgUpdateParams(authority="x", params=params.params)], strict=True
-            )
+            chain.deliver_block([MsgUpdateParams(authority="x", params=params.params)], strict=True)
         assert isinstance(exc_info.value.__cause__, UnauthorizedError)
         assert chain.get_params() == before
 

@@ -159,9 +159,7 @@ def test_unknown_model(chain: Chain) -> None:
         chain.select_executors("no-such-model", 2, "r")
 
 
-def test_empty_pool(
-    make_chain: Callable[..., Chain], make_genesis: Callable[..., Genesis]
-) -> None:
+def test_empty_pool(make_chain: Callable[..., Chain], make_genesis: Callable[..., Genesis]) -> None:
     chain = make_chain(make_genesis(0))
     with pytest.raises(NoExecutorsError, match=r"pool for model '' is empty \(epoch 0, height 0\)"):
         chain.get_random_executor("", "r")

@@ -126,9 +126,12 @@ def test_memoized_table_equals_fresh_table(policy: str, shadow: bool) -> None:
             assert memo == reference, (policy, h)
             checked.append(h)
             table = chain.get_selection_table(MODEL) if memo[0] != "error" else None
-            if table is None or table.excluded or table.shadow_excluded:
-                kept_out += 1
-            elif len(table.addresses) < PARTICIPANTS:
+            if (
+                table is None
+                or table.excluded
+                or table.shadow_excluded
+                or len(table.addresses) < PARTICIPANTS
+            ):
                 kept_out += 1
     assert len(checked) == BLOCKS
     # The traffic moves the verdicts: someone is kept out (by the policy or, under none, the
