@@ -12,9 +12,17 @@ from core_helpers import GONKA_QUEUE, GONKA_STATE, MODEL, Driver
 from keepersim.chain import Chain
 from keepersim.keeper.inferences import is_finish_processed, is_start_processed
 from keepersim.module.genesis import genesis_from_json, genesis_to_json
-from keepersim.types.messages import INACTIVE, STARTED, MsgFinishInference, MsgUpdateParams
+from keepersim.types.errors import NoExecutorsError
+from keepersim.types.messages import (
+    INACTIVE,
+    STARTED,
+    MsgFinishInference,
+    MsgUpdateParams,
+    Params,
+)
 from keepersim.types.params import GOV_AUTHORITY
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.health_pb2 import EXCLUDED, PROBE
 from keepersim.types.pb.keepersim.v1.tx_pb2 import (
     MsgRegisterParticipant,
@@ -144,3 +152,50 @@ def test_genesis_json_errors_name_the_source() -> None:
         genesis_from_json(
             '{"app_state": {"inference": {}}, "keepersim": {"no_such_field": 1}}', "g.json"
         )
+
+
+def test_chain_module_genesis_without_extension(make_chain: Callable[..., Chain]) -> None:
+    """A bare module genesis as the chain prints it (no keepersim part): participants serve
+    every model of ``model_list``, keepersim's extension params are its defaults, and the first
+    groups form from that."""
+    from keepersim.types.params import get_default_params
+
+    defaults = get_default_params()
+    defaults.params.epoch_params.poc_stage_duration = 1
+    chain_only = make_module_genesis(defaults.params)
+    document = json.loads(genesis_to_json(chain_only))
+    del document["keepersim"]
+    module = document["app_state"]["inference"]
+    module["model_list"] = [{"id": "b-model"}, {"id": MODEL}]
+    genesis = genesis_from_json(json.dumps(module), "module.json")
+    assert genesis.inference.participant_list == chain_only.inference.participant_list
+    assert not genesis.keepersim.HasField("extension_params")
+    genesis.chain_id = "module-only"
+    chain = make_chain(genesis)
+    assert chain.get_params() == defaults
+    with chain.read() as k:
+        nodes = [(n.address, list(n.models)) for n in k.iterate_participant_nodes()]
+        parent = k.get_epoch_group(0, "")
+    assert nodes == [("p0", ["b-model", MODEL]), ("p1", ["b-model", MODEL])]
+    assert parent is not None and list(parent.sub_group_models) == ["b-model", MODEL]
+    # Without registered ML nodes nobody has a PoC slot: the PoC blocks have no executor.
+    e = defaults.params.epoch_params
+    span = (
+        e.poc_stage_duration
+        + e.poc_validation_delay
+        + e.poc_validation_duration
+        + e.set_new_validators_delay
+    )
+    with pytest.raises(NoExecutorsError, match="pool for model 'm' is empty"):
+        chain.get_selection_table(MODEL)
+    Driver(chain).run_to(span)
+    assert chain.get_selection_table(MODEL).addresses == ("p0", "p1")
+
+
+def make_module_genesis(params: Params) -> Genesis:
+    """Two participants of weight 10 and ``params``: the chain's part only."""
+    genesis = Genesis(chain_id="c")
+    genesis.inference.params.CopyFrom(params)
+    for address in ("p0", "p1"):
+        genesis.inference.participant_list.add(address=address, weight=10)
+    return genesis
