@@ -361,8 +361,18 @@ def test_each_half_is_checked_against_the_other_pending_half(chain: Chain) -> No
         "InvalidParamsError: invalid params: params.validation_params.downtime_good_percentage="
     )
     assert chain.get_params().extension_params.sprt_enabled is False
-    # Pending chain params are checked too: SPRT on + p0 = 0 in the same block is rejected.
+    # In one block, the extension update is checked against the chain update pending before
+    # it: the SPRT on with p0 = 0 pending is rejected, with p0 = 0.1 pending accepted.
     params = chain.get_params().params
+    result = chain.deliver_block(
+        [
+            MsgUpdateParams(authority=GOV_AUTHORITY, params=params),
+            MsgUpdateExtensionParams(authority=GOV_AUTHORITY, extension_params=ext),
+        ]
+    )
+    assert [r.ok for r in result.tx_results] == [True, False]
+    chain.deliver_block([])
+    assert chain.get_params().extension_params.sprt_enabled is False
     params.validation_params.downtime_good_percentage.CopyFrom(compute_chain_decimal("0.1"))
     assert not chain.deliver_block(
         [
