@@ -9,17 +9,17 @@ import pytest
 from chain_protos import TypeProto, compute_chain_descriptor_set, compute_package_types
 from core_helpers import Driver
 
-from keepersim.types.messages import Params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 
 @pytest.fixture
-def breaker_params(make_test_params: Callable[..., Params]) -> Params:
+def breaker_params(make_test_params: Callable[..., ModuleParams]) -> ModuleParams:
     """Code defaults (breaker 25% / 4 / 50 / 500) with long epochs, expiry after 5 blocks and the
     SPRT off, so that only the circuit breaker acts."""
     params = make_test_params()
-    params.epoch_params.epoch_length = 1000
-    params.expiration_blocks = 5
-    params.sprt_params.enabled = False
+    params.params.epoch_params.epoch_length = 1000
+    params.params.validation_params.expiration_blocks = 5
+    params.extension_params.sprt_enabled = False
     return params
 
 
@@ -27,14 +27,14 @@ def breaker_params(make_test_params: Callable[..., Params]) -> Params:
 def make_driver(make_chain: Any, make_genesis: Any) -> Callable[..., Driver]:
     """Factory: ``make_driver(params, n=4, **genesis_kwargs)`` -> Driver over a fresh chain."""
 
-    def make(params: Params, n: int = 4, **kw: Any) -> Driver:
+    def make(params: ModuleParams, n: int = 4, **kw: Any) -> Driver:
         return Driver(make_chain(make_genesis(n, params=params, **kw)))
 
     return make
 
 
 @pytest.fixture
-def driver(make_driver: Callable[..., Driver], breaker_params: Params) -> Driver:
+def driver(make_driver: Callable[..., Driver], breaker_params: ModuleParams) -> Driver:
     return make_driver(breaker_params)
 
 

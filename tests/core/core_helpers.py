@@ -19,15 +19,14 @@ from keepersim.keeper.policies.gonka import GonkaBreaker
 from keepersim.store.kv import KVBackend, KVReader, prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition
-from keepersim.types.messages import Participant
+from keepersim.types.messages import MsgFinishInference, MsgStartInference, Participant
 from keepersim.types.params import GOV_AUTHORITY
-from keepersim.types.pb.inference.inference.tx_pb2 import (
-    MsgFinishInference,
-    MsgStartInference,
-    MsgUpdateParams,
-)
 from keepersim.types.pb.keepersim.v1.health_pb2 import CircuitBreakerEntry
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, MsgRegisterParticipant
+from keepersim.types.pb.keepersim.v1.tx_pb2 import (
+    MsgDeclineInference,
+    MsgRegisterParticipant,
+    MsgUpdateExtensionParams,
+)
 
 MODEL = "m"
 GONKA_STATE = keys.POLICY_STATE + GonkaBreaker.prefix
@@ -70,7 +69,7 @@ class Driver:
         return ids
 
     def miss(self, address: str, height: int, n: int = 1) -> list[str]:
-        start = height - self.chain.get_params().expiration_blocks
+        start = height - self.chain.get_params().params.validation_params.expiration_blocks
         ids = [self.new_id() for _ in range(n)]
         for i in ids:
             self.add(start, MsgStartInference(inference_id=i, assigned_to=address, model=MODEL))
@@ -207,9 +206,9 @@ def run_scenario(chain: Chain, blocks: int = 90, seed: int = 7) -> list[str]:
         if h == 17:
             msgs.append(MsgRegisterParticipant(creator="late", weight=3000, models=[MODEL]))
         if h == 33:
-            params = chain.get_params()
-            params.circuit_breaker_params.min_samples = 6
-            msgs.append(MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
+            ext = chain.get_params().extension_params
+            ext.cb_min_samples = 6
+            msgs.append(MsgUpdateExtensionParams(authority=GOV_AUTHORITY, extension_params=ext))
         rng.shuffle(msgs)
         result = chain.deliver_block(msgs)
         # A finish or decline that lost the race with its expiry is rejected; nothing else may be.
@@ -222,20 +221,27 @@ def run_scenario(chain: Chain, blocks: int = 90, seed: int = 7) -> list[str]:
 def make_scenario_genesis_json() -> str:
     """The scenario's genesis as JSON (so a subprocess builds exactly the same one)."""
     from keepersim.module.genesis import genesis_to_json
-    from keepersim.types.messages import GenesisState, MLNodeInfo
+    from keepersim.types.messages import MLNodeInfo
     from keepersim.types.params import get_default_params
+    from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+    from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
     params = get_default_params()
-    params.epoch_params.epoch_length = 30
-    params.expiration_blocks = 6
-    params.circuit_breaker_params.initial_cooldown_blocks = 8
-    params.circuit_breaker_params.max_cooldown_blocks = 40
-    genesis = GenesisState(params=params, chain_id="keepersim-scenario")
+    params.params.epoch_params.epoch_length = 30
+    params.params.validation_params.expiration_blocks = 6
+    params.extension_params.cb_initial_cooldown_blocks = 8
+    params.extension_params.cb_max_cooldown_blocks = 40
+    genesis = Genesis(chain_id="keepersim-scenario")
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
     for i in range(6):
-        genesis.participants.append(
-            Participant(
-                address=f"p{i}",
-                weight=1000 + 250 * i,
+        address = f"p{i}"
+        genesis.inference.participant_list.append(
+            Participant(address=address, weight=1000 + 250 * i)
+        )
+        genesis.keepersim.participant_nodes.append(
+            ParticipantNodes(
+                address=address,
                 models=[MODEL],
                 ml_nodes=[MLNodeInfo(node_id=f"n{i}", timeslot_allocation=[True, i % 2 == 0])],
             )

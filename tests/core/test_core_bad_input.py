@@ -13,14 +13,23 @@ from google.protobuf.message import Message
 from keepersim.chain import Chain
 from keepersim.store.buffer import RESERVED_PREFIX
 from keepersim.types.errors import BlockError, GenesisError
-from keepersim.types.messages import EXPIRED, FINISHED, STARTED, GenesisState, Participant
-from keepersim.types.params import GOV_AUTHORITY
-from keepersim.types.pb.inference.inference.tx_pb2 import (
+from keepersim.types.messages import (
+    EXPIRED,
+    FINISHED,
+    STARTED,
     MsgFinishInference,
     MsgStartInference,
     MsgUpdateParams,
+    Participant,
 )
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, MsgRegisterParticipant, Tx
+from keepersim.types.params import GOV_AUTHORITY
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.tx_pb2 import (
+    MsgDeclineInference,
+    MsgRegisterParticipant,
+    MsgUpdateExtensionParams,
+    Tx,
+)
 
 
 def dump(chain: Chain) -> dict[bytes, bytes]:
@@ -139,6 +148,18 @@ BAD_MESSAGES: list[tuple[str, Message, str, str]] = [
         "MsgUpdateParams.params is missing",
     ),
     (
+        "extension-params-missing",
+        MsgUpdateExtensionParams(authority=GOV_AUTHORITY),
+        "InvalidMessageError",
+        "MsgUpdateExtensionParams.extension_params is missing",
+    ),
+    (
+        "extension-params-not-gov",
+        MsgUpdateExtensionParams(authority="p0"),
+        "UnauthorizedError",
+        "MsgUpdateExtensionParams.authority 'p0' is not the governance account",
+    ),
+    (
         "no-creator",
         MsgRegisterParticipant(weight=5),
         "InvalidMessageError",
@@ -240,25 +261,34 @@ def test_start_and_finish_in_either_order_count_once(
     ("mutate", "text"),
     [
         (
-            lambda g: setattr(g.participants[1], "weight", -5),
-            "genesis.participants[1].weight must be >= 0, got -5 (p1)",
+            lambda g: setattr(g.inference.participant_list[1], "weight", -5),
+            "genesis.app_state.inference.participant_list[1].weight must be >= 0, got -5 (p1)",
         ),
         (
-            lambda g: setattr(g.participants[2], "address", "p0"),
-            "genesis.participants[2].address 'p0' is a duplicate",
+            lambda g: setattr(g.inference.participant_list[2], "address", "p0"),
+            "genesis.app_state.inference.participant_list[2].address 'p0' is a duplicate",
         ),
         (
-            lambda g: setattr(g.participants[0], "address", ""),
-            "genesis.participants[0].address is empty",
+            lambda g: setattr(g.inference.participant_list[0], "address", ""),
+            "genesis.app_state.inference.participant_list[0].address is empty",
         ),
         (lambda g: setattr(g, "chain_id", ""), "genesis.chain_id is empty"),
         (
-            lambda g: setattr(g.params, "expiration_blocks", 0),
-            "genesis.params: invalid params: expiration_blocks=0 breaks rule: > 0",
+            lambda g: setattr(g.inference.params.validation_params, "expiration_blocks", 0),
+            "genesis params: invalid params: params.validation_params.expiration_blocks=0 "
+            "breaks rule: > 0",
         ),
         (
-            lambda g: g.policy_state.add(key=b"\x00p0", value=b""),
-            "genesis.policy_state[0].key is outside the policy prefixes",
+            lambda g: setattr(g.keepersim.extension_params, "cb_miss_threshold_pct", 101),
+            "genesis params: invalid params: extension_params.cb_miss_threshold_pct=101",
+        ),
+        (
+            lambda g: g.keepersim.policy_state.add(key=b"\x00p0", value=b""),
+            "genesis.keepersim.policy_state[0].key is outside the policy prefixes",
+        ),
+        (
+            lambda g: g.keepersim.participant_nodes.add(address="ghost"),
+            "genesis.keepersim.participant_nodes[4].address 'ghost' is not a participant",
         ),
     ],
     ids=[
@@ -267,13 +297,15 @@ def test_start_and_finish_in_either_order_count_once(
         "empty-address",
         "no-chain-id",
         "invalid-params",
+        "invalid-extension-params",
         "policy-key",
+        "nodes-of-a-stranger",
     ],
 )
 def test_bad_genesis_rejected_and_store_left_empty(
-    tmp_path: Path, genesis: GenesisState, mutate: Callable[[GenesisState], None], text: str
+    tmp_path: Path, genesis: Genesis, mutate: Callable[[Genesis], None], text: str
 ) -> None:
-    bad = GenesisState()
+    bad = Genesis()
     bad.CopyFrom(genesis)
     mutate(bad)
     path = tmp_path / "db"
@@ -303,7 +335,7 @@ def test_block_height_must_follow_the_last(chain: Chain) -> None:
     assert chain.deliver_block([], height=2).height == 2
 
 
-def test_genesis_twice_rejected(chain: Chain, genesis: GenesisState) -> None:
+def test_genesis_twice_rejected(chain: Chain, genesis: Genesis) -> None:
     app_hash = chain.app_hash
     with pytest.raises(GenesisError, match="already has a genesis"):
         chain.init_genesis(genesis)

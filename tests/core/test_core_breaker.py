@@ -11,7 +11,8 @@ from core_helpers import MODEL, Driver
 
 from keepersim.keeper.policies.gonka import get_cb_entry
 from keepersim.types.events import HealthTransition
-from keepersim.types.messages import Params
+from keepersim.types.params import get_cb_settings
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import EXCLUDED, HEALTHY, PROBE
 
 P = "p0"
@@ -58,7 +59,7 @@ def test_conformance_vectors(driver: Driver, ok: int, missed: int, excluded: boo
 
 
 def test_defaults_healthy(driver: Driver) -> None:
-    cb = driver.chain.get_params().circuit_breaker_params
+    cb = get_cb_settings(driver.chain.get_params().extension_params)
     assert get_cb_entry(None, P, cb).state == HEALTHY
     state = driver.state(P)
     assert state["state"] == "healthy" and state["admitted"] is True
@@ -147,8 +148,8 @@ def test_probe_failure_doubles_cooldown_twice(driver: Driver) -> None:
     assert driver.entry(P).state == PROBE  # type: ignore[union-attr]
 
 
-def test_cooldown_capped_at_max(make_driver: object, breaker_params: Params) -> None:
-    breaker_params.circuit_breaker_params.max_cooldown_blocks = 150
+def test_cooldown_capped_at_max(make_driver: object, breaker_params: ModuleParams) -> None:
+    breaker_params.extension_params.cb_max_cooldown_blocks = 150
     d: Driver = make_driver(breaker_params)  # type: ignore[operator]
     exclude_p0(d)
     promote = 58
@@ -204,7 +205,8 @@ def test_endblock_skips_probe(driver: Driver) -> None:
     driver.decline(P, 59)
     driver.decline(P, 61)
     driver.run_to(70)
-    assert driver.participant(P).current_epoch_stats.declined_requests == 2
+    with driver.chain.read() as k:
+        assert k.get_declines(k.get_effective_epoch_index(), P) == 2
     assert driver.entry(P).state == PROBE  # type: ignore[union-attr]
     assert driver.transitions()[2:] == []
 
@@ -218,8 +220,8 @@ def test_endblock_skips_low_miss_and_excludes_high_miss(driver: Driver) -> None:
     assert [(t.address, t.to_state) for t in driver.transitions()] == [("p2", "excluded")]
 
 
-def test_epoch_boundary_clears_all_state(make_driver: object, breaker_params: Params) -> None:
-    breaker_params.epoch_params.epoch_length = 100
+def test_epoch_boundary_clears_all_state(make_driver: object, breaker_params: ModuleParams) -> None:
+    breaker_params.params.epoch_params.epoch_length = 100
     d: Driver = make_driver(breaker_params)  # type: ignore[operator]
     d.success("p0", 7, 3)
     d.miss("p0", 8, 4)  # p0 excluded at 8, probe at 58, restored at 59 and kept

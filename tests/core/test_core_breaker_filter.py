@@ -15,7 +15,8 @@ from core_helpers import GONKA_STATE, MODEL
 from keepersim.chain import Chain
 from keepersim.keeper.policies.base import PolicyReader
 from keepersim.keeper.policies.gonka import GonkaBreaker
-from keepersim.types.messages import CurrentEpochStats, GenesisState, Participant
+from keepersim.types.messages import CurrentEpochStats, Participant
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.health_pb2 import (
     EXCLUDED,
     PROBE,
@@ -23,6 +24,7 @@ from keepersim.types.pb.keepersim.v1.health_pb2 import (
     CircuitBreakerState,
     PolicyStateEntry,
 )
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 H = 100  # genesis height
 
@@ -39,8 +41,8 @@ def entry(
 @pytest.fixture
 def make_filter_chain(
     make_chain: Callable[..., Chain],
-    make_genesis: Callable[..., GenesisState],
-    make_participant: Callable[..., Participant],
+    make_genesis: Callable[..., Genesis],
+    make_participant: Callable[..., tuple[Participant, ParticipantNodes]],
 ) -> Callable[..., Chain]:
     """``make(stats={addr: (ok, missed)}, entries=[...], n=4)`` at genesis height 100."""
 
@@ -51,14 +53,14 @@ def make_filter_chain(
     ) -> Chain:
         participants = []
         for i in range(n):
-            p = make_participant(f"p{i}")
+            p, nodes = make_participant(f"p{i}")
             ok, missed = (stats or {}).get(p.address, (0, 0))
             p.current_epoch_stats.CopyFrom(
                 CurrentEpochStats(inference_count=ok, missed_requests=missed)
             )
-            participants.append(p)
+            participants.append((p, nodes))
         genesis = make_genesis(participants=participants, height=H)
-        genesis.policy_state.extend(entries or [])
+        genesis.keepersim.policy_state.extend(entries or [])
         return make_chain(genesis)
 
     return make

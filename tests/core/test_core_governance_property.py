@@ -1,7 +1,8 @@
 """Governance can never stall the chain: random sequences of valid and invalid MsgUpdateParams
-(bad values, unknown policies including the simulator's ``oracle``, wrong signers, params that
-validate but then fail to load when due), with inference traffic in between. After each update
-the next block commits, and the params in force are valid and loadable."""
+and MsgUpdateExtensionParams, alone or as a pair in one block (bad values, unknown policies
+including the simulator's ``oracle``, wrong signers, params that validate but then fail to load
+when due), with inference traffic in between. After each update the next block commits, and the
+params in force are valid and loadable."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from google.protobuf.message import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,19 +19,30 @@ import keepersim.module.abci as abci
 from keepersim.chain import Chain
 from keepersim.keeper.policies import HealthPolicy
 from keepersim.module.params_load import get_loaded_policy
+from keepersim.types.chain_params import compute_chain_decimal
 from keepersim.types.events import ParamsRejected
-from keepersim.types.messages import GenesisState, MLNodeInfo, Params, Participant
-from keepersim.types.params import GOV_AUTHORITY, POLICY_NAMES, compute_decimal, get_default_params
-from keepersim.types.pb.inference.inference.tx_pb2 import (
+from keepersim.types.messages import (
+    MLNodeInfo,
     MsgFinishInference,
     MsgStartInference,
     MsgUpdateParams,
+    Participant,
 )
+from keepersim.types.params import GOV_AUTHORITY, POLICY_NAMES, get_default_params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
 
-UNLOADABLE = 4242  # expiration_blocks that the patched begin-block loader refuses
+# Values the patched begin-block loader refuses (the handlers' check passes them): one in each
+# half of the params.
+UNLOADABLE_EXPIRY = 4242  # params.validation_params.expiration_blocks
+UNLOADABLE_JITTER = 42  # extension_params.health_params.windowed.jitter_pct
 ADDRESSES = [f"p{i}" for i in range(4)]
+CHAIN, EXTENSION = "params", "extension_params"
+HALVES = [(CHAIN,), (EXTENSION,), (CHAIN, EXTENSION), (EXTENSION, CHAIN)]
 
-Mutation = Callable[[Params], None]
+Mutation = Callable[[ModuleParams], None]
 
 
 def setter(path: str, value: Any) -> Mutation:
@@ -49,69 +62,104 @@ def setter(path: str, value: Any) -> Mutation:
 @dataclass(frozen=True)
 class Update:
     kind: str  # "valid", "invalid", "policy", "signer", "unloadable"
-    params: Params
+    params: ModuleParams
     authority: str
+    halves: tuple[str, ...]  # which messages the block carries, in order
+
+    def get_messages(self) -> list[Message]:
+        return [
+            MsgUpdateParams(authority=self.authority, params=self.params.params)
+            if half == CHAIN
+            else MsgUpdateExtensionParams(
+                authority=self.authority, extension_params=self.params.extension_params
+            )
+            for half in self.halves
+        ]
 
 
+X = "extension_params."
 VALID_CHANGES: list[st.SearchStrategy[Mutation]] = [
-    st.integers(1, 60).map(lambda v: setter("expiration_blocks", v)),
-    st.integers(1, 100).map(lambda v: setter("circuit_breaker_params.miss_threshold_pct", v)),
-    st.integers(1, 20).map(lambda v: setter("circuit_breaker_params.min_samples", v)),
-    st.integers(1, 10).map(lambda v: setter("health_params.consecutive.failure_threshold", v)),
-    st.integers(4, 64).map(lambda v: setter("health_params.windowed.window", v)),
-    st.integers(1, 32).map(lambda v: setter("health_params.trin_multiplicative.history", v)),
-    st.booleans().map(lambda v: setter("health_params.shadow", v)),
-    st.booleans().map(lambda v: setter("sprt_params.enabled", v)),
+    st.integers(1, 60).map(lambda v: setter("params.validation_params.expiration_blocks", v)),
+    st.integers(0, 100).map(lambda v: setter(X + "cb_miss_threshold_pct", v)),
+    st.integers(0, 20).map(lambda v: setter(X + "cb_min_samples", v)),
+    st.integers(1, 10).map(lambda v: setter(X + "health_params.consecutive.failure_threshold", v)),
+    st.integers(4, 64).map(lambda v: setter(X + "health_params.windowed.window", v)),
+    st.integers(1, 32).map(lambda v: setter(X + "health_params.trin_multiplicative.history", v)),
+    st.booleans().map(lambda v: setter(X + "health_params.shadow", v)),
+    st.booleans().map(lambda v: setter(X + "sprt_enabled", v)),
 ]
-INVALID_CHANGES: list[Mutation] = [
-    setter("expiration_blocks", 0),
-    setter("circuit_breaker_params.miss_threshold_pct", 0),
-    setter("circuit_breaker_params.miss_threshold_pct", 101),
-    setter("epoch_params.epoch_length", 0),
-    setter("sprt_params.p0", compute_decimal("0.5")),  # p0 >= p1
-    setter("health_params.windowed.window", 3),
-    setter("health_params.trin_additive.initial_score", 0),
+# (the half it is in, the change): each breaks a rule whatever the other half says
+INVALID_CHANGES: list[tuple[str, Mutation]] = [
+    (CHAIN, setter("params.validation_params.expiration_blocks", 0)),
+    (CHAIN, setter("params.validation_params.epochs_to_max", 0)),
+    (
+        CHAIN,
+        setter("params.validation_params.miss_percentage_cutoff", compute_chain_decimal("1.5")),
+    ),
+    (CHAIN, setter("params.epoch_params.epoch_length", 0)),
+    (EXTENSION, setter(X + "cb_miss_threshold_pct", 101)),
+    (EXTENSION, setter(X + "cb_max_cooldown_blocks", 10)),  # < the initial 50
+    (EXTENSION, setter(X + "health_params.windowed.window", 3)),
+    (EXTENSION, setter(X + "health_params.trin_additive.initial_score", 0)),
 ]
 BAD_POLICIES = ["oracle", "bogus", "", "Gonka", "none "]
 BAD_SIGNERS = ["", "gonka1someoneelse", "cosmos10d07y265gmmuvt4z0w9aw880jnsr700j6zn9kn"]
 
 
+def make_short_poc(params: ModuleParams) -> None:
+    """The shortest PoC the chain accepts (1 + 1 blocks)."""
+    epoch = params.params.epoch_params
+    epoch.poc_stage_duration = epoch.poc_validation_duration = 1
+    epoch.poc_exchange_duration = epoch.poc_validation_delay = 0
+    epoch.set_new_validators_delay = 0
+
+
 @st.composite
 def updates(draw: st.DrawFn) -> Update:
     params = get_default_params()
-    for f in ("poc_stage_duration", "poc_validation_delay", "poc_validation_duration"):
-        setattr(params.epoch_params, f, 0)
-    params.epoch_params.set_new_validators_delay = 0
-    params.health_params.policy = draw(st.sampled_from(POLICY_NAMES))
+    make_short_poc(params)
+    params.params.epoch_params.epoch_length = 6
+    health = params.extension_params.health_params
+    health.policy = draw(st.sampled_from(POLICY_NAMES))
     for change in draw(st.lists(st.one_of(VALID_CHANGES), max_size=3)):
         change(params)
-    if params.health_params.windowed.min_samples > params.health_params.windowed.window:
-        params.health_params.windowed.min_samples = params.health_params.windowed.window
+    if health.windowed.min_samples > health.windowed.window:
+        health.windowed.min_samples = health.windowed.window
     kind = draw(st.sampled_from(["valid", "valid", "invalid", "policy", "signer", "unloadable"]))
     authority = GOV_AUTHORITY
+    halves = draw(st.sampled_from(HALVES))
     if kind == "invalid":
-        draw(st.sampled_from(INVALID_CHANGES))(params)
+        half, change = draw(st.sampled_from(INVALID_CHANGES))
+        change(params)
+        halves = (half,)
     elif kind == "policy":
-        params.health_params.policy = draw(st.sampled_from(BAD_POLICIES))
+        health.policy = draw(st.sampled_from(BAD_POLICIES))
+        halves = (EXTENSION,)
     elif kind == "signer":
         authority = draw(st.sampled_from(BAD_SIGNERS))
     elif kind == "unloadable":
-        params.expiration_blocks = UNLOADABLE
-    return Update(kind, params, authority)
+        # In one half of what is sent: the pair as a whole cannot load.
+        if draw(st.sampled_from(halves)) == CHAIN:
+            params.params.validation_params.expiration_blocks = UNLOADABLE_EXPIRY
+        else:
+            health.windowed.jitter_pct = UNLOADABLE_JITTER
+    return Update(kind, params, authority, halves)
 
 
 def open_chain(policy: str) -> Chain:
     params = get_default_params()
-    params.health_params.policy = policy
-    params.epoch_params.epoch_length = 6  # epoch boundaries inside short sequences
-    for f in ("poc_stage_duration", "poc_validation_delay", "poc_validation_duration"):
-        setattr(params.epoch_params, f, 0)
-    params.epoch_params.set_new_validators_delay = 0
+    params.extension_params.health_params.policy = policy
+    params.params.epoch_params.epoch_length = 6  # epoch boundaries inside short sequences
+    make_short_poc(params)
     node = MLNodeInfo(node_id="n", timeslot_allocation=[True, True])
-    participants = [
-        Participant(address=a, weight=1000, models=["m"], ml_nodes=[node]) for a in ADDRESSES
-    ]
-    genesis = GenesisState(params=params, chain_id="gov-property", participants=participants)
+    genesis = Genesis(chain_id="gov-property")
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
+    for a in ADDRESSES:
+        genesis.inference.participant_list.append(Participant(address=a, weight=1000))
+        genesis.keepersim.participant_nodes.append(
+            ParticipantNodes(address=a, models=["m"], ml_nodes=[node])
+        )
     return Chain.open(memory=True, genesis=genesis)
 
 
@@ -142,26 +190,43 @@ class Traffic:
         return msgs
 
 
-def check_params_in_force(chain: Chain) -> Params:
+def check_params_in_force(chain: Chain) -> ModuleParams:
     params = chain.get_params()
     get_loaded_policy(params)  # valid and loadable
     return params
 
 
+def get_expected(before: ModuleParams, update: Update) -> ModuleParams:
+    """The params in force after ``update``'s block and the next: the halves it sent, if valid."""
+    if update.kind != "valid":
+        return before
+    expected = ModuleParams()
+    expected.CopyFrom(before)
+    for half in update.halves:
+        getattr(expected, half).CopyFrom(getattr(update.params, half))
+    return expected
+
+
 @pytest.fixture(scope="module")
 def unloadable_loader() -> Any:
-    """Begin block's loader refuses params with expiration_blocks UNLOADABLE (the handler's
-    check passes them): params that validate but fail to load when due."""
+    """Begin block's loader refuses params with an UNLOADABLE_* value (the handlers' check passes
+    them): params that validate but fail to load when due."""
     real = abci.get_loaded_policy
 
-    def loader(params: Params) -> HealthPolicy:
-        if params.expiration_blocks == UNLOADABLE:
+    def loader(params: ModuleParams) -> HealthPolicy:
+        if (
+            params.params.validation_params.expiration_blocks == UNLOADABLE_EXPIRY
+            or params.extension_params.health_params.windowed.jitter_pct == UNLOADABLE_JITTER
+        ):
             raise RuntimeError("cannot build the policy")
         return real(params)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(abci, "get_loaded_policy", loader)
         yield
+
+
+GOV_KINDS = ("MsgUpdateParams", "MsgUpdateExtensionParams")
 
 
 @settings(max_examples=1000, derandomize=True, deadline=None)
@@ -178,24 +243,26 @@ def test_no_update_sequence_stalls_the_chain(
         for update in sequence:
             before = check_params_in_force(chain)
             msgs = traffic.get_block(chain, data.draw)
-            msgs.insert(
-                data.draw(st.integers(0, len(msgs))),
-                MsgUpdateParams(authority=update.authority, params=update.params),
-            )
+            at = data.draw(st.integers(0, len(msgs)))
+            msgs[at:at] = update.get_messages()
             height = chain.height
             sent = chain.deliver_block(msgs)
-            accepted = next(r for r in sent.tx_results if r.kind == "MsgUpdateParams").ok
-            assert accepted == (update.kind in ("valid", "unloadable")), sent.get_failed()
+            gov = [r for r in sent.tx_results if r.kind in GOV_KINDS]
+            assert [r.kind for r in gov] == [
+                "MsgUpdateParams" if h == CHAIN else "MsgUpdateExtensionParams"
+                for h in update.halves
+            ]
+            accepted = update.kind in ("valid", "unloadable")
+            assert all(r.ok == accepted for r in gov), sent.get_failed()
             due = chain.deliver_block(traffic.get_block(chain, data.draw))  # never raises
             assert chain.height == height + 2 == due.height
             in_force = check_params_in_force(chain)
             rejected = [e for e in due.events if isinstance(e, ParamsRejected)]
-            if update.kind == "valid":
-                assert in_force == update.params and not rejected
-            else:
-                assert in_force == before
-                assert len(rejected) == (update.kind == "unloadable")
+            assert in_force == get_expected(before, update)
+            # An unloadable pair is dropped as a whole, with one ParamsRejected.
+            assert len(rejected) == (update.kind == "unloadable")
             with chain.read() as k:
                 assert k.get_pending_params() is None
+                assert k.get_pending_extension_params() is None
         chain.deliver_block([])  # and the chain goes on
         assert chain.verify_app_hash()

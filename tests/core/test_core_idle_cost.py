@@ -10,11 +10,12 @@ from core_helpers import CountingBackend, Driver
 
 from keepersim.chain import Chain
 from keepersim.store.leveldb import LevelDBBackend
-from keepersim.types.messages import GenesisState, Params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 
 
 def idle_block_counts(
-    path: Path, n: int, make_genesis: Callable[..., GenesisState], params: Params
+    path: Path, n: int, make_genesis: Callable[..., Genesis], params: ModuleParams
 ) -> list[tuple[int, int, int, int]]:
     backend = CountingBackend(LevelDBBackend(path))
     with Chain(backend) as chain:
@@ -36,7 +37,7 @@ def idle_block_counts(
 
 
 def test_idle_block_store_work_is_independent_of_participant_count(
-    tmp_path: Path, make_genesis: Callable[..., GenesisState], breaker_params: Params
+    tmp_path: Path, make_genesis: Callable[..., Genesis], breaker_params: ModuleParams
 ) -> None:
     small = idle_block_counts(tmp_path / "small", 150, make_genesis, breaker_params)
     large = idle_block_counts(tmp_path / "large", 2000, make_genesis, breaker_params)

@@ -22,9 +22,16 @@ from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.errors import InvalidMessageError
 from keepersim.types.events import InferenceStarted
-from keepersim.types.messages import STARTED, GenesisState, Inference, Participant
+from keepersim.types.messages import (
+    STARTED,
+    Inference,
+    MsgFinishInference,
+    MsgStartInference,
+    Participant,
+)
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgRegisterParticipant
 
 MODEL = "m"
@@ -57,6 +64,9 @@ def store_then_raise(ctx: BlockContext, msg: MsgRegisterParticipant) -> None:
     keeper.set_inference(Inference(inference_id=ghost, status=STARTED))
     keeper.set_timeout(ctx.height + 3, ghost)
     keeper.set_effective_epoch_index(keeper.get_effective_epoch_index() + 9)
+    # keepersim's own collections too: registered nodes and declines
+    keeper.set_participant_nodes(ParticipantNodes(address="p3", models=["other"]))
+    keeper.set_declines(EpochDeclines(epoch_index=0, address="p3", declined_requests=99))
     for key, _ in list(keeper.store.iterate(keys.INFERENCES, prefix_end(keys.INFERENCES)))[:1]:
         keeper.delete_key(key)
     keeper.emit(InferenceStarted(ctx.height, ghost, "p3"))
@@ -120,10 +130,16 @@ def end_block_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
 def open_chain(policy: str) -> Chain:
     params = get_default_params()
-    params.health_params.policy = policy
-    params.expiration_blocks = 4
-    participants = [Participant(address=f"p{i}", weight=1000, models=[MODEL]) for i in range(4)]
-    genesis = GenesisState(params=params, chain_id="isolation", participants=participants)
+    params.extension_params.health_params.policy = policy
+    params.params.validation_params.expiration_blocks = 4
+    genesis = Genesis(chain_id="isolation")
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
+    for i in range(4):
+        genesis.inference.participant_list.append(Participant(address=f"p{i}", weight=1000))
+        genesis.keepersim.participant_nodes.append(
+            ParticipantNodes(address=f"p{i}", models=[MODEL])
+        )
     return Chain.open(memory=True, genesis=genesis)
 
 

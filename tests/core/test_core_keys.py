@@ -130,7 +130,7 @@ def test_prefix_address_does_not_leak_into_longer_one() -> None:
 
 @given(st.lists(st.tuples(u64, text), min_size=2, max_size=40, unique=True))
 def test_height_first_keys_sort_by_height(entries: list[tuple[int, str]]) -> None:
-    for encode in (keys.timeout_key, keys.excluded_key, keys.epoch_group_key):
+    for encode in (keys.timeout_key, keys.excluded_key, keys.epoch_group_key, keys.declines_key):
         by_bytes = sorted(entries, key=lambda e, f=encode: f(*e))  # type: ignore[misc]
         assert by_bytes == sorted(entries, key=lambda e: (e[0], e[1].encode()))
 
@@ -148,9 +148,14 @@ def test_collection_prefixes_are_distinct_single_bytes() -> None:
         keys.PARAMS,
         keys.PENDING_PARAMS,
         keys.CHAIN_ID,
+        keys.EXTENSION_PARAMS,
+        keys.PENDING_EXTENSION_PARAMS,
+        keys.PARTICIPANT_NODES,
+        keys.EPOCH_DECLINES,
         keys.POLICY_STATE,
         keys.POLICY_QUEUE,
         keys.POLICY_ITEMS,
+        keys.POLICY_LOG,
     ]
     assert all(len(p) == 1 for p in prefixes)
     assert len(set(prefixes)) == len(prefixes)

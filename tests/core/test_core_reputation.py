@@ -12,9 +12,11 @@ import pytest
 from core_helpers import MODEL, Driver
 
 from keepersim.keeper.reputation import compute_adjusted_weight, compute_reputation
-from keepersim.types.messages import EpochPerformanceSummary, Params
-from keepersim.types.params import GOV_AUTHORITY, compute_decimal, get_default_params
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ReputationParams
+from keepersim.types.chain_params import compute_chain_decimal
+from keepersim.types.messages import EpochPerformanceSummary, ValidationParams
+from keepersim.types.params import GOV_AUTHORITY, get_default_params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
 
 
 def summaries(*counts: tuple[int, int]) -> list[EpochPerformanceSummary]:
@@ -25,11 +27,11 @@ def summaries(*counts: tuple[int, int]) -> list[EpochPerformanceSummary]:
     ]
 
 
-def rep_params(etm: int = 30, cutoff: str = "0.01", penalty: str = "1.0") -> ReputationParams:
-    return ReputationParams(
+def rep_params(etm: int = 30, cutoff: str = "0.01", penalty: str = "1.0") -> ValidationParams:
+    return ValidationParams(
         epochs_to_max=etm,
-        miss_percentage_cutoff=compute_decimal(cutoff),
-        miss_requests_penalty=compute_decimal(penalty),
+        miss_percentage_cutoff=compute_chain_decimal(cutoff),
+        miss_requests_penalty=compute_chain_decimal(penalty),
     )
 
 
@@ -73,13 +75,18 @@ CLEAN = (10, 0)
     ],
 )
 def test_compute_reputation(
-    history: list[tuple[int, int]], params: ReputationParams, expected: int
+    history: list[tuple[int, int]], params: ValidationParams, expected: int
 ) -> None:
     assert compute_reputation(summaries(*history), params) == expected
 
 
 def test_default_reputation_params_are_the_chains() -> None:
-    r = get_default_params().reputation_params
+    r = get_default_params().params.validation_params
+    assert (r.epochs_to_max, r.miss_percentage_cutoff, r.miss_requests_penalty) == (
+        30,
+        compute_chain_decimal("0.01"),
+        compute_chain_decimal("1"),
+    )
     assert compute_reputation(summaries(*[CLEAN] * 15), r) == 50
     assert compute_reputation(summaries(*[CLEAN] * 14, (4, 1)), r) == 49  # 14.75 / 30
 
@@ -103,15 +110,16 @@ def test_adjusted_weight(weight: int, rep: int, adjusted: int) -> None:
 
 @pytest.fixture
 def rep_driver(
-    make_driver: Callable[..., Driver], make_test_params: Callable[..., Params]
+    make_driver: Callable[..., Driver], make_test_params: Callable[..., ModuleParams]
 ) -> Driver:
     params = make_test_params()
-    params.epoch_params.epoch_length = 10
-    params.expiration_blocks = 3
-    params.reputation_params.epochs_to_max = 4
-    params.health_params.policy = "none"
-    params.sprt_params.enabled = False
-    params.reputation_params.reputation_weighting = True  # the fork's option, off by default
+    params.params.epoch_params.epoch_length = 10
+    params.params.validation_params.expiration_blocks = 3
+    params.params.validation_params.epochs_to_max = 4
+    ext = params.extension_params
+    ext.health_params.policy = "none"
+    ext.sprt_enabled = False
+    ext.reputation_weighting = True  # the fork's option, off by default
     return make_driver(params, n=4)
 
 
@@ -161,11 +169,9 @@ def test_reputation_sets_next_epoch_group(rep_driver: Driver) -> None:
 
 def test_weighting_off_uses_raw_weights(rep_driver: Driver) -> None:
     d = rep_driver
-    params = d.chain.get_params()
-    params.reputation_params.reputation_weighting = False
-    from keepersim.types.pb.inference.inference.tx_pb2 import MsgUpdateParams
-
-    d.add(1, MsgUpdateParams(authority=GOV_AUTHORITY, params=params))
+    ext = d.chain.get_params().extension_params
+    ext.reputation_weighting = False
+    d.add(1, MsgUpdateExtensionParams(authority=GOV_AUTHORITY, extension_params=ext))
     d.run_to(2)
     table = d.chain.get_selection_table(MODEL)
     assert _weights(table.cumulative) == [1000, 1000, 1000, 1000]

@@ -16,8 +16,9 @@ from keepersim.module import abci
 from keepersim.store.buffer import RESERVED_PREFIX
 from keepersim.store.leveldb import LevelDBBackend
 from keepersim.types.events import InferenceExpired
-from keepersim.types.messages import EXPIRED, STARTED, GenesisState, Params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference
+from keepersim.types.messages import EXPIRED, STARTED, MsgStartInference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 
 
 class Boom(RuntimeError):
@@ -131,8 +132,8 @@ class FailingWrites:
 
 def test_failing_store_write_at_commit(
     tmp_path: object,
-    make_genesis: Callable[..., GenesisState],
-    breaker_params: Params,
+    make_genesis: Callable[..., Genesis],
+    breaker_params: ModuleParams,
 ) -> None:
     backend = FailingWrites(LevelDBBackend(tmp_path / "db"))  # type: ignore[operator]
     with Chain(backend) as chain:

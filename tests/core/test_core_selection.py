@@ -12,14 +12,9 @@ from core_helpers import MODEL, Driver
 from keepersim.chain import Chain
 from keepersim.keeper.selection import compute_draw, compute_selection_seed
 from keepersim.types.errors import NoExecutorsError, UnknownModelError
-from keepersim.types.messages import (
-    Epoch,
-    EpochGroupData,
-    GenesisState,
-    MLNodeInfo,
-    Participant,
-    ValidationWeight,
-)
+from keepersim.types.messages import Epoch, EpochGroupData, MLNodeInfo, ValidationWeight
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgRegisterParticipant
 
 # address: (group weight, reputation, adjusted = weight * rep / 100, floor weight / 100), by hand
@@ -35,24 +30,24 @@ CHI2_CRITICAL_DF4_P001 = 18.467  # chi-square 0.999 quantile, 4 degrees of freed
 
 
 def make_group_genesis(
-    make_genesis: Callable[..., GenesisState],
-    make_participant: Callable[..., Participant],
+    make_genesis: Callable[..., Genesis],
+    make_participant: Callable[..., Any],
     *,
     reputation_weighting: bool,
-) -> GenesisState:
+) -> Genesis:
     """Epoch 7's group given verbatim in genesis, with the reputations of MEMBERS."""
     participants = [make_participant(a, w) for a, (w, _, _) in MEMBERS.items()]
     genesis = make_genesis(participants=participants, height=50)
-    genesis.params.reputation_params.reputation_weighting = reputation_weighting
-    genesis.epochs.append(Epoch(index=7, poc_start_block_height=0))
-    genesis.effective_epoch_index = 7
+    genesis.keepersim.extension_params.reputation_weighting = reputation_weighting
+    genesis.keepersim.epochs.append(Epoch(index=7, poc_start_block_height=0))
+    genesis.keepersim.effective_epoch_index = 7
     weights = [
         ValidationWeight(member_address=a, weight=w, reputation=r)
         for a, (w, r, _) in MEMBERS.items()
     ]
     total = sum(w for w, _, _ in MEMBERS.values())
     for model in ("", MODEL):
-        genesis.epoch_groups.append(
+        genesis.keepersim.epoch_groups.append(
             EpochGroupData(
                 epoch_index=7, model_id=model, validation_weights=weights, total_weight=total
             )
@@ -63,23 +58,28 @@ def make_group_genesis(
 @pytest.fixture
 def weighted_chain(
     make_chain: Callable[..., Chain],
-    make_genesis: Callable[..., GenesisState],
-    make_participant: Callable[..., Participant],
+    make_genesis: Callable[..., Genesis],
+    make_participant: Callable[..., Any],
 ) -> Chain:
     """MEMBERS' group with the fork's reputation-weighted selection turned on."""
     return make_chain(make_group_genesis(make_genesis, make_participant, reputation_weighting=True))
 
 
+@pytest.mark.parametrize("policy", ["gonka", "none"])
 def test_default_selection_is_by_weight_alone(
     make_chain: Callable[..., Chain],
-    make_genesis: Callable[..., GenesisState],
-    make_participant: Callable[..., Participant],
+    make_genesis: Callable[..., Genesis],
+    make_participant: Callable[..., Any],
+    policy: str,
 ) -> None:
     """With the default params the draw follows the group weights and ignores reputation, as
-    upstream's selectRandomParticipant (gonka-ai/gonka ee730031, epochgroup/random.go)."""
-    assert not make_genesis().params.reputation_params.reputation_weighting
+    upstream's selectRandomParticipant (gonka-ai/gonka ee730031, epochgroup/random.go), under
+    the default policy and under none."""
+    assert not make_genesis().keepersim.extension_params.reputation_weighting
     genesis = make_group_genesis(make_genesis, make_participant, reputation_weighting=False)
+    genesis.keepersim.extension_params.health_params.policy = policy
     chain = make_chain(genesis)
+    assert chain.get_policy_name() == policy
     table = chain.get_selection_table(MODEL)
     raw = {a: w for a, (w, _, _) in MEMBERS.items()}
     assert table.addresses == tuple(raw) and table.total == sum(raw.values())
@@ -159,9 +159,7 @@ def test_unknown_model(chain: Chain) -> None:
         chain.select_executors("no-such-model", 2, "r")
 
 
-def test_empty_pool(
-    make_chain: Callable[..., Chain], make_genesis: Callable[..., GenesisState]
-) -> None:
+def test_empty_pool(make_chain: Callable[..., Chain], make_genesis: Callable[..., Genesis]) -> None:
     chain = make_chain(make_genesis(0))
     with pytest.raises(NoExecutorsError, match=r"pool for model '' is empty \(epoch 0, height 0\)"):
         chain.get_random_executor("", "r")
@@ -182,19 +180,31 @@ POC_PARTICIPANTS: dict[str, dict[str, Any]] = {
 @pytest.fixture
 def poc_driver(
     make_chain: Callable[..., Chain],
-    make_genesis: Callable[..., GenesisState],
-    make_participant: Callable[..., Participant],
+    make_genesis: Callable[..., Genesis],
+    make_participant: Callable[..., Any],
     make_test_params: Callable[..., object],
 ) -> Driver:
-    params = make_test_params(poc=True)  # PoC 2 + 1 + 2 + 1 = 6 blocks, epoch length 40
+    params = make_test_params(poc=True)  # the chain's default PoC, epoch length 40
     participants = [make_participant(a, **kw) for a, kw in POC_PARTICIPANTS.items()]
     return Driver(make_chain(make_genesis(participants=participants, params=params)))
 
 
+def get_poc_span(params: ModuleParams) -> int:
+    """The blocks at an epoch's start that keepersim treats as PoC (stages and the delays)."""
+    e = params.params.epoch_params
+    return (
+        e.poc_stage_duration
+        + e.poc_validation_delay
+        + e.poc_validation_duration
+        + e.set_new_validators_delay
+    )
+
+
 def test_poc_phase_keeps_only_poc_slot_participants(poc_driver: Driver) -> None:
     d = poc_driver
-    span = 6
-    for height in range(0, 48):
+    span = get_poc_span(d.chain.get_params())
+    assert 1 < span < 40 == d.chain.get_params().params.epoch_params.epoch_length
+    for height in range(0, 40 + span + 2):
         d.run_to(height)
         in_poc = height < span or 40 <= height < 40 + span
         table = d.chain.get_selection_table(MODEL)
@@ -208,8 +218,8 @@ def test_poc_phase_keeps_only_poc_slot_participants(poc_driver: Driver) -> None:
 
 def test_poc_phase_empty_pool(
     make_chain: Callable[..., Chain],
-    make_genesis: Callable[..., GenesisState],
-    make_participant: Callable[..., Participant],
+    make_genesis: Callable[..., Genesis],
+    make_participant: Callable[..., Any],
     make_test_params: Callable[..., object],
 ) -> None:
     chain = make_chain(
@@ -218,30 +228,47 @@ def test_poc_phase_empty_pool(
             params=make_test_params(poc=True),
         )
     )
+    span = get_poc_span(chain.get_params())
+    Driver(chain).run_to(span - 1)
     with pytest.raises(
-        NoExecutorsError, match=r"pool for model 'm' is empty \(epoch 0, height 0\)"
+        NoExecutorsError, match=rf"pool for model 'm' is empty \(epoch 0, height {span - 1}\)"
     ):
         chain.get_random_executor(MODEL, "r")
-    Driver(chain).run_to(6)
+    Driver(chain).run_to(span)
     assert chain.get_random_executor(MODEL, "r").address == "b"
 
 
-def test_poc_filter_follows_a_registration_update(poc_driver: Driver, tmp_path: object) -> None:
-    """A query answers from committed state only: a chain that has served queries before gives
-    the same table as a freshly opened chain over the same store."""
+def test_poc_filter_follows_a_registration_update_from_the_next_group(poc_driver: Driver) -> None:
+    """The PoC-slot filter reads the ML nodes of the epoch group (``ValidationWeight.ml_nodes``,
+    as on the chain), so a registration update counts from the next group. A query answers from
+    committed state only: a chain that has served queries before gives the same table as a
+    freshly opened chain over the same store."""
     d = poc_driver
     d.run_to(1)
     assert d.chain.get_selection_table(MODEL).addresses == ("a",)
     node = MLNodeInfo(node_id="b-node", timeslot_allocation=[True, True])
     d.add(2, MsgRegisterParticipant(creator="b", weight=1000, models=[MODEL], ml_nodes=[node]))
     d.run_to(2)
-    running = d.chain.get_selection_table(MODEL).addresses
     backend_path = d.chain._store.backend.path  # type: ignore[attr-defined]
+    with d.chain.read() as k:
+        nodes = k.get_participant_nodes("b")
+        group = k.get_epoch_group(0, MODEL)
+    assert nodes is not None and list(nodes.ml_nodes) == [node]
+    assert group is not None
+    assert [list(m.ml_nodes) for m in group.validation_weights if m.member_address == "b"] == [
+        [MLNodeInfo(node_id="b-node", poc_weight=1000, timeslot_allocation=[True, False])]
+    ]
+    assert d.chain.get_selection_table(MODEL).addresses == ("a",)
+    span = get_poc_span(d.chain.get_params())
+    d.run_to(40)  # epoch 1's group carries b's new node: b serves through PoC
+    running = [d.chain.get_selection_table(MODEL).addresses]
+    d.run_to(40 + span)
+    running.append(d.chain.get_selection_table(MODEL).addresses)
     d.chain.close()
     with Chain.open(backend_path) as fresh:
-        assert fresh.height == 2
-        assert fresh.get_selection_table(MODEL).addresses == ("a", "b")
-    assert running == ("a", "b")
+        assert fresh.height == 40 + span
+        assert fresh.get_selection_table(MODEL).addresses == ("a", "b", "d", "e")
+    assert running == [("a", "b"), ("a", "b", "d", "e")]
 
 
 def test_shadow_mode_never_fails_selection_and_records_would_exclude() -> None:

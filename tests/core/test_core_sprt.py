@@ -12,8 +12,9 @@ from core_helpers import MODEL, Driver
 
 from keepersim.keeper.sprt import compute_sprt_constants
 from keepersim.types.events import EpochSettled, ParticipantDeactivated
-from keepersim.types.messages import ACTIVE, INACTIVE, Params
+from keepersim.types.messages import ACTIVE, INACTIVE
 from keepersim.types.params import get_default_params, get_mainnet_params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 P = "p0"
 
@@ -30,21 +31,21 @@ LOG_PASS = ln_units(Decimal("0.80") / Decimal("0.90"))
 
 
 @pytest.fixture
-def sprt_params(make_test_params: Callable[..., Params]) -> Params:
+def sprt_params(make_test_params: Callable[..., ModuleParams]) -> ModuleParams:
     params = make_test_params()  # epoch length 40, expiry 20 blocks, SPRT 0.10 / 0.20 / 4
-    params.health_params.policy = "sprt"
+    params.extension_params.health_params.policy = "sprt"
     return params
 
 
 def test_default_constants() -> None:
-    c = compute_sprt_constants(get_default_params().sprt_params)
+    c = compute_sprt_constants(get_default_params().params.validation_params)
     assert (c.log_fail, c.log_pass, c.threshold) == (LOG_FAIL, LOG_PASS, 4 * 10**12)
     assert (LOG_FAIL, LOG_PASS) == (693_147_180_560, -117_783_035_656)
 
 
 @pytest.mark.parametrize(("misses", "tripped"), [(5, False), (6, True)])
 def test_straight_misses_trip_at_six(
-    make_driver: Callable[..., Driver], sprt_params: Params, misses: int, tripped: bool
+    make_driver: Callable[..., Driver], sprt_params: ModuleParams, misses: int, tripped: bool
 ) -> None:
     d = make_driver(sprt_params)
     for i in range(misses):
@@ -63,7 +64,9 @@ def test_straight_misses_trip_at_six(
     if tripped:
         assert p.status == INACTIVE
         assert [(e.height, e.address) for e in deactivated] == [(26, P)]
-        assert [(x.address, x.reason, x.height) for x in excluded] == [(P, "sprt_downtime", 26)]
+        assert [(x.address, x.reason, x.exclusion_block_height) for x in excluded] == [
+            (P, "downtime", 26)
+        ]
         assert P not in table.addresses
         assert all(d.chain.get_random_executor(MODEL, f"r{i}").address != P for i in range(500))
         assert sorted(d.chain.select_executors(MODEL, 4, "all")) == ["p1", "p2", "p3"]
@@ -76,7 +79,7 @@ def test_straight_misses_trip_at_six(
 
 @pytest.mark.parametrize(("passes", "tripped"), [(1, True), (2, False)])
 def test_completions_pull_the_llr_down(
-    make_driver: Callable[..., Driver], sprt_params: Params, passes: int, tripped: bool
+    make_driver: Callable[..., Driver], sprt_params: ModuleParams, passes: int, tripped: bool
 ) -> None:
     # 6 ln2 + 1 ln(8/9) = 4.04 >= 4 trips; 6 ln2 + 2 ln(8/9) = 3.92 does not.
     d = make_driver(sprt_params)
@@ -90,9 +93,12 @@ def test_completions_pull_the_llr_down(
 
 
 def test_mainnet_sprt_does_not_trip_on_six(
-    make_driver: Callable[..., Driver], sprt_params: Params
+    make_driver: Callable[..., Driver], sprt_params: ModuleParams
 ) -> None:
-    sprt_params.sprt_params.CopyFrom(get_mainnet_params().sprt_params)
+    mainnet = get_mainnet_params().params.validation_params
+    ours = sprt_params.params.validation_params
+    for name in ("downtime_good_percentage", "downtime_bad_percentage", "downtime_h_threshold"):
+        getattr(ours, name).CopyFrom(getattr(mainnet, name))
     d = make_driver(sprt_params)
     d.miss(P, 21, 6)
     for i in range(6):
@@ -107,8 +113,23 @@ def test_mainnet_sprt_does_not_trip_on_six(
     assert P in d.chain.get_selection_table(MODEL).addresses
 
 
+def test_sprt_switched_off_keeps_no_llr(
+    make_driver: Callable[..., Driver], sprt_params: ModuleParams
+) -> None:
+    sprt_params.extension_params.sprt_enabled = False
+    d = make_driver(sprt_params)
+    for i in range(8):
+        d.miss(P, 21 + i)
+    d.run_to(30)
+    p = d.participant(P)
+    assert p.current_epoch_stats.missed_requests == 8
+    assert p.current_epoch_stats.inactiveLLR.value == 0 and p.status == ACTIVE
+    with d.chain.read() as k:
+        assert list(k.iterate_excluded()) == []
+
+
 def test_llr_resets_at_epoch_boundary(
-    make_driver: Callable[..., Driver], sprt_params: Params
+    make_driver: Callable[..., Driver], sprt_params: ModuleParams
 ) -> None:
     d = make_driver(sprt_params)
     d.miss(P, 21, 6)

@@ -22,8 +22,9 @@ from keepersim.store.checkpoint import (
     read_checkpoint,
 )
 from keepersim.store.committed import RUN_META_PREFIX, CommitStore
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference
+from keepersim.types.messages import MsgFinishInference, Participant
 from keepersim.types.pb.keepersim.v1.health_pb2 import OpenInference, WindowedEntry
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 
 def _commit(store: CommitStore, height: int, puts: dict[bytes, bytes], meta: Any = None) -> bytes:
@@ -134,16 +135,23 @@ def test_loader_refuses_anything_callable_but_classes_and_rebuilders(name: str) 
         decode_state(crafted)
 
 
-def test_messages_load_by_their_name_and_by_their_name_before_keepersim_v1() -> None:
-    """A checkpoint written before keepersim's own messages moved to keepersim.v1 names them
-    inference.inference.X: it still resumes. The chain's names are never aliased."""
+def test_messages_load_by_their_full_name_from_every_generated_module() -> None:
+    """Every generated message, the chain's (all its vendored modules) and keepersim's, loads by
+    its full name, and by no other: names are never aliased across the two packages (a
+    checkpoint written before the chain's types cannot resume on them anyway)."""
     entry = WindowedEntry(address="a", failure_bits=5, open=[OpenInference(inference_id="r")])
     data = entry.SerializeToString()
     assert load_message("keepersim.v1.WindowedEntry", data) == entry
-    assert load_message("inference.inference.WindowedEntry", data) == entry
     assert load_message("inference.inference.MsgFinishInference", b"") == MsgFinishInference()
-    with pytest.raises(pickle.UnpicklingError, match="unknown message type"):
-        load_message("keepersim.v1.MsgFinishInference", b"")
+    participant = Participant(address="p", weight=3)
+    assert load_message("inference.inference.Participant", participant.SerializeToString()) == (
+        participant
+    )
+    nodes = ParticipantNodes(address="p", models=["m"])
+    assert load_message("keepersim.v1.ParticipantNodes", nodes.SerializeToString()) == nodes
+    for name in ("keepersim.v1.MsgFinishInference", "inference.inference.WindowedEntry"):
+        with pytest.raises(pickle.UnpicklingError, match="unknown message type"):
+            load_message(name, b"")
 
 
 def test_read_checkpoint_refuses_another_runs_fingerprint() -> None:
