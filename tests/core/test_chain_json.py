@@ -268,14 +268,15 @@ def test_non_nullable_fields_print_objects() -> None:
     assert printed["params"] == compute_chain_json(Params())
     assert printed["params"]["epoch_params"] is None  # nested ones stay nullable
     assert compute_chain_json(genesis_pb2.GenesisState())["params"] is not None
-    assert compute_chain_json(genesis_pb2.GenesisState())["pending_params"] is None
+    assert compute_chain_json(genesis_pb2.GenesisState())["genesis_only_params"] is not None
+    assert compute_chain_json(genesis_pb2.GenesisState())["mlnode_version"] is None
     # absent or null, a non-nullable field reads as set and empty (a Go value, always marshalled)
     for data in ({"authority": "gov"}, {"authority": "gov", "params": None}):
         parsed = parse_chain_json(data, MsgUpdateParams, where="t")
         assert parsed.HasField("params") and parsed.params == Params()
         assert parsed.SerializeToString() == b"\n\x03gov\x12\x00"
     parsed_state = parse_chain_json({}, genesis_pb2.GenesisState, where="t")
-    assert parsed_state.HasField("params") and not parsed_state.HasField("pending_params")
+    assert parsed_state.HasField("params") and not parsed_state.HasField("mlnode_version")
 
 
 def test_bytes_oneof_and_optional() -> None:
