@@ -436,9 +436,12 @@ def get_record_params(record: Any) -> ModuleParams:
 
 
 def get_record_nodes(record: Any) -> list[ParticipantNodes]:
-    """A trace ``participants`` line's registered models and ML nodes (``participant_nodes``;
-    none in a line without them)."""
-    return list(getattr(record, "participant_nodes", None) or ())
+    """A trace ``participants`` line's registered models and ML nodes (its
+    ``participant_nodes``: the reader's ``nodes``; none in a line without them)."""
+    nodes = getattr(record, "nodes", None)
+    if nodes is None:
+        nodes = getattr(record, "participant_nodes", None)
+    return list(nodes or ())
 
 
 class TraceSource:
