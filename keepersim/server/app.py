@@ -8,10 +8,12 @@ every field present, 64-bit integers as strings, enums as names, ``null`` for un
 =========================================  =================================================
 ``get_random_executor?model=&request_id=``  ``{"executor": Participant}``; the draw's seed uses
                                             ``request_id`` or a server counter (``srv-N``)
-``participant/{index}``                     ``{"participant": Participant}``
+``participant/{index}``                     ``{"participant": Participant}`` (the chain's: no models
+                                            or ML nodes; see ``participant_nodes`` below)
 ``participant``                             ``{"participant": [...], "pagination": {...},
                                             "block_height": "N"}``
-``inference/{index}``                       ``{"inference": Inference}``
+``inference/{index}``                       ``{"inference": Inference}`` (declined: ``STARTED``
+                                            with ``end_block_height`` set)
 ``inference``                               ``{"inference": [...], "pagination": {...}}``
 ``epoch_performance_summary/{epoch_index}`` ``{"epochPerformanceSummary": [...]}`` (the chain's
                                             by-epoch list: one per participant, address order)

@@ -7,6 +7,7 @@ Loopback only: uvicorn serves on 127.0.0.1 with a free port in a background thre
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -678,3 +679,37 @@ def test_serve_scenario_reputation_weighting(
     scenario = get_builtin_scenario("sparse", 1)
     with open_scenario_chain(scenario, "none", reputation_weighting=weighting) as chain:
         assert chain.get_params().extension_params.reputation_weighting is weighting
+
+
+def test_serve_reads_the_chains_genesis_document(
+    make_genesis: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``serve --genesis`` reads the chain's genesis document (``app_state.inference`` and
+    keepersim's extension beside it) into the served chain; the old keepersim shape (models on
+    the participant) is refused naming the file and the field."""
+    from keepersim.cli import build_parser, main
+    from keepersim.module.genesis import genesis_to_json
+    from keepersim.server.cli import _open
+
+    genesis = make_genesis(3)
+    genesis.keepersim.extension_params.health_params.policy = "windowed"
+    path = tmp_path / "genesis.json"
+    path.write_text(genesis_to_json(genesis), encoding="utf-8")
+    args = build_parser().parse_args(["serve", "--memory", "--genesis", str(path)])
+    chain, make_runner = _open(args)
+    try:
+        assert make_runner is None and chain.chain_id == genesis.chain_id
+        assert chain.get_policy_name() == "windowed"
+        with chain.read() as k:
+            assert [p.address for p in k.iterate_participants()] == ["p0", "p1", "p2"]
+            nodes = k.get_participant_nodes("p1")
+        assert nodes is not None and list(nodes.models) == ["m"]
+    finally:
+        chain.close()
+    document = json.loads(path.read_text(encoding="utf-8"))
+    document["app_state"]["inference"]["participant_list"][0]["models"] = ["m"]
+    path.write_text(json.dumps(document), encoding="utf-8")
+    assert main(["serve", "--memory", "--genesis", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "genesis.json" in err and "participant_list[0].models" in err
+    assert "Traceback" not in err
