@@ -17,19 +17,21 @@
 
 The trace: ``header`` (source ``export``, ``first_height`` = first height of epoch A + 1,
 ``last_height`` = the settlement height of B, or the node's height if B is the current epoch),
-``params`` (the chain's params and ``extension_params``) and ``participants`` (the node's current
-values: a node serves no history of them; ``participant_nodes``, the models and ML nodes of each
-member of epoch A's group, come from epoch A's groups: the model sub-groups a member belongs to,
-and the ML nodes of its validation weights) at the first height of A, the ``inference`` lines of epochs A..B (``epoch_id``; started at or before
-the snapshot height) ordered by (``start_block_height``, ``inference_id``), and one
+``params`` (the chain's params and ``extension_params``: the node's from ``keepersim serve``,
+keepersim's defaults from a chain node) and ``participants`` (the node's current values: a node
+serves no history of them; ``participant_nodes``, the models and ML nodes of each member of
+epoch A's group, come from epoch A's groups: the model sub-groups a member belongs to, and the ML
+nodes of its validation weights there) at the first height of A, the ``inference`` lines of
+epochs A..B (``epoch_id``; started at or before the snapshot height) ordered by
+(``start_block_height``, ``inference_id``), and one
 ``epoch_summary`` per settled epoch at its settlement height, in the TraceWriter's order
 (by height; at one height: params, epoch_summary, participants, inferences). Every object is
 re-encoded through the protobuf types, so lines are byte-identical to ``keepersim simulate
 --trace-out``'s for the same records. Node JSON is read by
 :func:`~keepersim.types.chain_json.parse_chain_json` with ``ignore_unknown``: fields keepersim's
 protos do not know (a newer chain's) are left out of the trace and listed by path, per record
-kind, in the result's ``unknown_fields`` (``ml_nodes[].new_field``); a bad value stops the export
-naming the URL and the field.
+kind, in the result's ``unknown_fields`` (``validation_weights[].ml_nodes[].new_field``); a bad
+value stops the export naming the URL and the field.
 
 Fetching (the export back-off fix, :mod:`keepersim.export.fetch`): ``concurrency`` worker
 threads (default 4: the two listings and the per-epoch summaries run in parallel), a 60 s
