@@ -3,26 +3,35 @@
 ``keepersim export --node URL --epochs A-B --out TRACE`` reads, from a Gonka node (or
 ``keepersim serve``):
 
-* ``/cosmos/base/tendermint/v1beta1/node_info`` (chain id), ``.../params``, ``.../epoch_info``
-  (height and latest epoch) and ``.../epoch_group_data/{e}`` (each epoch's first height) -- the
-  *snapshot*, taken once and kept for a resumed run;
+* ``/cosmos/base/tendermint/v1beta1/node_info`` (chain id), ``.../params`` (the chain's params),
+  keepersim's ``/keepersim/v1/params`` (its extension params; asked only of a node whose
+  ``node_info`` says it is keepersim, other nodes get keepersim's defaults), ``.../epoch_info``
+  (height and latest epoch), ``.../epoch_group_data/{e}`` (each epoch's first height) and epoch
+  A's model groups ``.../epoch_group_data/{A}?model_id=m`` (who serves which model with which ML
+  nodes) -- the *snapshot*, taken once and kept for a resumed run;
 * ``.../participant`` and ``.../inference``, page by page following ``pagination.next_key``
   (a listing is sequential: each page's key comes from the previous page);
-* ``.../epoch_performance_summary/{e}`` for every settled epoch in A..B.
+* ``.../epoch_performance_summary/{e}`` for every settled epoch in A..B (and, from ``keepersim
+  serve``, its declines ``/keepersim/v1/declines/{e}``: the line's ``epoch_declines``, one per
+  summary; a chain node counts none, and its lines have no ``epoch_declines``).
 
 The trace: ``header`` (source ``export``, ``first_height`` = first height of epoch A + 1,
 ``last_height`` = the settlement height of B, or the node's height if B is the current epoch),
-``params`` and ``participants`` (the node's current values: a node serves no history of them) at
-the first height of A, the ``inference`` lines of epochs A..B (``epoch_id``; started at or before
-the snapshot height) ordered by (``start_block_height``, ``inference_id``), and one
+``params`` (the chain's params and ``extension_params``: the node's from ``keepersim serve``,
+keepersim's defaults from a chain node) and ``participants`` (the node's current values: a node
+serves no history of them; ``participant_nodes``, the models and ML nodes of each member of
+epoch A's group, come from epoch A's groups: the model sub-groups a member belongs to, and the ML
+nodes of its validation weights there) at the first height of A, the ``inference`` lines of
+epochs A..B (``epoch_id``; started at or before the snapshot height) ordered by
+(``start_block_height``, ``inference_id``), and one
 ``epoch_summary`` per settled epoch at its settlement height, in the TraceWriter's order
 (by height; at one height: params, epoch_summary, participants, inferences). Every object is
 re-encoded through the protobuf types, so lines are byte-identical to ``keepersim simulate
 --trace-out``'s for the same records. Node JSON is read by
 :func:`~keepersim.types.chain_json.parse_chain_json` with ``ignore_unknown``: fields keepersim's
 protos do not know (a newer chain's) are left out of the trace and listed by path, per record
-kind, in the result's ``unknown_fields`` (``ml_nodes[].new_field``); a bad value stops the export
-naming the URL and the field.
+kind, in the result's ``unknown_fields`` (``validation_weights[].ml_nodes[].new_field``); a bad
+value stops the export naming the URL and the field.
 
 Fetching (the export back-off fix, :mod:`keepersim.export.fetch`): ``concurrency`` worker
 threads (default 4: the two listings and the per-epoch summaries run in parallel), a 60 s
@@ -79,11 +88,16 @@ from keepersim.sim.trace_writer import TRACE_VERSION, message_to_json
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import (
+    EpochGroupData,
     EpochPerformanceSummary,
     Inference,
+    MLNodeInfo,
     Params,
     Participant,
 )
+from keepersim.types.params import get_default_extension_params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
+from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
 
 __all__ = [
     "CHAIN_PREFIX",
@@ -97,8 +111,13 @@ __all__ = [
 
 CHAIN_PREFIX = "/productscience/inference/inference"
 NODE_INFO_PATH = "/cosmos/base/tendermint/v1beta1/node_info"
+#: keepersim's extension params and declines (``keepersim serve``; a chain node has neither).
+EXTENSION_PARAMS_PATH = "/keepersim/v1/params"
+DECLINES_PATH = "/keepersim/v1/declines"
+#: ``node_info.application_version.app_name`` of ``keepersim serve``.
+KEEPERSIM_APP_NAME = "keepersim"
 DEFAULT_PAGE_LIMIT = 100
-PROGRESS_VERSION = 1
+PROGRESS_VERSION = 2  # 2: the snapshot holds extension params and participant nodes
 
 M = TypeVar("M", bound=Message)
 _LIST_INDEX = re.compile(r"\[\d+\]")
@@ -332,6 +351,50 @@ class _Exporter:
 
     # snapshot ------------------------------------------------------------------------------
 
+    def get_extension_params(self, info: Any) -> tuple[ExtensionParams, bool]:
+        """keepersim's extension params: the node's if it is ``keepersim serve`` (its
+        ``node_info`` says so), else keepersim's defaults; and whether they are the node's."""
+        app = info.get("application_version") if isinstance(info, dict) else None
+        if not isinstance(app, dict) or app.get("app_name") != KEEPERSIM_APP_NAME:
+            return get_default_extension_params(), False
+        url = self.url(EXTENSION_PARAMS_PATH)
+        body = self.field(self.get(EXTENSION_PARAMS_PATH), "extension_params", url)
+        return self.parse(body, ExtensionParams, url, "ExtensionParams"), True
+
+    def get_participant_nodes(self, epoch: int, group: Any) -> list[ParticipantNodes]:
+        """Each member's models and ML nodes in epoch ``epoch``, from its groups (``group`` is
+        the parent's JSON): the model sub-groups it is a member of (``sub_group_models``), and
+        the ML nodes of its validation weights in them (by node id, first seen first; the
+        parent group's for a member of no sub-group). Address order."""
+        path = f"{CHAIN_PREFIX}/epoch_group_data/{epoch}"
+        url = self.url(path)
+        parent = self.parse(group, EpochGroupData, url, "EpochGroupData")
+        models: dict[str, list[str]] = {}
+        ml_nodes: dict[str, dict[str, MLNodeInfo]] = {}
+        for model in parent.sub_group_models:
+            body = self.get(path, {"model_id": model})
+            sub = self.parse(
+                self.field(body, "epoch_group_data", url), EpochGroupData, url, "EpochGroupData"
+            )
+            for weight in sub.validation_weights:
+                models.setdefault(weight.member_address, []).append(model)
+                nodes = ml_nodes.setdefault(weight.member_address, {})
+                for node in weight.ml_nodes:
+                    nodes.setdefault(node.node_id, node)
+        for weight in parent.validation_weights:
+            nodes = ml_nodes.setdefault(weight.member_address, {})
+            if weight.member_address not in models:
+                for node in weight.ml_nodes:
+                    nodes.setdefault(node.node_id, node)
+        return [
+            ParticipantNodes(
+                address=address,
+                models=models.get(address, []),
+                ml_nodes=list(ml_nodes[address].values()),
+            )
+            for address in sorted(ml_nodes)
+        ]
+
     def take_snapshot(self, pool: ThreadPoolExecutor) -> dict[str, Any]:
         a, b = self.epochs
         info = self.get(NODE_INFO_PATH)
@@ -341,6 +404,7 @@ class _Exporter:
         params = self.parse(
             self.field(self.get(CHAIN_PREFIX + "/params"), "params", url), Params, url, "Params"
         )
+        extension_params, from_node = self.get_extension_params(info)
         url = self.url(CHAIN_PREFIX + "/epoch_info")
         body = self.get(CHAIN_PREFIX + "/epoch_info")
         try:
@@ -355,30 +419,37 @@ class _Exporter:
             )
         wanted = list(range(a, min(b + 1, latest) + 1))
 
-        def start_of(epoch: int) -> tuple[int, int]:
+        def get_group(epoch: int) -> tuple[int, Any]:
             path = f"{CHAIN_PREFIX}/epoch_group_data/{epoch}"
-            group = self.field(self.get(path), "epoch_group_data", self.url(path))
-            try:
-                return epoch, int(group.get("poc_start_block_height", 0))
-            except (TypeError, ValueError, AttributeError) as exc:
-                raise ExportError(f"GET {self.url(path)}: malformed epoch group: {exc}") from exc
+            return epoch, self.field(self.get(path), "epoch_group_data", self.url(path))
 
-        starts = dict(pool.map(start_of, wanted))
+        groups = dict(pool.map(get_group, wanted))
+        starts: dict[int, int] = {}
+        for epoch, group in groups.items():
+            try:
+                starts[epoch] = int(group.get("poc_start_block_height", 0))
+            except (TypeError, ValueError, AttributeError) as exc:
+                url = self.url(f"{CHAIN_PREFIX}/epoch_group_data/{epoch}")
+                raise ExportError(f"GET {url}: malformed epoch group: {exc}") from exc
         last_height = starts[b + 1] if b < latest else height
         if starts[a] + 1 > last_height:
             raise ExportError(
                 f"epochs {a}-{b}: no block committed in them yet (epoch {a} starts after height "
                 f"{starts[a]}, the node is at height {height})"
             )
+        nodes = self.get_participant_nodes(a, groups[a])
         return {
             "chain_id": chain_id,
             "params": message_to_json(params),
+            "extension_params": message_to_json(extension_params),
+            "participant_nodes": [message_to_json(n) for n in nodes],
             "height": height,
             "latest_epoch": latest,
             "epoch_starts": {str(e): s for e, s in sorted(starts.items())},
             "first_height": starts[a] + 1,
             "last_height": last_height,
-            "policy": params.health_params.policy,
+            "policy": extension_params.health_params.policy if from_node else "",
+            "keepersim_node": from_node,
         }
 
     # units ---------------------------------------------------------------------------------
@@ -476,19 +547,22 @@ class _Exporter:
         items = self.field(self.get(path), "epochPerformanceSummary", url)
         if not isinstance(items, list):
             raise ExportError(f"GET {url}: 'epochPerformanceSummary' is not a list")
-        summaries = [
-            message_to_json(self.parse(s, EpochPerformanceSummary, url, "EpochPerformanceSummary"))
-            for s in items
+        parsed = [
+            self.parse(s, EpochPerformanceSummary, url, "EpochPerformanceSummary") for s in items
         ]
+        summaries = [message_to_json(s) for s in parsed]
         height = self.snapshot["epoch_starts"][str(epoch + 1)]
-        line = _dumps(
-            {
-                "type": "epoch_summary",
-                "epoch_index": str(epoch),
-                "height": str(height),
-                "summaries": summaries,
-            }
-        )
+        record: dict[str, Any] = {
+            "type": "epoch_summary",
+            "epoch_index": str(epoch),
+            "height": str(height),
+            "summaries": summaries,
+        }
+        if self.snapshot.get("keepersim_node"):
+            record["epoch_declines"] = [
+                message_to_json(d) for d in self.get_declines(epoch, parsed)
+            ]
+        line = _dumps(record)
         file_name = f"summary-{epoch:06d}.jsonl"
         _write_atomic(self.parts / file_name, line + "\n")
 
@@ -497,6 +571,26 @@ class _Exporter:
 
         self.record_unit("summary", f"epoch {epoch}", update)
         self.advance_bar(len(summaries))
+
+    def get_declines(
+        self, epoch: int, summaries: list[EpochPerformanceSummary]
+    ) -> list[EpochDeclines]:
+        """keepersim's declines of ``epoch`` (``keepersim serve``), one per summary (0 too)."""
+        path = f"{DECLINES_PATH}/{epoch}"
+        url = self.url(path)
+        counts = self.field(self.get(path), "declines", url)
+        if not isinstance(counts, dict) or not all(
+            type(n) is int and 0 <= n < 2**64 for n in counts.values()
+        ):
+            raise ExportError(f"GET {url}: 'declines' is not an object of uint64 counts")
+        return [
+            EpochDeclines(
+                epoch_index=epoch,
+                address=s.participant_id,
+                declined_requests=counts.get(s.participant_id, 0),
+            )
+            for s in summaries
+        ]
 
     # assembly ------------------------------------------------------------------------------
 
@@ -520,12 +614,21 @@ class _Exporter:
         participants: list[Any] = []
         for page in data["listings"]["participants"]["pages"]:
             participants.extend(json.loads(line) for line in self.read_part(page["file"]))
+        listed = {p.get("address") for p in participants}
+        nodes = [n for n in snap["participant_nodes"] if n.get("address") in listed]
         entries: list[tuple[int, int, str, str]] = [
             (
                 start_a,
                 0,
                 "",
-                _dumps({"type": "params", "height": str(start_a), "params": snap["params"]}),
+                _dumps(
+                    {
+                        "type": "params",
+                        "height": str(start_a),
+                        "params": snap["params"],
+                        "extension_params": snap["extension_params"],
+                    }
+                ),
             ),
             (
                 start_a,
@@ -537,6 +640,7 @@ class _Exporter:
                         "epoch_index": str(a),
                         "height": str(start_a),
                         "participants": participants,
+                        "participant_nodes": nodes,
                     }
                 ),
             ),

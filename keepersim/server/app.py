@@ -8,16 +8,18 @@ every field present, 64-bit integers as strings, enums as names, ``null`` for un
 =========================================  =================================================
 ``get_random_executor?model=&request_id=``  ``{"executor": Participant}``; the draw's seed uses
                                             ``request_id`` or a server counter (``srv-N``)
-``participant/{index}``                     ``{"participant": Participant}``
+``participant/{index}``                     ``{"participant": Participant}`` (the chain's: no models
+                                            or ML nodes; see ``participant_nodes`` below)
 ``participant``                             ``{"participant": [...], "pagination": {...},
                                             "block_height": "N"}``
-``inference/{index}``                       ``{"inference": Inference}``
+``inference/{index}``                       ``{"inference": Inference}`` (declined: ``STARTED``
+                                            with ``end_block_height`` set)
 ``inference``                               ``{"inference": [...], "pagination": {...}}``
 ``epoch_performance_summary/{epoch_index}`` ``{"epochPerformanceSummary": [...]}`` (the chain's
                                             by-epoch list: one per participant, address order)
 ``epoch_group_data/{epoch_index}?model_id=`` ``{"epoch_group_data": EpochGroupData}``
 ``excluded_participants/{epoch_index}``     ``{"items": [...]}`` (0: the current epoch)
-``params``                                  ``{"params": Params}``
+``params``                                  ``{"params": Params}`` (the chain's params only)
 ``epoch_info``                              ``{"block_height", "params", "latest_epoch",
                                             "is_confirmation_poc_active",
                                             "active_confirmation_poc_event": null}``
@@ -41,10 +43,15 @@ for a bad parameter (the message names it), 404 for an unknown id / epoch / mode
 block posted while a runner drives the chain, 503 when no executor can be selected or a cold
 cache computation did not finish within the bounded wait (``Retry-After: 1``).
 
-keepersim routes (plain JSON numbers): ``GET /keepersim/v1/policy/{address}``,
-``GET /keepersim/v1/selection?model=`` (the selection table: excluded, fallback, panic,
-weights), ``GET /keepersim/v1/reputation/{epoch_index}``, ``GET /keepersim/v1/status``,
-``POST /keepersim/v1/blocks`` and ``GET /metrics`` (Prometheus text).
+keepersim routes (plain JSON numbers; messages printed as the chain routes print theirs):
+``GET /keepersim/v1/policy/{address}``, ``GET /keepersim/v1/selection?model=`` (the selection
+table: excluded, fallback, panic, weights), ``GET /keepersim/v1/reputation/{epoch_index}``,
+``GET /keepersim/v1/params`` (keepersim's ``ExtensionParams``, which the chain's ``params`` route
+does not carry), ``GET /keepersim/v1/participant_nodes/{address}`` (the models and ML nodes a
+participant registered, ``keepersim.v1.ParticipantNodes``; the chain's Participant has neither),
+``GET /keepersim/v1/declines/{epoch_index}`` (declines per participant in that epoch; the chain's
+summaries have no such count), ``GET /keepersim/v1/status``, ``POST /keepersim/v1/blocks`` and
+``GET /metrics`` (Prometheus text).
 
 Caches (:class:`~keepersim.server.cache.SingleFlightCache`):
 
@@ -109,14 +116,17 @@ from keepersim.types.messages import (
     Epoch,
     EpochPerformanceSummary,
     Inference,
-    Participant,
-)
-from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
     MsgUpdateParams,
+    Participant,
 )
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, MsgRegisterParticipant
+from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
+from keepersim.types.pb.keepersim.v1.tx_pb2 import (
+    MsgDeclineInference,
+    MsgRegisterParticipant,
+    MsgUpdateExtensionParams,
+)
 
 __all__ = [
     "CHAIN_PREFIX",
@@ -146,6 +156,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
     "MsgFinishInference": MsgFinishInference,
     "MsgDeclineInference": MsgDeclineInference,
     "MsgUpdateParams": MsgUpdateParams,
+    "MsgUpdateExtensionParams": MsgUpdateExtensionParams,
     "MsgRegisterParticipant": MsgRegisterParticipant,
 }
 
@@ -662,6 +673,42 @@ def _k_policy(state: ServerState, address: str) -> Answer:
     return {"height": before, **view}, _height_headers(before)
 
 
+def _k_params(state: ServerState) -> Answer:
+    with state.chain.read() as k:
+        height = state.chain.height
+        ext = k.get_extension_params()
+    return {"height": height, "extension_params": compute_chain_json(ext)}, _height_headers(height)
+
+
+def _k_participant_nodes(state: ServerState, address: str) -> Answer:
+    with state.chain.read() as k:
+        height = state.chain.height
+        if k.get_participant(address) is None:
+            raise ApiError(404, f"participant {address!r} not found")
+        nodes = k.get_participant_nodes(address) or ParticipantNodes(address=address)
+    body = {"height": height, "participant_nodes": compute_chain_json(nodes)}
+    return body, _height_headers(height)
+
+
+def _k_declines(state: ServerState, epoch_text: str) -> Answer:
+    epoch = _parse_uint(epoch_text, "epoch_index")
+    prefix = keys.EPOCH_DECLINES + keys.encode_u64(epoch)
+    with state.chain.read() as k:
+        height = state.chain.height
+        latest = k.get_effective_epoch_index()
+        if epoch > latest:
+            raise ApiError(404, f"epoch {epoch} not found (the latest epoch is {latest})")
+        entries = [
+            EpochDeclines.FromString(raw) for _, raw in k.store.iterate(prefix, prefix_end(prefix))
+        ]
+    body = {
+        "height": height,
+        "epoch_index": epoch,
+        "declines": {e.address: e.declined_requests for e in entries},
+    }
+    return body, _height_headers(height)
+
+
 def _k_selection(state: ServerState, params: Mapping[str, str]) -> Answer:
     table = state.get_table(_parse_model(params, "model"))
     return table_to_json(table), _height_headers(table.height)
@@ -765,6 +812,18 @@ async def reputation_endpoint(request: Request) -> Response:
     return await _answer(_k_reputation, _state(request), request.path_params["epoch"])
 
 
+async def keepersim_params_endpoint(request: Request) -> Response:
+    return await _answer(_k_params, _state(request))
+
+
+async def participant_nodes_endpoint(request: Request) -> Response:
+    return await _answer(_k_participant_nodes, _state(request), request.path_params["address"])
+
+
+async def declines_endpoint(request: Request) -> Response:
+    return await _answer(_k_declines, _state(request), request.path_params["epoch"])
+
+
 async def status_endpoint(request: Request) -> Response:
     return await _answer(_k_status, _state(request))
 
@@ -847,6 +906,9 @@ def create_app(
         Route("/keepersim/v1/policy/{address}", policy_endpoint),
         Route("/keepersim/v1/selection", selection_endpoint),
         Route("/keepersim/v1/reputation/{epoch}", reputation_endpoint),
+        Route("/keepersim/v1/params", keepersim_params_endpoint),
+        Route("/keepersim/v1/participant_nodes/{address}", participant_nodes_endpoint),
+        Route("/keepersim/v1/declines/{epoch}", declines_endpoint),
         Route("/keepersim/v1/status", status_endpoint),
         Route("/keepersim/v1/blocks", post_block_endpoint, methods=["POST"]),
         Route("/metrics", metrics_endpoint),

@@ -2,8 +2,10 @@
 
 Where the chain comes from (one of):
 
-* ``--chain DIR``: a LevelDB store (``--genesis FILE`` initialises an empty one); blocks are
-  posted to ``POST /keepersim/v1/blocks``, or empty blocks are delivered at ``--block-rate``;
+* ``--chain DIR``: a LevelDB store (``--genesis FILE``, the chain's genesis document
+  ``{"chain_id", "initial_height", "app_state": {"inference": ...}, "keepersim": {...}}``,
+  initialises an empty one); blocks are posted to ``POST /keepersim/v1/blocks``, or empty blocks
+  are delivered at ``--block-rate``;
 * ``--memory --genesis FILE``: the same in memory;
 * ``--scenario NAME_OR_FILE [--policy P] [--seed N] [--blocks N] [--reputation-weighting]``:
   the scenario runs as ``keepersim simulate`` runs it (in memory, or in ``--chain DIR`` if

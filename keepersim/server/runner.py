@@ -12,8 +12,10 @@
   ``participants`` lines at height ``first_height - 1``, then every height up to ``last_height``:
   the recorded ``MsgStartInference`` at each inference's start height (assigned as recorded), its
   ``MsgFinishInference`` at its end height (finished-like statuses) or ``MsgDeclineInference``
-  (DECLINED); expiries come from the chain itself. A later ``params`` line at height ``p`` is sent
-  as ``MsgUpdateParams`` in block ``p - 1`` (effective from ``p``). Epoch summaries and later
+  (declined: ``STARTED`` with ``end_block_height`` set); expiries come from the chain itself. A
+  later ``params`` line at height ``p`` is sent as ``MsgUpdateParams`` (the chain's params) and
+  ``keepersim.v1.MsgUpdateExtensionParams`` (keepersim's) in block ``p - 1`` (effective from
+  ``p``). Epoch summaries and later
   participants lines are not replayed (the chain computes its own). This is the recorded chain
   itself, not :mod:`keepersim.replay.as_recorded`'s shadow replay (its genesis, outcome messages
   and their order, participant changes differ): only the start message
@@ -45,12 +47,16 @@ from typing import Any
 from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain, Selection
+from keepersim.keeper.inferences import is_declined
 from keepersim.server.metrics import ServerMetrics
 from keepersim.sim.scenario import Scenario
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import KeepersimError
-from keepersim.types.messages import DECLINED, GenesisState
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgUpdateParams
+from keepersim.types.messages import MsgFinishInference
+from keepersim.types.params import get_default_extension_params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 __all__ = [
@@ -416,6 +422,28 @@ class ScenarioRunner(Runner):
 # --------------------------------------------------------------------------------------------
 
 
+def get_record_params(record: Any) -> ModuleParams:
+    """A trace ``params`` line's params (the replay reader's record) as a ModuleParams: the
+    chain's params and keepersim's extension params (keepersim's defaults if it has none)."""
+    params = record.params
+    if isinstance(params, ModuleParams):
+        return params
+    ext = getattr(record, "extension_params", None)
+    return ModuleParams(
+        params=params,
+        extension_params=ext if ext is not None else get_default_extension_params(),
+    )
+
+
+def get_record_nodes(record: Any) -> list[ParticipantNodes]:
+    """A trace ``participants`` line's registered models and ML nodes (its
+    ``participant_nodes``: the reader's ``nodes``; none in a line without them)."""
+    nodes = getattr(record, "nodes", None)
+    if nodes is None:
+        nodes = getattr(record, "participant_nodes", None)
+    return list(nodes or ())
+
+
 class TraceSource:
     """A trace opened for replay: header and genesis read, the rest streamed by a runner."""
 
@@ -459,14 +487,14 @@ class TraceSource:
             raise RunnerError(str(exc)) from exc
         if params is None or participants is None:
             raise RunnerError(f"{self.path}: no params and participants lines before the data")
-        self.params = params.params
+        self.params = get_record_params(params)
         self.genesis_line = max(params.line, participants.line)  # the last line genesis read
-        self.genesis = GenesisState(
-            params=params.params,
-            chain_id=header.chain_id,
-            height=header.first_height - 1,
-            participants=list(participants.participants),
-        )
+        self.genesis = Genesis(chain_id=header.chain_id)
+        self.genesis.inference.params.CopyFrom(self.params.params)
+        self.genesis.inference.participant_list.extend(participants.participants)
+        self.genesis.keepersim.extension_params.CopyFrom(self.params.extension_params)
+        self.genesis.keepersim.height = header.first_height - 1
+        self.genesis.keepersim.participant_nodes.extend(get_record_nodes(participants))
 
     def open_chain(self, path: str | os.PathLike[str] | None = None) -> Chain:
         """A chain with the trace's genesis (memory unless ``path``, which must be empty)."""
@@ -506,7 +534,10 @@ class TraceRunner(Runner):
     def iter_blocks(self) -> Iterator[list[Message]]:
         from keepersim.replay.common import build_recorded_start
         from keepersim.replay.trace import FINISHED_LIKE, InferenceRecord, ParamsRecord
-        from keepersim.sim.driver import DECLINE_REASON  # a replayed decline has the driver's
+        from keepersim.sim.driver import (
+            DECLINE_REASON,  # a replayed decline has the driver's
+            compute_governance_txs,
+        )
 
         first = self.chain.height + 1
         last = self.source.header.last_height
@@ -531,8 +562,8 @@ class TraceRunner(Runner):
                     if at < first:
                         self.skipped_params += 1
                     else:
-                        updates.setdefault(max(at, h), []).append(
-                            MsgUpdateParams(authority=GOV_AUTHORITY, params=record.params)
+                        updates.setdefault(max(at, h), []).extend(
+                            compute_governance_txs(get_record_params(record), GOV_AUTHORITY)
                         )
                 elif isinstance(record, InferenceRecord):
                     inf = record.inference
@@ -554,7 +585,7 @@ class TraceRunner(Runner):
                             completion_token_count=inf.completion_token_count,
                         )
                         target = finishes
-                    elif inf.status == DECLINED:
+                    elif is_declined(inf):
                         msg = MsgDeclineInference(
                             creator=inf.assigned_to,
                             inference_id=inf.inference_id,

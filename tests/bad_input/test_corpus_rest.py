@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from keepersim.chain import Chain
 from keepersim.server.app import create_app
-from keepersim.types.messages import GenesisState, MLNodeInfo, Participant
+from keepersim.types.messages import MLNodeInfo, Participant
 from keepersim.types.params import get_default_params
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -23,22 +25,29 @@ with warnings.catch_warnings():
 P = "/productscience/inference/inference"
 
 
-def _genesis() -> GenesisState:
-    """Three participants serving model "m"; the code defaults without PoC stages."""
+def _genesis() -> Genesis:
+    """Three participants registering model "m" and one ML node; the code defaults with the
+    shortest PoC the chain accepts (1 + 1 blocks)."""
     params = get_default_params()
-    for name in ("poc_stage_duration", "poc_validation_delay", "poc_validation_duration"):
-        setattr(params.epoch_params, name, 0)
-    params.epoch_params.set_new_validators_delay = 0
-    fleet = [
-        Participant(
-            address=f"p{i}",
-            weight=1000,
-            models=["m"],
-            ml_nodes=[MLNodeInfo(node_id=f"p{i}-n", poc_weight=1000, timeslot_allocation=[True])],
+    epoch = params.params.epoch_params
+    epoch.poc_stage_duration = epoch.poc_validation_duration = 1
+    epoch.poc_exchange_duration = epoch.poc_validation_delay = 0
+    epoch.set_new_validators_delay = 0
+    genesis = Genesis(chain_id="keepersim-corpus")
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
+    for i in range(3):
+        genesis.inference.participant_list.append(Participant(address=f"p{i}", weight=1000))
+        genesis.keepersim.participant_nodes.append(
+            ParticipantNodes(
+                address=f"p{i}",
+                models=["m"],
+                ml_nodes=[
+                    MLNodeInfo(node_id=f"p{i}-n", poc_weight=1000, timeslot_allocation=[True])
+                ],
+            )
         )
-        for i in range(3)
-    ]
-    return GenesisState(params=params, chain_id="keepersim-corpus", participants=fleet)
+    return genesis
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +81,7 @@ CASES: list[tuple[str, str]] = [
     (f"{P}/get_random_executor?model=%00", "model"),
     ("/keepersim/v1/selection?model=%00", "model"),
     ("/keepersim/v1/reputation/-2", "epoch_index"),
+    ("/keepersim/v1/declines/-2", "epoch_index"),
 ]
 
 
@@ -116,6 +126,7 @@ def test_random_bad_pagination_value(client: TestClient, param: str, value: str)
 def test_random_bad_epoch_index(client: TestClient, epoch: str) -> None:
     if epoch.isascii() and epoch.isdigit():
         return
-    answer = client.get(f"/keepersim/v1/reputation/{quote(epoch, safe='')}")
-    assert answer.status_code in (400, 404), (epoch, answer.text)  # 404: not this route
-    assert answer.status_code != 500
+    for route in ("/keepersim/v1/reputation", "/keepersim/v1/declines"):
+        answer = client.get(f"{route}/{quote(epoch, safe='')}")
+        assert answer.status_code in (400, 404), (epoch, answer.text)  # 404: not this route
+        assert answer.status_code != 500

@@ -39,7 +39,10 @@ def files(tmp_path: Path) -> dict[str, str]:
         "heavy": str(write_json(tmp_path / "heavy.json", heavy)),
         "ok": str(write_json(tmp_path / "ok.json", get_scenario())),
         "gov": str(
-            write_json(tmp_path / "gov.json", [{"height": 1, "set": {"sprt_params.p0": "abc"}}])
+            write_json(
+                tmp_path / "gov.json",
+                [{"height": 1, "set": {"params.validation_params.downtime_good_percentage": "x"}}],
+            )
         ),
         "blocked": str(blocker / "out.json"),
         "trace": str(trace),
@@ -51,7 +54,7 @@ CASES = [
     (["simulate", "{heavy}"], "participants[0].weight"),
     (["compare", "{ok}", "--policies", "gonka,,windowed"], "--policies"),
     (["simulate", "{ok}", "--out", "{blocked}"], "--out"),
-    (["simulate", "{ok}", "--governance", "{gov}"], "sprt_params.p0"),
+    (["simulate", "{ok}", "--governance", "{gov}"], "downtime_good_percentage"),
     (["replay", "{trace}"], "bad.jsonl:1"),
 ]
 

@@ -28,8 +28,12 @@ from keepersim.replay.trace import EpochSummaryRecord, Header, InferenceRecord, 
 from keepersim.server.app import BackgroundServer, create_app
 from keepersim.server.bench import make_demo_scenario, simulate_chain
 from keepersim.server.faults import FaultInjector, parse_fault_spec
+from keepersim.sim.trace_writer import message_to_json
+from keepersim.types.chain_json import compute_chain_json
+from keepersim.types.params import get_default_extension_params
 
 EPOCH_LENGTH = 100
+NODE_INFO = "/cosmos/base/tendermint/v1beta1/node_info"
 #: A fault seed with which the documented mix truncates a body and drops a connection here.
 FAULT_MIX_SEED = 2
 BLOCKS = 300
@@ -81,6 +85,21 @@ def baseline(node: Node, healthy: str, tmp_path_factory: pytest.TempPathFactory)
     return out.read_bytes()
 
 
+def count_extra_fetches(chain: Chain, epochs: tuple[int, int]) -> int:
+    """Requests of an export from ``keepersim serve`` besides its pages and summaries (counted in
+    ``pages_fetched``): node_info, params, keepersim's extension params and epoch_info, one
+    parent group per epoch up to the current one, epoch A's model groups (participant nodes) and
+    one declines request per settled epoch."""
+    a, b = epochs
+    with chain.read() as k:
+        latest = k.get_effective_epoch_index()
+        group = k.get_epoch_group(a, "")
+    assert group is not None
+    groups = min(b + 1, latest) + 1 - a
+    settled = sum(1 for e in range(a, b + 1) if e < latest)
+    return 4 + groups + len(group.sub_group_models) + settled
+
+
 def lines_of(data: bytes, *types: str) -> list[str]:
     return [
         line
@@ -105,6 +124,90 @@ def test_export_has_the_simulators_records(node: Node, baseline: bytes, tmp_path
     assert sum(isinstance(r, InferenceRecord) for r in records) == len(lines_of(sim, "inference"))
 
 
+def test_export_writes_the_chains_shapes_and_keepersims_extension(
+    node: Node, baseline: bytes
+) -> None:
+    """The params line carries the node's chain Params and keepersim's extension params; the
+    participants line the models and ML nodes of epoch 0's members, derived from its groups (they
+    match what the participants registered); each summary line the node's declines."""
+    lines = {t: [json.loads(x) for x in lines_of(baseline, t)] for t in ("params", "participants")}
+    (params,) = lines["params"]
+    with node.chain.read() as k:
+        module = k.get_module_params()
+        group = k.get_epoch_group(0, "")
+        assert group is not None
+        members = {m.member_address for m in group.validation_weights}
+        registered = [n for n in k.iterate_participant_nodes() if n.address in members]
+        declines = {(d.epoch_index, d.address): d.declined_requests for d in k.iterate_declines()}
+    assert params["params"] == message_to_json(module.params)
+    assert params["extension_params"] == message_to_json(module.extension_params)
+    (participants,) = lines["participants"]
+    assert members and participants["participant_nodes"] == [message_to_json(n) for n in registered]
+    summaries = [json.loads(x) for x in lines_of(baseline, "epoch_summary")]
+    assert summaries
+    for line in summaries:
+        epoch = int(line["epoch_index"])
+        assert [d["address"] for d in line["epoch_declines"]] == [
+            s["participant_id"] for s in line["summaries"]
+        ]
+        for d in line["epoch_declines"]:
+            assert int(d["declined_requests"]) == declines.get((epoch, d["address"]), 0)
+
+
+def test_declines_come_from_keepersims_route(node: Node, tmp_path: Path) -> None:
+    """Each summary line's epoch_declines: the node's count for each summary's participant, 0
+    for one the node lists none for."""
+    with node.chain.read() as k:
+        addresses = [s.participant_id for s in k.get_summaries_for_epoch(1)]
+    assert len(addresses) > 1
+    counts = {"height": BLOCKS, "epoch_index": 1, "declines": {addresses[1]: 4}}
+    app = Rule(
+        create_app(node.chain),
+        lambda path, query: path == "/keepersim/v1/declines/1",
+        200,
+        json.dumps(counts).encode(),
+    )
+    out = tmp_path / "t.jsonl"
+    assert export_trace(node.serve(app), (1, 1), out, options=FAST).ok
+    (line,) = [json.loads(x) for x in lines_of(out.read_bytes(), "epoch_summary")]
+    got = {d["address"]: int(d["declined_requests"]) for d in line["epoch_declines"]}
+    assert got == {a: 4 if a == addresses[1] else 0 for a in addresses}
+    assert {d["epoch_index"] for d in line["epoch_declines"]} == {"1"}
+
+
+def test_a_chain_node_gets_keepersims_defaults_and_no_keepersim_request(
+    node: Node, tmp_path: Path
+) -> None:
+    """A node that is not ``keepersim serve`` (its node_info says another app) is asked nothing
+    under /keepersim/: the params line has keepersim's default extension params, the header no
+    policy and the summary lines no epoch_declines."""
+    info = {
+        "default_node_info": {"network": node.chain.chain_id},
+        "application_version": {"name": "inference", "app_name": "inferenced"},
+    }
+    app = Rule(
+        Rule(
+            create_app(node.chain),
+            lambda path, query: path == NODE_INFO,
+            200,
+            json.dumps(info).encode(),
+        ),
+        lambda path, query: path.startswith("/keepersim/"),
+        404,
+    )
+    out = tmp_path / "t.jsonl"
+    assert export_trace(node.serve(app), (0, 3), out, options=FAST).ok
+    assert not any(k.startswith("/keepersim/") for k in app.seen)
+    data = out.read_bytes()
+    header = json.loads(data.decode().splitlines()[0])
+    assert header["type"] == "header" and "policy" not in header
+    (params,) = [json.loads(x) for x in lines_of(data, "params")]
+    assert params["extension_params"] == message_to_json(get_default_extension_params())
+    summaries = [json.loads(x) for x in lines_of(data, "epoch_summary")]
+    assert summaries and all("epoch_declines" not in s for s in summaries)
+    assert len(list(iterate_trace(out))) == len(data.splitlines())  # the reader takes it
+
+
 def test_faulty_node_gives_a_byte_identical_trace(
     node: Node, baseline: bytes, tmp_path: Path
 ) -> None:
@@ -123,7 +226,8 @@ def test_faulty_node_gives_a_byte_identical_trace(
         assert result.fetch_errors > 0
         assert result.fetch_backoff_pauses == result.fetch_errors
         assert result.fetch_retries == result.fetch_errors
-        assert result.fetch_requests == result.pages_fetched + result.fetch_errors + 3 + 4
+        extra = count_extra_fetches(node.chain, (0, 3))
+        assert result.fetch_requests == result.pages_fetched + result.fetch_errors + extra
         assert not out.with_name(out.name + ".progress.json").exists()
         assert not out.with_name(out.name + ".parts").exists()
     injected = injector.stats()["injected"]
@@ -399,40 +503,54 @@ def test_progress_lines_on_a_non_terminal(
 
 
 PARTICIPANTS = "/productscience/inference/inference/participant"
+GROUP_0 = "/productscience/inference/inference/epoch_group_data/0"
 
 
 def test_a_newer_chains_fields_are_listed_by_path_not_dropped_silently(
     node: Node, tmp_path: Path
 ) -> None:
-    """A node of a newer chain answers fields keepersim's protos do not have, nested ones too:
-    the export goes on and the result names each one by path (list indices as ``[]``)."""
+    """A node of a newer chain answers fields keepersim's protos do not have, nested ones and
+    ones inside lists too: the export goes on and the result names each one by path, per record
+    kind (list indices as ``[]``)."""
     participant = {
         "index": "gonka1new",
         "address": "gonka1new",
         "weight": 10,
         "status": "ACTIVE",
-        "current_epoch_stats": None,
-        "coin_balance": "5",
-        "ml_nodes": [
-            {"node_id": "a", "poc_weight": "10", "hardware": "H100"},
-            {"node_id": "b", "poc_weight": "3", "hardware": "A100"},
-        ],
+        "coin_balance": "5",  # the chain's own field: known
+        "current_epoch_stats": {"inference_count": "3", "future_stat": "7"},
+        "hardware_nodes": [{"node_id": "a", "hardware": "H100"}],
     }
     body = {"participant": [participant], "pagination": {"next_key": None, "total": "1"}}
-    rule = Rule(
-        create_app(node.chain),
-        lambda path, query: path == PARTICIPANTS,
+    with node.chain.read() as k:
+        group = k.get_epoch_group(0, "")
+    assert group is not None and group.validation_weights[0].ml_nodes
+    group_json = compute_chain_json(group)
+    for weight in group_json["validation_weights"]:
+        for ml_node in weight["ml_nodes"]:
+            ml_node["hardware"] = "A100"
+    app = Rule(
+        Rule(
+            create_app(node.chain),
+            lambda path, query: path == PARTICIPANTS,
+            200,
+            json.dumps(body).encode(),
+        ),
+        lambda path, query: path == GROUP_0 and query == "",
         200,
-        json.dumps(body).encode(),
+        json.dumps({"epoch_group_data": group_json}).encode(),
     )
     out = tmp_path / "t.jsonl"
-    result = export_trace(node.serve(rule), (0, 3), out, options=FAST)
+    result = export_trace(node.serve(app), (0, 3), out, options=FAST)
     assert result.ok
     assert result.to_dict()["unknown_fields"] == {
-        "Participant": ["coin_balance", "ml_nodes[].hardware"]
+        "Participant": ["current_epoch_stats.future_stat", "hardware_nodes"],
+        "EpochGroupData": ["validation_weights[].ml_nodes[].hardware"],
     }
-    line = next(line for line in out.read_text().splitlines() if '"participants"' in line[:40])
-    assert '"gonka1new"' in line and "H100" not in line
+    text = out.read_text()
+    line = next(line for line in text.splitlines() if '"participants"' in line[:40])
+    assert '"gonka1new"' in line and '"coin_balance":"5"' in line
+    assert "H100" not in text and "A100" not in text and "future_stat" not in text
 
 
 def test_a_bad_value_stops_the_export_naming_the_field(node: Node, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ Loopback only: uvicorn serves on 127.0.0.1 with a free port in a background thre
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,33 +23,48 @@ from keepersim.server.faults import (
     parse_fault_spec,
 )
 from keepersim.types.chain_json import compute_chain_json, parse_chain_json
-from keepersim.types.messages import GenesisState, Inference, MLNodeInfo, Participant
+from keepersim.types.messages import (
+    EpochGroupData,
+    Inference,
+    MLNodeInfo,
+    MsgFinishInference,
+    MsgStartInference,
+    Participant,
+)
 from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 P = "/productscience/inference/inference"
 N_PARTICIPANTS = 7
 N_INFERENCES = 23
 
 
-def make_module_genesis(n: int) -> GenesisState:
-    """``n`` participants p0.. of weight 1000 listing model "m"; code defaults without PoC."""
+def make_module_genesis(n: int) -> Genesis:
+    """``n`` participants p0.. of weight 1000 registering model "m" and one ML node; code
+    defaults with the shortest PoC the chain accepts (1 + 1 blocks)."""
     params = get_default_params()
-    for name in ("poc_stage_duration", "poc_validation_delay", "poc_validation_duration"):
-        setattr(params.epoch_params, name, 0)
-    params.epoch_params.set_new_validators_delay = 0
-    participants = [
-        Participant(
-            address=f"p{i}",
-            weight=1000,
-            models=["m"],
-            ml_nodes=[
-                MLNodeInfo(node_id=f"p{i}-node", poc_weight=1000, timeslot_allocation=[True, True])
-            ],
+    epoch = params.params.epoch_params
+    epoch.poc_stage_duration = epoch.poc_validation_duration = 1
+    epoch.poc_exchange_duration = epoch.poc_validation_delay = 0
+    epoch.set_new_validators_delay = 0
+    genesis = Genesis(chain_id="keepersim-test")
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
+    for i in range(n):
+        genesis.inference.participant_list.append(Participant(address=f"p{i}", weight=1000))
+        genesis.keepersim.participant_nodes.append(
+            ParticipantNodes(
+                address=f"p{i}",
+                models=["m"],
+                ml_nodes=[
+                    MLNodeInfo(
+                        node_id=f"p{i}-node", poc_weight=1000, timeslot_allocation=[True, True]
+                    )
+                ],
+            )
         )
-        for i in range(n)
-    ]
-    return GenesisState(params=params, chain_id="keepersim-test", participants=participants)
+    return genesis
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +225,7 @@ def test_participant_pagination(served: tuple[Chain, httpx.Client]) -> None:
         (f"{P}/epoch_performance_summary/x", {}, "epoch_index"),
         (f"{P}/epoch_group_data/-3", {}, "epoch_index"),
         ("/keepersim/v1/reputation/1.5", {}, "epoch_index"),
+        ("/keepersim/v1/declines/x", {}, "epoch_index"),
     ],
 )
 def test_bad_parameters_are_400_naming_them(
@@ -232,6 +249,8 @@ def test_bad_parameters_are_400_naming_them(
         f"{P}/get_random_executor?model=no-such-model",
         "/keepersim/v1/policy/nobody",
         "/keepersim/v1/reputation/9",
+        "/keepersim/v1/participant_nodes/nobody",
+        "/keepersim/v1/declines/9",
         "/keepersim/v1/selection?model=no-such-model",
         "/no/such/route",
     ],
@@ -270,16 +289,35 @@ def test_summaries_params_epoch_info_and_group(served: tuple[Chain, httpx.Client
     r = get(client, f"{P}/epoch_performance_summary/0")
     assert r.status_code == 200 and r.json() == {"epochPerformanceSummary": []}
     r = get(client, f"{P}/params")
-    assert r.json() == {"params": compute_chain_json(chain.get_params())}
+    params = chain.get_params()
+    # the chain's QueryParamsResponse: the chain's Params only; keepersim's extension params
+    # are on keepersim's own route
+    assert r.json() == {"params": compute_chain_json(params.params)}
+    assert "health_params" not in r.json()["params"]
+    r = get(client, "/keepersim/v1/params")
+    assert r.json() == {
+        "height": chain.height,
+        "extension_params": compute_chain_json(params.extension_params),
+    }
+    assert r.json()["extension_params"]["health_params"]["policy"] == "gonka"
     info = get(client, f"{P}/epoch_info").json()
     assert info["block_height"] == str(chain.height)
     assert info["latest_epoch"] == {"index": "0", "poc_start_block_height": "0"}
     assert info["params"]["epoch_params"]["epoch_length"] == "40"
     group = get(client, f"{P}/epoch_group_data/0").json()["epoch_group_data"]
+    assert list(group) == [f.name for f in EpochGroupData.DESCRIPTOR.fields]
     assert [m["member_address"] for m in group["validation_weights"]] == [
         f"p{i}" for i in range(N_PARTICIPANTS)
     ]
-    assert get(client, f"{P}/epoch_group_data/0", model_id="m").status_code == 200
+    # formed at genesis (height 0), effective from block 1, not settled yet
+    assert group["effective_block_height"] == "1" and group["last_block_height"] == "0"
+    assert group["sub_group_models"] == ["m"]
+    sub = get(client, f"{P}/epoch_group_data/0", model_id="m")
+    assert sub.status_code == 200
+    weights = sub.json()["epoch_group_data"]["validation_weights"]
+    assert [m["ml_nodes"][0]["node_id"] for m in weights] == [
+        f"p{i}-node" for i in range(N_PARTICIPANTS)
+    ]
     assert get(client, f"{P}/excluded_participants/0").json() == {"items": []}
     node = get(client, "/cosmos/base/tendermint/v1beta1/node_info").json()
     assert node["default_node_info"]["network"] == chain.chain_id
@@ -297,6 +335,19 @@ def test_keepersim_routes(served: tuple[Chain, httpx.Client]) -> None:
     assert set(sel["weights"]) == set(table.addresses)
     rep = get(client, "/keepersim/v1/reputation/0").json()
     assert rep == {"epoch_index": 0, "reputation": {f"p{i}": 0 for i in range(N_PARTICIPANTS)}}
+    # the models and ML nodes a participant registered (the chain's Participant has neither)
+    nodes = get(client, "/keepersim/v1/participant_nodes/p2").json()
+    with chain.read() as k:
+        registered = k.get_participant_nodes("p2")
+    assert registered is not None
+    assert nodes == {"height": chain.height, "participant_nodes": compute_chain_json(registered)}
+    assert nodes["participant_nodes"]["models"] == ["m"]
+    assert nodes["participant_nodes"]["ml_nodes"][0]["poc_weight"] == "1000"
+    assert get(client, "/keepersim/v1/declines/0").json() == {
+        "height": chain.height,
+        "epoch_index": 0,
+        "declines": {},
+    }
     status = get(client, "/keepersim/v1/status").json()
     assert status["height"] == chain.height and status["app_hash"] == chain.app_hash.hex()
     assert status["runner"] == {"mode": "posted", "state": "posted", "failure": None}
@@ -415,6 +466,67 @@ def test_post_blocks_updates_chain_and_metrics(make_genesis: Any) -> None:
             r = client.post("/keepersim/v1/blocks", content=bad)
             assert r.status_code == 400 and word in r.json()["message"], (bad, r.text)
         assert client.get("/keepersim/v1/blocks").status_code == 405
+    chain.close()
+
+
+def test_posted_declines_and_governance_in_the_chains_shapes(make_genesis: Any) -> None:
+    """A decline leaves the inference STARTED with its end height (the chain has no DECLINED) and
+    counts on keepersim's declines route; governance posts the chain's params with
+    MsgUpdateParams and keepersim's with MsgUpdateExtensionParams, each effective next block."""
+    from keepersim.types.bech32 import GOV_AUTHORITY
+
+    chain = Chain.open(memory=True, genesis=make_genesis(3))
+    app = create_app(chain)
+    with BackgroundServer(app) as server, httpx.Client(base_url=server.url, timeout=10) as client:
+
+        def post(txs: list[dict[str, Any]]) -> dict[str, Any]:
+            r = client.post("/keepersim/v1/blocks", json={"txs": txs, "strict": True})
+            assert r.status_code == 200, r.text
+            body: dict[str, Any] = r.json()
+            return body
+
+        start = {"type": "MsgStartInference", "creator": "r", "model": "m", "assigned_to": "p1"}
+        post([{**start, "inference_id": "a"}])
+        post([{"type": "MsgDeclineInference", "creator": "p1", "inference_id": "a"}])
+        inference = get(client, f"{P}/inference/a").json()["inference"]
+        assert inference["status"] == "STARTED" and inference["end_block_height"] == "2"
+        assert get(client, "/keepersim/v1/declines/0").json()["declines"] == {"p1": 1}
+        assert 'keepersim_outcomes_total{outcome="neutral"} 1.0' in client.get("/metrics").text
+
+        chain_params = get(client, f"{P}/params").json()["params"]
+        chain_params["validation_params"]["expiration_blocks"] = "7"
+        ext = get(client, "/keepersim/v1/params").json()["extension_params"]
+        assert ext["health_params"]["policy"] == "gonka"
+        ext["health_params"]["policy"] = "windowed"
+        body = post(
+            [
+                {"type": "MsgUpdateParams", "authority": GOV_AUTHORITY, "params": chain_params},
+                {
+                    "type": "MsgUpdateExtensionParams",
+                    "authority": GOV_AUTHORITY,
+                    "extension_params": ext,
+                },
+            ]
+        )
+        assert [t["ok"] for t in body["tx_results"]] == [True, True]
+        assert get(client, "/keepersim/v1/params").json()["extension_params"] != ext  # pending
+        post([])
+        served = get(client, f"{P}/params").json()["params"]
+        assert served["validation_params"]["expiration_blocks"] == "7"
+        assert get(client, "/keepersim/v1/params").json()["extension_params"] == ext
+        assert get(client, "/keepersim/v1/status").json()["policy"] == "windowed"
+        # the chain's params carry no keepersim field: an old-style update is refused by name
+        r = client.post(
+            "/keepersim/v1/blocks",
+            json=[
+                {
+                    "type": "MsgUpdateParams",
+                    "authority": GOV_AUTHORITY,
+                    "params": {"health_params": {"policy": "gonka"}},
+                }
+            ],
+        )
+        assert r.status_code == 400 and "health_params" in r.json()["message"], r.text
     chain.close()
 
 
@@ -566,4 +678,38 @@ def test_serve_scenario_reputation_weighting(
     assert "--reputation-weighting goes with --scenario" in capsys.readouterr().err
     scenario = get_builtin_scenario("sparse", 1)
     with open_scenario_chain(scenario, "none", reputation_weighting=weighting) as chain:
-        assert chain.get_params().reputation_params.reputation_weighting is weighting
+        assert chain.get_params().extension_params.reputation_weighting is weighting
+
+
+def test_serve_reads_the_chains_genesis_document(
+    make_genesis: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``serve --genesis`` reads the chain's genesis document (``app_state.inference`` and
+    keepersim's extension beside it) into the served chain; the old keepersim shape (models on
+    the participant) is refused naming the file and the field."""
+    from keepersim.cli import build_parser, main
+    from keepersim.module.genesis import genesis_to_json
+    from keepersim.server.cli import _open
+
+    genesis = make_genesis(3)
+    genesis.keepersim.extension_params.health_params.policy = "windowed"
+    path = tmp_path / "genesis.json"
+    path.write_text(genesis_to_json(genesis), encoding="utf-8")
+    args = build_parser().parse_args(["serve", "--memory", "--genesis", str(path)])
+    chain, make_runner = _open(args)
+    try:
+        assert make_runner is None and chain.chain_id == genesis.chain_id
+        assert chain.get_policy_name() == "windowed"
+        with chain.read() as k:
+            assert [p.address for p in k.iterate_participants()] == ["p0", "p1", "p2"]
+            nodes = k.get_participant_nodes("p1")
+        assert nodes is not None and list(nodes.models) == ["m"]
+    finally:
+        chain.close()
+    document = json.loads(path.read_text(encoding="utf-8"))
+    document["app_state"]["inference"]["participant_list"][0]["models"] = ["m"]
+    path.write_text(json.dumps(document), encoding="utf-8")
+    assert main(["serve", "--memory", "--genesis", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "genesis.json" in err and "participant_list[0].models" in err
+    assert "Traceback" not in err

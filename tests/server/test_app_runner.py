@@ -82,6 +82,34 @@ def test_scenario_runner_and_trace_replay_match_simulate(
     replay.close()
 
 
+def test_trace_replay_sends_both_governance_updates(tmp_path: Path) -> None:
+    """A later params line is replayed as the chain's MsgUpdateParams and keepersim's
+    MsgUpdateExtensionParams in the block before it: the replay reaches the governed run's app
+    hash and serves both new parts."""
+    from keepersim.sim.driver import build_params
+
+    scenario = small_scenario(pushback=True)
+    governed = build_params(scenario, "gonka")
+    governed.params.validation_params.expiration_blocks = 12
+    governed.extension_params.health_params.policy = "windowed"
+    trace = tmp_path / "sim.jsonl"
+    expected = run_scenario(
+        scenario, "gonka", store="memory", governance=[(100, governed)], trace_out=trace
+    )
+    source = TraceSource(trace)
+    replay = source.open_chain()
+    try:
+        runner = TraceRunner(BlockSink(replay), source)
+        runner.run_blocking()
+        assert replay.app_hash.hex() == expected.app_hash
+        assert runner.status()["rejected_txs"] == 0 and runner.skipped_params == 0
+        served = replay.get_params()
+        assert served.params.validation_params.expiration_blocks == 12
+        assert replay.get_policy_name() == "windowed"
+    finally:
+        replay.close()
+
+
 def test_metrics_follow_block_events(make_genesis: Any) -> None:
     scenario = small_scenario(pushback=True)
     chain = open_scenario_chain(scenario, "gonka")
