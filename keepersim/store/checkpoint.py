@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import io
 import json
 import operator
 import os
 import pickle
+import pkgutil
 import signal
 from collections.abc import Callable
 from functools import cache
@@ -77,16 +79,20 @@ class ResumeError(KeepersimError):
 
 @cache
 def _get_message_classes() -> dict[str, type[Message]]:
-    from keepersim.types.pb.inference.inference import genesis_pb2, params_pb2, tx_pb2, types_pb2
-    from keepersim.types.pb.keepersim.v1 import extension_params_pb2, health_pb2
-    from keepersim.types.pb.keepersim.v1 import tx_pb2 as own_tx_pb2
+    import keepersim.types.pb.inference.inference as chain_package
+    import keepersim.types.pb.keepersim.v1 as own_package
 
     out: dict[str, type[Message]] = {}
-    chain = (genesis_pb2, params_pb2, tx_pb2, types_pb2)
-    for module in (*chain, extension_params_pb2, health_pb2, own_tx_pb2):
-        for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, Message):
-                out[value.DESCRIPTOR.full_name] = value
+    for package in (chain_package, own_package):
+        # every generated module of the chain's protos and keepersim.v1's
+        names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
+        for name in names:
+            if not name.endswith("_pb2"):
+                continue
+            module = importlib.import_module(f"{package.__name__}.{name}")
+            for value in vars(module).values():
+                if isinstance(value, type) and issubclass(value, Message):
+                    out[value.DESCRIPTOR.full_name] = value
     # Checkpoints written before keepersim's own messages left the chain's package name them so.
     for name, value in list(out.items()):
         if name.startswith("keepersim.v1."):
