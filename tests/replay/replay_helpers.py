@@ -51,9 +51,7 @@ def make_participants(n: int, weight: int = 100) -> list[Registered]:
             ParticipantNodes(
                 address=f"p{i}",
                 models=["m"],
-                ml_nodes=[
-                    MLNodeInfo(node_id="n0", poc_weight=1, timeslot_allocation=[True, True])
-                ],
+                ml_nodes=[MLNodeInfo(node_id="n0", poc_weight=1, timeslot_allocation=[True, True])],
             ),
         )
         for i in range(n)

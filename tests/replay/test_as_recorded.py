@@ -415,7 +415,11 @@ def _declines_trace(path: Path, recorded_declines: int) -> Path:
                 ],
                 [
                     {"epoch_index": "0", "address": "p0", "declined_requests": "0"},
-                    {"epoch_index": "0", "address": "p1", "declined_requests": str(recorded_declines)},
+                    {
+                        "epoch_index": "0",
+                        "address": "p1",
+                        "declined_requests": str(recorded_declines),
+                    },
                 ],
             ),
         ],

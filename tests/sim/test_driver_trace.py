@@ -90,7 +90,9 @@ def test_trace_lines_come_in_height_order(tmp_path: Path) -> None:
     statuses = [i["status"] for i in inferences]
     assert statuses.count("EXPIRED") == result["misses"]
     assert statuses.count("FINISHED") == result["finished"]
-    unfinished = [i for i in inferences if i["status"] == "STARTED" and i["end_block_height"] == "0"]
+    unfinished = [
+        i for i in inferences if i["status"] == "STARTED" and i["end_block_height"] == "0"
+    ]
     assert len(unfinished) == statuses.count("STARTED") == result["in_flight_at_end"]
     # Order by height: each non-inference line at height H follows every inference line that
     # started before H and precedes those that started at or after H.
