@@ -446,3 +446,15 @@ def test_tampered_declines_are_a_mismatch(tmp_trace: Path) -> None:
             "line": 8,
         }
     ]
+
+
+def test_a_checkpointed_block_keeps_its_params_parts() -> None:
+    """A block's items travel in a replay's checkpoint: a params change's two parts (the chain's
+    Params and keepersim's ExtensionParams) come back equal."""
+    from keepersim.replay.common import ParamsPart, Scheduled, expand_scheduled
+    from keepersim.store.checkpoint import decode_state, encode_state
+
+    scheduled = Scheduled(20, 1, "params", 5, make_params(expiration=33))
+    items = expand_scheduled(scheduled)
+    assert items == [ParamsPart(scheduled.msg, False), ParamsPart(scheduled.msg, True)]
+    assert decode_state(encode_state((scheduled, items))) == (scheduled, items)
