@@ -238,19 +238,15 @@ Convert = Callable[[Any], Any]
 
 def _int_converter(lo: int, hi: int) -> Convert:
     def convert(value: Any) -> int:
-        if isinstance(value, bool):
-            raise FastParseError("bool for an integer field")
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise FastParseError("fractional integer")
-            n = int(value)
-        elif isinstance(value, int):
+        if isinstance(value, bool | float):  # parse_chain_json takes neither (gogo's rule)
+            raise FastParseError("not an integer or a decimal string")
+        if isinstance(value, int):
             n = value
         elif isinstance(value, str):
-            try:
-                n = int(value, 10)
-            except ValueError as exc:
-                raise FastParseError(str(exc)) from exc
+            digits = value[1:] if value[:1] == "-" else value
+            if not (digits.isascii() and digits.isdigit()):  # int() would take " 5", "1_0"
+                raise FastParseError("not a decimal string")
+            n = int(digits) if digits is value else -int(digits)
         else:
             raise FastParseError("not an integer")
         if not lo <= n <= hi:

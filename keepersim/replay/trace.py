@@ -378,7 +378,8 @@ class _Reader:
                 "expected one of ['header', 'params', 'participants', 'inference', "
                 f"'epoch_summary'], got {_describe(record_type)}",
             )
-        if record_type == "header" and data.get("version") == 1:
+        version = data.get("version")
+        if record_type == "header" and type(version) is int and version == 1:
             raise self.error(line, "header.version", _VERSION_1)
         errors = (
             []

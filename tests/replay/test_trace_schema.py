@@ -104,7 +104,22 @@ _VALUES = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**65), max_value=2**65),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.sampled_from(["", "0", "7", "-3", "18446744073709551616", "1.5", "x", "FINISHED", "DONE"]),
+    st.sampled_from(
+        [
+            "",
+            "0",
+            "7",
+            "-3",
+            "18446744073709551616",
+            "1.5",
+            "x",
+            "FINISHED",
+            "DONE",
+            "1_0",
+            " 5",
+            "+5",
+        ]
+    ),
     st.lists(st.integers(), max_size=2),
     st.dictionaries(st.sampled_from(["a", "value", "exponent"]), st.integers(), max_size=2),
 )
