@@ -199,10 +199,11 @@ def test_builder_agrees_with_parse_chain_json(line: Any) -> None:
         _check_builder(line.get("params"), Params)
         _check_builder(line.get("extension_params"), ExtensionParams)
     elif record_type == "participants":
-        for item in line.get("participants") or []:
-            _check_builder(item, Participant)
-        for item in line.get("participant_nodes") or []:
-            _check_builder(item, ParticipantNodes)
+        lists = {"participants": Participant, "participant_nodes": ParticipantNodes}
+        for key, message_class in lists.items():
+            items = line.get(key)
+            for item in items if isinstance(items, list) else []:
+                _check_builder(item, message_class)
 
 
 def test_builder_handles_nested_repeated_and_null() -> None:
