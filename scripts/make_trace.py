@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from keepersim.sim.trace_writer import message_to_json
+from keepersim.sim.trace_writer import TRACE_VERSION, message_to_json
 from keepersim.types.messages import ACTIVE, MLNodeInfo, Participant
 from keepersim.types.params import get_mainnet_params
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 EXPIRATION = 150
 
@@ -44,19 +45,19 @@ def write_trace(
 ) -> dict[str, int]:
     rng = np.random.default_rng(seed)
     params = get_mainnet_params()
-    length = int(params.epoch_params.epoch_length)
+    length = int(params.params.epoch_params.epoch_length)
     last = epochs * length
     addresses, weights, miss = make_fleet(rng, n)
     cum = np.cumsum(weights / weights.sum())
     rate = per_epoch / length
     node = MLNodeInfo(node_id="n0", timeslot_allocation=[True, True])
     participants = [
-        message_to_json(
-            Participant(
-                index=a, address=a, weight=int(w), status=ACTIVE, models=["qwen"], ml_nodes=[node]
-            )
-        )
+        message_to_json(Participant(index=a, address=a, weight=int(w), status=ACTIVE))
         for a, w in zip(addresses, weights, strict=True)
+    ]
+    nodes = [
+        message_to_json(ParticipantNodes(address=a, models=["qwen"], ml_nodes=[node]))
+        for a in addresses
     ]
     # counts[epoch][participant] = [finished, missed]
     counts = np.zeros((epochs, n, 2), dtype=np.int64)
@@ -67,7 +68,7 @@ def write_trace(
             json.dumps(
                 {
                     "type": "header",
-                    "version": 1,
+                    "version": TRACE_VERSION,
                     "chain_id": "gonka-mainnet-synthetic",
                     "source": "simulate",
                     "first_height": "1",
@@ -78,7 +79,17 @@ def write_trace(
             )
             + "\n"
         )
-        w(json.dumps({"type": "params", "height": "0", "params": message_to_json(params)}) + "\n")
+        w(
+            json.dumps(
+                {
+                    "type": "params",
+                    "height": "0",
+                    "params": message_to_json(params.params),
+                    "extension_params": message_to_json(params.extension_params),
+                }
+            )
+            + "\n"
+        )
         w(
             json.dumps(
                 {
@@ -86,6 +97,7 @@ def write_trace(
                     "epoch_index": "0",
                     "height": "0",
                     "participants": participants,
+                    "participant_nodes": nodes,
                 }
             )
             + "\n"
@@ -102,6 +114,7 @@ def write_trace(
                             "epoch_index": str(epoch),
                             "height": str(lo - 1),
                             "participants": participants,
+                            "participant_nodes": nodes,
                         }
                     )
                     + "\n"

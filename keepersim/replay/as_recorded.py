@@ -5,17 +5,21 @@ Every height from the trace's first to its last is a block. Block h carries, in 
 1. scheduled messages due at h (recorded params changes, governance, participant changes);
 2. the recorded outcomes at h of inferences that started before h: MsgFinishInference
    (``executed_by``) for FINISHED (and VALIDATED / INVALIDATED / VOTING, which follow a finish),
-   MsgDeclineInference for DECLINED, ordered by (start height, id);
+   MsgDeclineInference for a declined one (STARTED with ``end_block_height`` set: the chain has
+   no DECLINED status), ordered by (start height, id);
 3. the recorded starts at h (MsgStartInference with the recorded ``assigned_to``), by id; an
-   inference recorded with ``finished_before_start`` gets its finish just before its start;
-4. the recorded outcomes at h of inferences that also started at h.
+   inference whose recorded finish came before its start (``end_block_height`` below the start)
+   gets its finish just before its start;
+4. the recorded outcomes at h of inferences that also started at h (``end_block_height`` = the
+   start: the start went first).
 
 Expiries are never sent: the module expires what is still unfinished at start + expiration_blocks,
 exactly as the chain does. Heights without traffic are empty blocks, because the chain must see
 every height for expiries and policy wake-ups. An idle block with its selection-table read costs
 ~0.3 ms per policy (150 participants), so a 500,000-block trace spends ~2.5 minutes per policy on
 idle blocks alone; busy blocks cost what the chain costs (the replay runs about as fast as the
-simulator that wrote the trace; trace parsing is ~35 us per line, shared by all policies).
+simulator that wrote the trace; trace parsing is ~40 us per line of the chain's full Inference
+JSON, shared by all policies).
 
 Memory does not grow with the trace: pending outcomes sit in a heap keyed by their height (at most
 the inferences in flight; ``max_pending`` reports its peak), the module-side status check keeps
@@ -33,7 +37,9 @@ Checks against the recording (on the first policy's chain; the counts do not dep
 
 * at each ``epoch_summary`` line, the chain's settled summaries of that epoch, participant by
   participant, field by field (``COMPARED_FIELDS``; coins and validations are not modelled by
-  keepersim and are listed as such), plus the settlement height;
+  keepersim and are listed as such), plus the settlement height. ``declined_requests`` is not a
+  summary field: it compares the line's ``epoch_declines`` (keepersim's, absent from a chain's
+  export: then not compared) with ``keeper.get_declines(epoch, address)``;
 * each inference's recorded status against what the module did (a recorded FINISHED that the
   module expired, a recorded STARTED that the module expired inside the trace, ...).
 
@@ -63,6 +69,7 @@ from keepersim.replay.common import (
     Governance,
     IntervalTracker,
     Listed,
+    ParamsPart,
     ParticipantTracker,
     Prologue,
     ReplayError,
@@ -72,6 +79,7 @@ from keepersim.replay.common import (
     build_scheduled_msg,
     check_policies,
     compute_replay_fingerprint,
+    expand_scheduled,
     format_app_hash,
     get_table_exclusions,
     make_progress,
@@ -111,9 +119,8 @@ from keepersim.types.events import (
     InferenceExpired,
     InferenceFinished,
 )
-from keepersim.types.messages import DECLINED, EXPIRED, STARTED
+from keepersim.types.messages import EXPIRED, STARTED, MsgFinishInference
 from keepersim.types.params import params_to_dict
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 __all__ = [
@@ -125,8 +132,10 @@ __all__ = [
     "replay_as_recorded",
 ]
 
-# Summary fields the module computes from the replayed traffic.
+# Fields the module computes from the replayed traffic: the summaries' inference_count and
+# missed_requests, and keepersim's declined_requests (the line's epoch_declines, when recorded).
 COMPARED_FIELDS: Final = ("inference_count", "missed_requests", "declined_requests")
+_SUMMARY_FIELDS: Final = COMPARED_FIELDS[:2]
 # Summary fields keepersim does not model (coins, validation): never compared.
 NOT_MODELLED_FIELDS: Final = (
     "earned_coins",
@@ -144,20 +153,26 @@ _DECLINE = 1
 _Pending = tuple[int, int, str, int, str, int]
 
 
-def _outcome_key(status: int) -> str:
-    """The counter a recorded status goes to: successes, misses, declines or unresolved."""
+def _outcome_key(record: InferenceRecord) -> str:
+    """The counter a recorded inference goes to: successes, misses, declines or unresolved."""
+    status = record.status
     if status in FINISHED_LIKE:
         return "successes"
     if status == EXPIRED:
         return "misses"
-    if status == DECLINED:
+    if record.is_declined():
         return "declines"
     return "unresolved"
 
 
-def _status_class(status: int) -> str:
-    """Recorded statuses as the module can reproduce them (no validation in keepersim)."""
-    return "FINISHED" if status in FINISHED_LIKE else get_status_name(status)
+def _status_class(status: int, end: int) -> str:
+    """A recorded (status, end height) as the module can reproduce it (no validation in
+    keepersim): FINISHED, EXPIRED, DECLINED (STARTED with an end) or STARTED."""
+    if status in FINISHED_LIKE:
+        return "FINISHED"
+    if status == STARTED and end != 0:
+        return "DECLINED"
+    return get_status_name(status)
 
 
 def get_selection_bias_note(policy: str) -> str:
@@ -406,11 +421,10 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         start = record.start_height
         self.gather_start(start, record)
         inference = record.inference
-        status = inference.status
         kind = -1
-        if status in FINISHED_LIKE and not inference.finished_before_start:
+        if record.is_finished() and inference.end_block_height >= start:
             kind = _FINISH
-        elif status == DECLINED:
+        elif record.is_declined():
             kind = _DECLINE
         if kind >= 0:
             heapq.heappush(
@@ -428,7 +442,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         self.count_recorded(record)
 
     def count_recorded(self, record: InferenceRecord) -> None:
-        key = _outcome_key(record.status)
+        key = _outcome_key(record)
         self.report.recorded["inferences"] += 1
         self.report.recorded[key] += 1
         address = record.inference.assigned_to
@@ -448,8 +462,9 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         items: list[Any] = []
         meta: list[tuple[str, int, str]] = []
         for scheduled in self.schedule.pop_due(height):
-            items.append(scheduled)
-            meta.append((scheduled.kind, scheduled.line, ""))
+            for part in expand_scheduled(scheduled):
+                items.append(part)
+                meta.append((scheduled.kind, scheduled.line, ""))
         same_block: list[_Pending] = []
         while self.pending and self.pending[0][0] == height:
             item = heapq.heappop(self.pending)
@@ -459,7 +474,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
                 self.add_outcome(items, meta, item)
         for record in starts:
             inference = record.inference
-            if inference.finished_before_start and inference.status in FINISHED_LIKE:
+            if record.is_finished() and inference.end_block_height < inference.start_block_height:
                 items.append(
                     MsgFinishInference(
                         inference_id=inference.inference_id,
@@ -519,7 +534,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             else:
                 msgs: list[Message] = [
                     build_scheduled_msg(x, lane.chain, lane.shadow.policy, True)
-                    if not isinstance(x, Message)
+                    if isinstance(x, ParamsPart)
                     else x
                     for x in items
                 ]
@@ -664,7 +679,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         entry = self.inflight.pop(inference_id, None)
         if entry is None:
             return
-        if _status_class(entry[0]) != module_status:
+        if _status_class(entry[0], entry[3]) != module_status:
             self.add_status_mismatch(inference_id, entry, module_status, height)
 
     def add_status_mismatch(
@@ -676,13 +691,14 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
     ) -> None:
         """A recorded inference (``inflight`` entry) the module left in another status."""
         status, line, start, end = entry
-        self.report.status_mismatch_kinds[f"{_status_class(status)}->{module_status}"] += 1
+        recorded = _status_class(status, end)
+        self.report.status_mismatch_kinds[f"{recorded}->{module_status}"] += 1
         self.report.status_mismatches.add(
             {
                 "inference_id": inference_id,
                 "line": line,
                 "start_height": start,
-                "recorded": get_status_name(status),
+                "recorded": recorded if recorded == "DECLINED" else get_status_name(status),
                 "recorded_end_height": end,
                 "module": module_status,
                 "module_height": module_height,
@@ -711,7 +727,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             address = record.inference.assigned_to
             if address not in lane.excluded:
                 continue
-            key = _outcome_key(record.status)
+            key = _outcome_key(record)
             lane.shadow.inside[key] += 1
             lane.shadow.inside_by_participant.setdefault(address, Counter())[key] += 1
 
@@ -725,9 +741,18 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
     def compare_summaries(self, record: EpochSummaryRecord) -> None:
         report = self.report
         epoch = record.epoch_index
+        exported = {s.participant_id: s for s in record.summaries}
+        recorded_declines = (
+            None
+            if record.declines is None
+            else {d.address: d.declined_requests for d in record.declines}
+        )
         with self.lanes[0].chain.read() as keeper:
             computed = {s.participant_id: s for s in keeper.get_summaries_for_epoch(epoch)}
-        exported = {s.participant_id: s for s in record.summaries}
+            computed_declines = {
+                address: keeper.get_declines(epoch, address)
+                for address in set(exported) | set(computed) | set(recorded_declines or ())
+            }
         settled = self.settled_at.get(epoch)
         if settled != record.height:
             report.settlement_mismatches.append(
@@ -740,6 +765,11 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             )
         mismatches = 0
         for participant in sorted(set(exported) | set(computed)):
+            if recorded_declines is not None:
+                ev, cv = recorded_declines.get(participant, 0), computed_declines[participant]
+                if ev != cv:
+                    self.add_mismatch(epoch, participant, "declined_requests", ev, cv, record.line)
+                    mismatches += 1
             e = exported.get(participant)
             c = computed.get(participant)
             if e is None or c is None:
@@ -753,7 +783,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
                 )
                 mismatches += 1
                 continue
-            for name in COMPARED_FIELDS:
+            for name in _SUMMARY_FIELDS:
                 ev, cv = getattr(e, name), getattr(c, name)
                 if ev != cv:
                     self.add_mismatch(epoch, participant, name, ev, cv, record.line)
@@ -764,6 +794,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
                 "line": record.line,
                 "height": record.height,
                 "participants": len(exported),
+                "declines_compared": recorded_declines is not None,
                 "mismatches": mismatches,
             }
         )
@@ -792,12 +823,12 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             self.report.summaries_unchecked.append(
                 {"epoch": record.epoch_index, "line": record.line, "height": record.height}
             )
-        expiration = self.lanes[0].chain.get_params().expiration_blocks
+        expiration = self.lanes[0].chain.get_params().params.validation_params.expiration_blocks
         for inference_id, entry in sorted(self.inflight.items()):
             status, _, start, end = entry
-            recorded = _status_class(status)
+            recorded = _status_class(status, end)
             resolves_at = end if recorded in ("FINISHED", "DECLINED") else start + expiration
-            if status == STARTED or resolves_at > last:
+            if recorded == "STARTED" or resolves_at > last:
                 self.report.unresolved_at_end[recorded] += 1
                 continue
             self.add_status_mismatch(inference_id, entry, "STARTED", last)
@@ -865,8 +896,8 @@ def replay_as_recorded(
     replay.
 
     ``store``: "memory", or "leveldb" with one fresh folder per policy under ``store_dir``.
-    ``governance``: (height, Params) sent as MsgUpdateParams from the authority in block height
-    (policy and shadow are kept as the replay sets them). Raises :class:`ReplayError` (strict
+    ``governance``: (height, ModuleParams) sent as MsgUpdateParams and MsgUpdateExtensionParams
+    from the authority in block height (policy and shadow are kept as the replay sets them). Raises :class:`ReplayError` (strict
     rejections, setup) and :class:`~keepersim.replay.trace.TraceError` (bad lines without
     ``skip_bad``).
     """

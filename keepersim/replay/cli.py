@@ -30,7 +30,7 @@ from keepersim.progress import PROGRESS_HELP
 if TYPE_CHECKING:
     from keepersim.replay.as_recorded import ReplayReport
     from keepersim.replay.estimator import BetaPrior
-    from keepersim.types.messages import Params
+    from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 __all__ = ["add_replay_command", "main", "run_replay_command"]
 
@@ -142,7 +142,7 @@ def _parse_prior(text: str) -> BetaPrior:
         raise ReplayError(f"--prior: expected 'a,b' with a, b > 0, got {text!r} ({exc})") from None
 
 
-def _read_base_params(trace: str, skip_bad: bool) -> Params:
+def _read_base_params(trace: str, skip_bad: bool) -> ModuleParams:
     from keepersim.replay.common import open_trace
     from keepersim.replay.trace import BadLines
 
@@ -153,7 +153,7 @@ def _read_base_params(trace: str, skip_bad: bool) -> Params:
     return prologue.params.params
 
 
-def load_governance_file(path: str, base: Params) -> list[tuple[int, Params]]:
+def load_governance_file(path: str, base: ModuleParams) -> list[tuple[int, ModuleParams]]:
     """A governance schedule file in the simulator's format, resolved against ``base``."""
     from keepersim.replay.common import ReplayError
     from keepersim.sim.driver import parse_governance

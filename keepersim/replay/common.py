@@ -5,11 +5,13 @@ block tables.
 
 Heights: the chain's genesis is at ``first_height - 1``; the first replayed block is
 ``first_height``. A recorded ``params`` line at height h says "in force from h": it is sent as
-MsgUpdateParams in block h - 1 (the module applies accepted params from the next block). A
-governance entry at height h is sent in block h (in force from h + 1), as a governance
-transaction included at h would be. A ``participants`` line at height h (an epoch's first height,
-where keepersim forms the new group in the end block) sends MsgRegisterParticipant in block h for
-every participant whose weight, models, ML nodes or URL changed, and weight 0 for one that left.
+MsgUpdateParams (the chain's Params) and keepersim.v1 MsgUpdateExtensionParams in block h - 1
+(the module applies accepted params from the next block, the two together). A governance entry
+at height h is sent the same way in block h (in force from h + 1), as a governance transaction
+included at h would be. A ``participants`` line at height h (an epoch's first height, where
+keepersim forms the new group in the end block) sends MsgRegisterParticipant in block h for every
+participant whose weight, models, ML nodes (its ``participant_nodes`` entry) or URL changed, and
+weight 0 for one that left.
 """
 
 from __future__ import annotations
@@ -51,16 +53,21 @@ from keepersim.types.messages import (
     ACTIVE,
     INACTIVE,
     CurrentEpochStats,
-    GenesisState,
     Inference,
-    Params,
+    MsgStartInference,
+    MsgUpdateParams,
     Participant,
 )
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgStartInference, MsgUpdateParams
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgRegisterParticipant
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
+from keepersim.types.pb.keepersim.v1.tx_pb2 import (
+    MsgRegisterParticipant,
+    MsgUpdateExtensionParams,
+)
 
 StoreKind = Literal["leveldb", "memory"]
-Governance = Sequence[tuple[int, Params]]
+Governance = Sequence[tuple[int, ModuleParams]]
 DEFAULT_MAX_LISTED: Final = 50
 T = TypeVar("T")
 
@@ -136,12 +143,12 @@ def open_trace(
     return prologue, records
 
 
-def apply_policy(params: Params, policy: str, shadow: bool) -> Params:
+def apply_policy(params: ModuleParams, policy: str, shadow: bool) -> ModuleParams:
     """A copy of ``params`` with the replay's policy (and shadow flag) in force."""
-    out = Params()
+    out = ModuleParams()
     out.CopyFrom(params)
-    out.health_params.policy = policy
-    out.health_params.shadow = shadow
+    out.extension_params.health_params.policy = policy
+    out.extension_params.health_params.shadow = shadow
     return out
 
 
@@ -169,8 +176,18 @@ def get_genesis_participant(recorded: Participant) -> Participant:
     return p
 
 
-def build_genesis(prologue: Prologue, params: Params) -> GenesisState:
-    """Genesis at ``first_height - 1`` with the recorded participants in the recorded epoch.
+def _new_genesis(chain_id: str, params: ModuleParams, height: int) -> Genesis:
+    genesis = Genesis(chain_id=chain_id)
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
+    genesis.keepersim.height = height
+    return genesis
+
+
+def build_genesis(prologue: Prologue, params: ModuleParams) -> Genesis:
+    """Genesis at ``first_height - 1`` with the recorded participants (the chain's
+    ``participant_list``) and their models and ML nodes (keepersim's ``participant_nodes``) in
+    the recorded epoch.
 
     When the first participants line is for epoch e > 0 (an export that starts mid-chain), the
     epoch and its groups are formed for e at the genesis height, as the module would form them
@@ -178,10 +195,11 @@ def build_genesis(prologue: Prologue, params: Params) -> GenesisState:
     """
     header = prologue.header
     height = header.first_height - 1
-    genesis = GenesisState(params=params, chain_id=header.chain_id, height=height)
-    genesis.participants.extend(
+    genesis = _new_genesis(header.chain_id, params, height)
+    genesis.inference.participant_list.extend(
         get_genesis_participant(p) for p in prologue.participants.participants
     )
+    genesis.keepersim.participant_nodes.extend(prologue.participants.nodes)
     epoch_index = prologue.participants.epoch_index
     if epoch_index == 0:
         return genesis
@@ -192,11 +210,13 @@ def build_genesis(prologue: Prologue, params: Params) -> GenesisState:
     process_new_epoch_group(keeper, epoch_index, height)
     exported = export_genesis(keeper, height)
     buffer.discard()
-    out = GenesisState(params=params, chain_id=header.chain_id, height=height)
-    out.participants.extend(exported.participants)
-    out.epochs.extend(e for e in exported.epochs if e.index == epoch_index)
-    out.epoch_groups.extend(g for g in exported.epoch_groups if g.epoch_index == epoch_index)
-    out.effective_epoch_index = epoch_index
+    out = _new_genesis(header.chain_id, params, height)
+    out.inference.participant_list.extend(exported.inference.participant_list)
+    ext, formed = out.keepersim, exported.keepersim
+    ext.participant_nodes.extend(formed.participant_nodes)
+    ext.epochs.extend(e for e in formed.epochs if e.index == epoch_index)
+    ext.epoch_groups.extend(g for g in formed.epoch_groups if g.epoch_index == epoch_index)
+    ext.effective_epoch_index = epoch_index
     return out
 
 
@@ -247,8 +267,9 @@ class Schedule:
     """Messages due at given heights (params changes, governance, participant updates).
 
     Bounded by the number of scheduled changes, never by the trace length. Parameter changes are
-    kept as Params and become MsgUpdateParams when their block is built, so each chain gets its
-    own policy override.
+    kept as ModuleParams and become their two messages when their block is built
+    (:func:`expand_scheduled`, :func:`build_scheduled_msg`), so each chain gets its own policy
+    override.
     """
 
     def __init__(self, max_listed: int = DEFAULT_MAX_LISTED) -> None:
@@ -281,25 +302,30 @@ class Schedule:
 class ParticipantTracker:
     """The recorded participant set, to turn a later participants line into messages."""
 
-    def __init__(self, participants: Sequence[Participant]) -> None:
-        self._known: dict[str, MsgRegisterParticipant] = {
-            p.address: self._as_msg(p) for p in participants
-        }
+    def __init__(self, record: ParticipantsRecord) -> None:
+        self._known: dict[str, MsgRegisterParticipant] = self._as_msgs(record)
 
     @staticmethod
-    def _as_msg(p: Participant) -> MsgRegisterParticipant:
-        return MsgRegisterParticipant(
-            creator=p.address,
-            url=p.inference_url,
-            weight=p.weight,
-            models=list(p.models),
-            ml_nodes=list(p.ml_nodes),
-        )
+    def _as_msgs(record: ParticipantsRecord) -> dict[str, MsgRegisterParticipant]:
+        """Each participant's registration, with its models and ML nodes (none if the line
+        registers none for it)."""
+        nodes = {n.address: n for n in record.nodes}
+        out: dict[str, MsgRegisterParticipant] = {}
+        for p in record.participants:
+            registered = nodes.get(p.address, ParticipantNodes())
+            out[p.address] = MsgRegisterParticipant(
+                creator=p.address,
+                url=p.inference_url,
+                weight=p.weight,
+                models=list(registered.models),
+                ml_nodes=list(registered.ml_nodes),
+            )
+        return out
 
     def compute_updates(self, record: ParticipantsRecord) -> list[MsgRegisterParticipant]:
         """Messages that turn the known set into the record's (weight 0 for one that left)."""
         out: list[MsgRegisterParticipant] = []
-        now = {p.address: self._as_msg(p) for p in record.participants}
+        now = self._as_msgs(record)
         for address, msg in sorted(now.items()):
             if self._known.get(address) != msg:
                 out.append(msg)
@@ -340,7 +366,7 @@ def start_schedule(
     """A replay's schedule, holding the governance entries, and the tracker of the recorded
     participants (for the later participants lines)."""
     schedule = Schedule(max_listed)
-    tracker = ParticipantTracker(prologue.participants.participants)
+    tracker = ParticipantTracker(prologue.participants)
     schedule_governance(schedule, governance, prologue.header.first_height - 1)
     return schedule, tracker
 
@@ -408,13 +434,31 @@ def build_recorded_start(inference: Inference) -> MsgStartInference:
     )
 
 
-def build_scheduled_msg(item: Scheduled, chain: Chain, policy: str, shadow: bool) -> Message:
-    """The message of a scheduled item for one chain (params get the chain's policy)."""
-    if isinstance(item.msg, Params):
-        return MsgUpdateParams(
-            authority=GOV_AUTHORITY, params=apply_policy(item.msg, policy, shadow)
+@dataclass(frozen=True, slots=True)
+class ParamsPart:
+    """One of the two messages of a scheduled params change, built per chain (its policy)."""
+
+    params: ModuleParams
+    extension: bool  # False: MsgUpdateParams (the chain's part); True: MsgUpdateExtensionParams
+
+
+def expand_scheduled(item: Scheduled) -> list[Message | ParamsPart]:
+    """A scheduled item's block items: a params change is two (the chain's Params, then
+    keepersim's ExtensionParams, which the module loads together); anything else is its
+    message."""
+    if isinstance(item.msg, ModuleParams):
+        return [ParamsPart(item.msg, extension=False), ParamsPart(item.msg, extension=True)]
+    return [item.msg]
+
+
+def build_scheduled_msg(item: ParamsPart, chain: Chain, policy: str, shadow: bool) -> Message:
+    """The message of a params part for one chain (the params get the chain's policy)."""
+    params = apply_policy(item.params, policy, shadow)
+    if item.extension:
+        return MsgUpdateExtensionParams(
+            authority=GOV_AUTHORITY, extension_params=params.extension_params
         )
-    return item.msg
+    return MsgUpdateParams(authority=GOV_AUTHORITY, params=params.params)
 
 
 def get_table_exclusions(chain: Chain, shadow: bool) -> tuple[frozenset[str], bool, bool]:

@@ -2,7 +2,8 @@
 
 Miss probability per (participant, window of ``window_blocks`` heights), by the arrival (start)
 height of the inference. Outcomes: EXPIRED is a miss; FINISHED (and VALIDATED / INVALIDATED /
-VOTING) a success; DECLINED (capacity pushback) and still-STARTED inferences are not samples.
+VOTING) a success; declined (capacity pushback: STARTED with an end height) and still-STARTED
+inferences are not samples.
 
 Estimate: the posterior mean of a Beta-Binomial model with a hierarchical (empirical-Bayes) prior
 
@@ -44,6 +45,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Final
 
+from keepersim.keeper.inferences import is_declined
 from keepersim.replay.trace import (
     FINISHED_LIKE,
     BadLines,
@@ -168,7 +170,7 @@ class BehaviourEstimator:
         elif status == EXPIRED:
             miss = 1
         else:
-            if status != 0:  # DECLINED: pushback, not a sample
+            if is_declined(inference):  # pushback, not a sample
                 self._declines[address] += 1
             return
         window = self.get_window(inference.start_block_height)

@@ -3,9 +3,10 @@
 ``jsonschema`` (~500 us per inference line) and ``json_format.ParseDict`` (~180 us) are too slow
 for traces with millions of lines. Both stay the reference: the reader runs the compiled check
 first and asks ``jsonschema`` only for the message of a line that fails it; it builds the
-protobuf directly from a line that passed, and falls back to ``ParseDict`` (for its error) when
-the direct build meets a value it does not accept. ``tests/replay/test_trace_fastpath.py``
-checks both against the references on generated and mutated lines.
+protobuf directly from a line that passed, and falls back to
+:func:`keepersim.types.chain_json.parse_chain_json` (for its error) when the direct build meets a
+value it does not accept. ``tests/replay/test_trace_schema.py`` checks both against the
+references on generated and mutated lines.
 
 The compiler knows exactly the keywords the trace schema uses ($ref into ``$defs``, type, enum,
 const, pattern, minLength, minimum, maximum, properties, required, additionalProperties, items,
@@ -21,6 +22,8 @@ from typing import Any, Final
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
+
+from keepersim.types.chain_json import NON_NULLABLE_FIELDS
 
 Check = Callable[[Any], bool]
 
@@ -235,19 +238,15 @@ Convert = Callable[[Any], Any]
 
 def _int_converter(lo: int, hi: int) -> Convert:
     def convert(value: Any) -> int:
-        if isinstance(value, bool):
-            raise FastParseError("bool for an integer field")
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise FastParseError("fractional integer")
-            n = int(value)
-        elif isinstance(value, int):
+        if isinstance(value, bool | float):  # parse_chain_json takes neither (gogo's rule)
+            raise FastParseError("not an integer or a decimal string")
+        if isinstance(value, int):
             n = value
         elif isinstance(value, str):
-            try:
-                n = int(value, 10)
-            except ValueError as exc:
-                raise FastParseError(str(exc)) from exc
+            digits = value[1:] if value[:1] == "-" else value
+            if not (digits.isascii() and digits.isdigit()):  # int() would take " 5", "1_0"
+                raise FastParseError("not a decimal string")
+            n = int(digits) if digits is value else -int(digits)
         else:
             raise FastParseError("not an integer")
         if not lo <= n <= hi:
@@ -291,11 +290,19 @@ def _scalar_converter(field: FieldDescriptor) -> Convert:
 
 
 class MessageBuilder:
-    """Builds a protobuf message from a schema-valid protobuf-JSON dict, without ParseDict."""
+    """Builds a protobuf message from a schema-valid protobuf-JSON dict, without ParseDict.
+
+    As :func:`~keepersim.types.chain_json.parse_chain_json`: ``null`` is unset, and a field
+    upstream marks non-nullable reads as set (empty) when it is absent or ``null``."""
 
     def __init__(self, descriptor: Descriptor | Any, message_class: type[Message]) -> None:
         self._class = message_class
         self._fields: dict[str, tuple[bool, bool, Convert]] = {}
+        self._non_nullable: tuple[str, ...] = tuple(
+            f.name
+            for f in descriptor.fields
+            if f"{descriptor.full_name}.{f.name}" in NON_NULLABLE_FIELDS
+        )
         for field in descriptor.fields:
             repeated = bool(field.is_repeated)
             if field.type == FieldDescriptor.TYPE_MESSAGE:
@@ -314,6 +321,8 @@ class MessageBuilder:
             spec = self._fields.get(key)
             if spec is None:
                 raise FastParseError(f"unknown field {key!r}")
+            if value is None:
+                continue  # null: unset (the schema said where null may stand)
             repeated, _, convert = spec
             if repeated:
                 if not isinstance(value, list):
@@ -321,7 +330,11 @@ class MessageBuilder:
                 kwargs[key] = [convert(v) for v in value]
             else:
                 kwargs[key] = convert(value)
-        return self._class(**kwargs)
+        built = self._class(**kwargs)
+        for name in self._non_nullable:
+            if name not in kwargs:
+                getattr(built, name).SetInParent()
+        return built
 
 
 def _message_class_of(owner: type[Message], field: FieldDescriptor) -> type[Message]:

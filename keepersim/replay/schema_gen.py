@@ -1,14 +1,18 @@
 """Build the trace JSON Schema (``schema/trace.schema.json``) from the protobuf descriptors.
 
 The shipped schema file is generated, so the field sets and JSON types of the chain objects
-(Params, Participant, Inference, EpochPerformanceSummary) can never drift from the ``.proto``
-files: ``tests/replay/test_trace_schema.py`` fails when the file is out of date. Regenerate with
+(Params, Participant, Inference, EpochPerformanceSummary) and of keepersim's own ones on the
+same lines (keepersim.v1 ExtensionParams, ParticipantNodes, EpochDeclines) can never drift from
+the ``.proto`` files: ``tests/replay/test_trace_schema.py`` fails when the file is out of date.
+Regenerate with
 
     .venv/bin/python -m keepersim.replay.schema_gen
 
 JSON shapes follow protobuf JSON with the original field names: 64-bit integers are strings,
-32-bit integers are numbers, enums are names. Where the trace format is stricter than the proto
-(heights are never negative), the schema says so (``_FIELD_OVERRIDES``).
+32-bit integers are numbers, enums are names. As the chain's REST gateway prints them, an unset
+singular message (and an unset proto3 ``optional`` scalar of keepersim's) may be ``null``. Where
+the trace format is stricter than the proto (heights are never negative), the schema says so
+(``_FIELD_OVERRIDES``).
 """
 
 from __future__ import annotations
@@ -20,16 +24,22 @@ from typing import Any, Final
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from keepersim.types.chain_json import NON_NULLABLE_FIELDS
 from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
     Params,
     Participant,
 )
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
+from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
 
 SCHEMA_PATH: Final = Path(__file__).resolve().parent / "schema" / "trace.schema.json"
 
 RECORD_TYPES: Final = ("header", "params", "participants", "inference", "epoch_summary")
+
+#: The trace format's version (the header's ``version``); 2: the chain's own message shapes.
+TRACE_VERSION: Final = 2
 
 _UINT64: Final = {"$ref": "#/$defs/uint64"}
 _INT64: Final = {"$ref": "#/$defs/int64"}
@@ -63,11 +73,15 @@ _FIELD_OVERRIDES: Final[dict[str, dict[str, dict[str, Any]]]] = {
     },
     "Participant": {"address": {"$ref": "#/$defs/nonEmptyString"}},
     "EpochPerformanceSummary": {"participant_id": {"$ref": "#/$defs/nonEmptyString"}},
+    "ParticipantNodes": {"address": {"$ref": "#/$defs/nonEmptyString"}},
+    "EpochDeclines": {"address": {"$ref": "#/$defs/nonEmptyString"}},
 }
 _REQUIRED: Final[dict[str, list[str]]] = {
     "Inference": ["inference_id", "model", "assigned_to", "start_block_height"],
     "Participant": ["address"],
     "EpochPerformanceSummary": ["participant_id"],
+    "ParticipantNodes": ["address"],
+    "EpochDeclines": ["address"],
 }
 
 
@@ -75,12 +89,24 @@ def _is_repeated(field: FieldDescriptor) -> bool:
     return bool(field.is_repeated)
 
 
+def _is_nullable(field: FieldDescriptor) -> bool:
+    """A singular field the gateway may print as ``null``: a message (unless upstream marks it
+    non-nullable) or a proto3 ``optional`` scalar."""
+    if _is_repeated(field):
+        return False
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        owner = field.containing_type
+        assert owner is not None
+        return f"{owner.full_name}.{field.name}" not in NON_NULLABLE_FIELDS
+    oneof = field.containing_oneof
+    return oneof is not None and len(oneof.fields) == 1 and oneof.name == "_" + field.name
+
+
 def _field_schema(field: FieldDescriptor, defs: dict[str, Any]) -> dict[str, Any]:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         message_type = field.message_type
         assert message_type is not None
-        _message_schema(message_type, defs)
-        item: dict[str, Any] = {"$ref": f"#/$defs/pb.{message_type.name}"}
+        item: dict[str, Any] = {"$ref": f"#/$defs/{_message_schema(message_type, defs)}"}
     elif field.type == FieldDescriptor.TYPE_ENUM:
         enum_type = field.enum_type
         assert enum_type is not None
@@ -90,13 +116,19 @@ def _field_schema(field: FieldDescriptor, defs: dict[str, Any]) -> dict[str, Any
         item = dict(_SCALARS[field.type])
     if _is_repeated(field):
         return {"title": "a list", "type": "array", "items": item}
+    if _is_nullable(field):
+        return {"anyOf": [item, {"title": "null (unset)", "type": "null"}]}
     return item
 
 
-def _message_schema(descriptor: Descriptor, defs: dict[str, Any]) -> None:
+def _message_schema(descriptor: Descriptor, defs: dict[str, Any]) -> str:
+    """The ``$defs`` key of a message's schema (added with the schemas of its fields)."""
     key = f"pb.{descriptor.name}"
-    if key in defs:
-        return
+    existing = defs.get(key)
+    if existing is not None:
+        if existing and existing["title"] != f"a {descriptor.full_name} object":
+            raise ValueError(f"two messages named {descriptor.name}: {existing['title']}")
+        return key
     defs[key] = {}  # placeholder against recursion
     overrides = _FIELD_OVERRIDES.get(descriptor.name, {})
     properties: dict[str, Any] = {}
@@ -112,6 +144,7 @@ def _message_schema(descriptor: Descriptor, defs: dict[str, Any]) -> None:
     if required:
         schema["required"] = required
     defs[key] = schema
+    return key
 
 
 def build_trace_schema() -> dict[str, Any]:
@@ -141,7 +174,15 @@ def build_trace_schema() -> dict[str, Any]:
         },
         "nonEmptyString": {"title": "a non-empty string", "type": "string", "minLength": 1},
     }
-    for message in (Params, Participant, Inference, EpochPerformanceSummary):
+    for message in (
+        Params,
+        ExtensionParams,
+        Participant,
+        ParticipantNodes,
+        Inference,
+        EpochPerformanceSummary,
+        EpochDeclines,
+    ):
         _message_schema(message.DESCRIPTOR, defs)
 
     def record(type_name: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -156,7 +197,7 @@ def build_trace_schema() -> dict[str, Any]:
     defs["header"] = record(
         "header",
         {
-            "version": {"title": "trace format version 1", "const": 1},
+            "version": {"title": "trace format version 2", "const": TRACE_VERSION},
             "chain_id": {"$ref": "#/$defs/nonEmptyString"},
             "source": {"title": "one of ['simulate', 'export']", "enum": ["simulate", "export"]},
             "first_height": _UINT64,
@@ -174,7 +215,13 @@ def build_trace_schema() -> dict[str, Any]:
         ["version", "chain_id", "source", "first_height", "last_height"],
     )
     defs["params"] = record(
-        "params", {"height": _UINT64, "params": {"$ref": "#/$defs/pb.Params"}}, ["height", "params"]
+        "params",
+        {
+            "height": _UINT64,
+            "params": {"$ref": "#/$defs/pb.Params"},
+            "extension_params": {"$ref": "#/$defs/pb.ExtensionParams"},
+        },
+        ["height", "params", "extension_params"],
     )
     defs["participants"] = record(
         "participants",
@@ -186,8 +233,13 @@ def build_trace_schema() -> dict[str, Any]:
                 "type": "array",
                 "items": {"$ref": "#/$defs/pb.Participant"},
             },
+            "participant_nodes": {
+                "title": "a list of keepersim.v1.ParticipantNodes objects",
+                "type": "array",
+                "items": {"$ref": "#/$defs/pb.ParticipantNodes"},
+            },
         },
-        ["epoch_index", "height", "participants"],
+        ["epoch_index", "height", "participants", "participant_nodes"],
     )
     inference = defs["pb.Inference"]
     defs["inference"] = {
@@ -206,6 +258,11 @@ def build_trace_schema() -> dict[str, Any]:
                 "title": "a list of EpochPerformanceSummary objects",
                 "type": "array",
                 "items": {"$ref": "#/$defs/pb.EpochPerformanceSummary"},
+            },
+            "epoch_declines": {
+                "title": "a list of keepersim.v1.EpochDeclines objects",
+                "type": "array",
+                "items": {"$ref": "#/$defs/pb.EpochDeclines"},
             },
         },
         ["epoch_index", "height", "summaries"],

@@ -19,8 +19,12 @@ Checks per line, in order: UTF-8 and JSON; the schema of the line's ``type`` (ge
 error naming it); the protobuf parse (ranges of 64-bit integers); the rules the schema cannot say:
 
 * the first line is the (only) header; ``first_height >= 1``, ``last_height >= first_height``;
+* the header's ``version`` is :data:`TRACE_VERSION` (a version-1 trace, from before the chain's
+  own shapes, gets an error saying how to re-create it);
 * a ``params`` and a ``participants`` line come before the first ``inference`` / ``epoch_summary``;
-  ``params`` pass the module's params validation;
+  ``params`` (the chain's Params and keepersim's ExtensionParams) pass
+  :func:`keepersim.types.params.validate_params`; a participants line's ``participant_nodes``
+  name its participants, each at most once;
 * inference lines are strictly ordered by (``start_block_height``, ``inference_id``), and start
   inside [first_height, last_height];
 * an ``epoch_summary`` at height H comes after every inference that started before H: an inference
@@ -28,8 +32,13 @@ error naming it); the protobuf parse (ranges of 64-bit integers); the rules the 
   epoch indexes of summaries strictly increase, heights of params / participants lines do not
   decrease;
 * outcome fields fit the status: FINISHED (and VALIDATED / INVALIDATED / VOTING, which follow a
-  finish) need ``executed_by`` and ``end_block_height`` >= start (or <= start with
-  ``finished_before_start``); DECLINED needs ``end_block_height`` >= start.
+  finish) need ``executed_by`` and ``end_block_height`` (below the start: the finish came before
+  the start); a declined inference (STARTED with ``end_block_height`` set, as the chain has no
+  DECLINED status) needs ``end_block_height`` >= start.
+
+Chain objects are read as the chain's REST gateway prints them (``null`` for an unset message);
+the fallback parser, which names the field of a bad value, is
+:func:`keepersim.types.chain_json.parse_chain_json`.
 
 Memory is constant: the reader keeps only the ordering state.
 """
@@ -46,13 +55,14 @@ from importlib import resources
 from typing import Any, Final, TypeVar
 
 import jsonschema
-from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from keepersim.keeper.inferences import is_declined
 from keepersim.replay.fastpath import Check, FastParseError, MessageBuilder, SchemaCompiler
-from keepersim.types.errors import InvalidParamsError
+from keepersim.replay.schema_gen import TRACE_VERSION
+from keepersim.types.chain_json import parse_chain_json
+from keepersim.types.errors import ChainJsonError, InvalidParamsError
 from keepersim.types.messages import (
-    DECLINED,
     FINISHED,
     INVALIDATED,
     VALIDATED,
@@ -64,6 +74,8 @@ from keepersim.types.messages import (
     Participant,
 )
 from keepersim.types.params import validate_params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
+from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
 
 __all__ = [
     "FINISHED_LIKE",
@@ -84,7 +96,6 @@ __all__ = [
     "read_header",
 ]
 
-TRACE_VERSION: Final = 1
 # Statuses that imply the executor finished the inference (validation comes after a finish).
 FINISHED_LIKE: Final = frozenset({FINISHED, VALIDATED, INVALIDATED, VOTING})
 DEFAULT_MAX_LISTED: Final = 20
@@ -151,7 +162,7 @@ class Header:
 class ParamsRecord:
     line: int
     height: int
-    params: Params
+    params: ModuleParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +171,8 @@ class ParticipantsRecord:
     epoch_index: int
     height: int
     participants: tuple[Participant, ...]
+    # keepersim's registration of their models and ML nodes (by address; absent: none)
+    nodes: tuple[ParticipantNodes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +199,9 @@ class InferenceRecord:
     def is_finished(self) -> bool:
         return self.inference.status in FINISHED_LIKE
 
+    def is_declined(self) -> bool:
+        return is_declined(self.inference)
+
 
 @dataclass(frozen=True, slots=True)
 class EpochSummaryRecord:
@@ -193,6 +209,8 @@ class EpochSummaryRecord:
     epoch_index: int
     height: int
     summaries: tuple[EpochPerformanceSummary, ...]
+    # keepersim's declines of the epoch per participant (None: the line has none recorded)
+    declines: tuple[EpochDeclines, ...] | None = None
 
 
 TraceRecord = Header | ParamsRecord | ParticipantsRecord | InferenceRecord | EpochSummaryRecord
@@ -292,11 +310,16 @@ def _schema_error(record_type: str, error: jsonschema.ValidationError) -> tuple[
 
 M = TypeVar("M", bound=Message)
 
-_PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
+_VERSION_1: Final = (
+    "trace format version 1 is no longer read: version 2 has the chain's own message shapes "
+    "(docs/trace-format.md); re-create the trace with `keepersim simulate ... --trace-out` or "
+    "`keepersim export`"
+)
 
 
 def _parse_message(data: Any, message_class: type[M], where: str, path: str, line: int) -> M:
-    """Build the protobuf from a schema-valid dict; ParseDict is the reference and gives errors."""
+    """Build the protobuf from a schema-valid dict; parse_chain_json is the reference and gives
+    the errors."""
     try:
         built = _get_builder(message_class).build(data)
     except FastParseError:
@@ -304,14 +327,11 @@ def _parse_message(data: Any, message_class: type[M], where: str, path: str, lin
     else:
         assert isinstance(built, message_class)
         return built
-    message = message_class()
     try:
-        json_format.ParseDict(data, message)
-    except json_format.ParseError as exc:
-        found = _PARSE_FIELD.findall(str(exc))
-        field_path = where + "".join(f".{f}" for f in found[-1:])
-        raise TraceError(path, line, field_path, str(exc)) from exc
-    return message
+        return parse_chain_json(data, message_class, where=f"{path}:{line}")
+    except ChainJsonError as exc:
+        field_path = f"{where}.{exc.path}" if exc.path else where
+        raise TraceError(path, line, field_path, exc.problem) from exc
 
 
 class _Reader:
@@ -358,6 +378,9 @@ class _Reader:
                 "expected one of ['header', 'params', 'participants', 'inference', "
                 f"'epoch_summary'], got {_describe(record_type)}",
             )
+        version = data.get("version")
+        if record_type == "header" and type(version) is int and version == 1:
+            raise self.error(line, "header.version", _VERSION_1)
         errors = (
             []
             if _get_fast_check(record_type)(data)
@@ -412,12 +435,21 @@ class _Reader:
 
     def parse_params(self, data: dict[str, Any], line: int) -> ParamsRecord:
         height = int(data["height"])
-        params = _parse_message(data["params"], Params, "params.params", self.path, line)
+        params = ModuleParams(
+            params=_parse_message(data["params"], Params, "params.params", self.path, line),
+            extension_params=_parse_message(
+                data["extension_params"],
+                ExtensionParams,
+                "params.extension_params",
+                self.path,
+                line,
+            ),
+        )
         try:
             validate_params(params)
         except InvalidParamsError as exc:
             raise self.error(
-                line, f"params.params.{exc.field}", f"{exc.value!r} breaks rule: {exc.rule}"
+                line, f"params.{exc.field}", f"{exc.value!r} breaks rule: {exc.rule}"
             ) from exc
         if height < self.last_params_height:
             raise self.error(
@@ -446,6 +478,19 @@ class _Reader:
                 )
             seen.add(p.address)
             participants.append(p)
+        nodes = []
+        registered: set[str] = set()
+        for i, item in enumerate(data["participant_nodes"]):
+            where = f"participants.participant_nodes[{i}]"
+            n = _parse_message(item, ParticipantNodes, where, self.path, line)
+            if n.address not in seen:
+                raise self.error(
+                    line, f"{where}.address", f"{n.address!r} is not one of the line's participants"
+                )
+            if n.address in registered:
+                raise self.error(line, f"{where}.address", f"duplicate address {n.address!r}")
+            registered.add(n.address)
+            nodes.append(n)
         if (epoch_index, height) < self.last_participants:
             raise self.error(
                 line,
@@ -462,7 +507,7 @@ class _Reader:
             )
         self.last_participants = (epoch_index, height)
         self.have_participants = True
-        return ParticipantsRecord(line, epoch_index, height, tuple(participants))
+        return ParticipantsRecord(line, epoch_index, height, tuple(participants), tuple(nodes))
 
     def require_prologue(self, line: int, record_type: str) -> None:
         if not (self.have_params and self.have_participants):
@@ -498,23 +543,12 @@ class _Reader:
                     "inference.end_block_height",
                     f"missing: required for status {get_status_name(status)}",
                 )
-            if inference.finished_before_start and end > start:
-                raise self.error(
-                    line,
-                    "inference.end_block_height",
-                    f"{end} is after start {start} but finished_before_start is true",
-                )
-            if not inference.finished_before_start and end < start:
-                raise self.error(
-                    line,
-                    "inference.end_block_height",
-                    f"{end} is before start {start} (and finished_before_start is false)",
-                )
-        elif status == DECLINED and end < start:
+        elif is_declined(inference) and end < start:
             raise self.error(
                 line,
                 "inference.end_block_height",
-                f"{end} is before start {start} for a DECLINED inference",
+                f"{end} is before start {start} for a declined inference (STARTED with "
+                "end_block_height set)",
             )
         key = (start, inference.inference_id)
         if self.last_inference is not None and key <= self.last_inference:
@@ -586,10 +620,32 @@ class _Reader:
                 )
             seen.add(s.participant_id)
             summaries.append(s)
+        declines = []
+        declined: set[str] = set()
+        for i, item in enumerate(data.get("epoch_declines", ())):
+            where = f"epoch_summary.epoch_declines[{i}]"
+            d = _parse_message(item, EpochDeclines, where, self.path, line)
+            if "epoch_index" in item and d.epoch_index != epoch_index:
+                raise self.error(
+                    line,
+                    f"{where}.epoch_index",
+                    f"{d.epoch_index} differs from the line's epoch_index {epoch_index}",
+                )
+            d.epoch_index = epoch_index
+            if d.address in declined:
+                raise self.error(line, f"{where}.address", f"duplicate address {d.address!r}")
+            declined.add(d.address)
+            declines.append(d)
         self.last_summary_epoch = epoch_index
         self.max_summary_height = height
         self.max_summary_line = line
-        return EpochSummaryRecord(line, epoch_index, height, tuple(summaries))
+        return EpochSummaryRecord(
+            line,
+            epoch_index,
+            height,
+            tuple(summaries),
+            tuple(declines) if "epoch_declines" in data else None,
+        )
 
 
 @dataclass(slots=True)

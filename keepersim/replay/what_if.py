@@ -44,12 +44,14 @@ from keepersim.replay.common import (
     Governance,
     IntervalTracker,
     Listed,
+    ParamsPart,
     ParticipantTracker,
     Schedule,
     StoreKind,
     build_scheduled_msg,
     check_policies,
     compute_replay_fingerprint,
+    expand_scheduled,
     format_app_hash,
     get_table_exclusions,
     make_progress,
@@ -205,10 +207,13 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
 
     def deliver(self, height: int, requests: list[tuple[str, str, str]]) -> None:
         chain = self.chain
-        expiration = chain.get_params().expiration_blocks
+        expiration = chain.get_params().params.validation_params.expiration_blocks
         msgs: list[Message] = [
-            build_scheduled_msg(item, chain, self.policy, False)
+            build_scheduled_msg(part, chain, self.policy, False)
+            if isinstance(part, ParamsPart)
+            else part
             for item in self.schedule.pop_due(height)
+            for part in expand_scheduled(item)
         ]
         while self.pending and self.pending[0][0] <= height:
             _, _, inference_id, executor = heapq.heappop(self.pending)

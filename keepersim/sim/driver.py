@@ -112,7 +112,7 @@ from keepersim.sim.oracle import (
     get_policy_override,
 )
 from keepersim.sim.scenario import Scenario, format_scenario_json, get_json_type
-from keepersim.sim.trace_writer import TraceWriter
+from keepersim.sim.trace_writer import TraceWriter, get_epoch_declines
 from keepersim.store.checkpoint import (
     DictJournal,
     ResumeError,
@@ -977,7 +977,9 @@ class _Run:
         elif trace is not None:
             trace.add_params(0, self.params)
             with chain.read() as k:
-                trace.add_participants(0, 0, list(k.iterate_participants()))
+                trace.add_participants(
+                    0, 0, list(k.iterate_participants()), list(k.iterate_participant_nodes())
+                )
             trace.flush(0)
         bar = make_progress(
             s.blocks,
@@ -1038,14 +1040,29 @@ class _Run:
                 self.inactive.clear()
                 if trace is not None:
                     with self.chain.read() as k:
+                        summaries = k.get_summaries_for_epoch(e.settled_epoch)
                         trace.add_epoch_summary(
-                            e.settled_epoch, height, k.get_summaries_for_epoch(e.settled_epoch)
+                            e.settled_epoch,
+                            height,
+                            summaries,
+                            get_epoch_declines(k, e.settled_epoch, summaries),
                         )
-                        trace.add_participants(e.new_epoch, height, list(k.iterate_participants()))
+                        trace.add_participants(
+                            e.new_epoch,
+                            height,
+                            list(k.iterate_participants()),
+                            list(k.iterate_participant_nodes()),
+                        )
             elif isinstance(e, ParamsUpdated) and trace is not None:
                 with self.chain.read() as k:
-                    pending = k.get_pending_params()
-                if pending is not None and height + 1 <= self.s.blocks:
+                    chain_pending = k.get_pending_params()
+                    extension_pending = k.get_pending_extension_params()
+                    pending = ModuleParams(
+                        params=chain_pending or k.get_params(),
+                        extension_params=extension_pending or k.get_extension_params(),
+                    )
+                changed = chain_pending is not None or extension_pending is not None
+                if changed and height + 1 <= self.s.blocks:
                     trace.add_params(height + 1, pending)
             if kind is not None:
                 flight = self.in_flight.pop(rid)

@@ -3,19 +3,23 @@
 Lines come out in height order with memory bounded by the inferences in flight:
 
 * ``header`` first;
-* ``params`` at the genesis height (0), then at every height where new params took effect;
+* ``params`` at the genesis height (0), then at every height where new params took effect (the
+  chain's Params and keepersim's ExtensionParams in force together);
 * ``participants`` at each epoch's first height (0 for epoch 0; the settlement height ``H`` for
-  the epoch formed at ``H``), read from the chain right after that block;
+  the epoch formed at ``H``), read from the chain right after that block, with keepersim's
+  registration of their models and ML nodes (``participant_nodes``);
 * ``inference`` lines ordered by (``start_block_height``, ``inference_id``), written once the
   inference resolved (finished, expired, declined) and every inference that started earlier
   was written; the ones still in flight after the last block are written at :meth:`close` as
   the chain holds them (status ``STARTED``);
 * ``epoch_summary`` at the settlement height ``H``, after every inference line that started
-  before ``H``.
+  before ``H``, with keepersim's declines of the epoch (``epoch_declines``, one per summary).
 
 At one height the order is: params, epoch_summary, participants, then the inferences that
-started at that height. JSON shapes are the node REST's: protobuf JSON with the original field
-names, every field present (defaults included), 64-bit integers as strings, enums as names.
+started at that height. JSON shapes are the node REST's
+(:func:`keepersim.types.chain_json.compute_chain_json`): original field names in declaration
+order, every field present (defaults included, ``null`` for an unset message), 64-bit integers as
+strings, enums as names.
 """
 
 from __future__ import annotations
@@ -26,19 +30,20 @@ import os
 from collections.abc import Iterable
 from typing import IO, Any
 
-from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from keepersim.keeper.keeper import Keeper
+from keepersim.replay.schema_gen import TRACE_VERSION
+from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
-    Params,
     Participant,
 )
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
 
-__all__ = ["TRACE_VERSION", "TraceWriter", "message_to_json"]
-
-TRACE_VERSION = 1
+__all__ = ["TRACE_VERSION", "TraceWriter", "get_epoch_declines", "message_to_json"]
 
 _RANK_PARAMS = 0
 _RANK_SUMMARY = 1
@@ -48,9 +53,21 @@ _RANK_INFERENCE = 3
 
 def message_to_json(msg: Message) -> dict[str, Any]:
     """A message as the node's REST API shows it (original names, defaults, u64 as strings)."""
-    return json_format.MessageToDict(
-        msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
+    return compute_chain_json(msg)
+
+
+def get_epoch_declines(
+    keeper: Keeper, epoch_index: int, summaries: Iterable[EpochPerformanceSummary]
+) -> list[EpochDeclines]:
+    """keepersim's declines of ``epoch_index``, one entry per summary's participant (0 too)."""
+    return [
+        EpochDeclines(
+            epoch_index=epoch_index,
+            address=s.participant_id,
+            declined_requests=keeper.get_declines(epoch_index, s.participant_id),
+        )
+        for s in summaries
+    ]
 
 
 def _dumps(obj: dict[str, Any]) -> str:
@@ -81,6 +98,7 @@ class TraceWriter:
         self._closed = False
         # Pending lines added (the line) / written (None) since the last get_state; None: off.
         self._journal: dict[tuple[int, int, str], str | None] | None = None
+        self._last_params: tuple[int, ModuleParams] | None = None
         self.lines = 0
         header: dict[str, Any] = {
             "type": "header",
@@ -100,30 +118,54 @@ class TraceWriter:
 
     # producers ---------------------------------------------------------------------------
 
-    def add_params(self, height: int, params: Params) -> None:
-        line = {"type": "params", "height": str(height), "params": message_to_json(params)}
+    def add_params(self, height: int, params: ModuleParams) -> None:
+        """Params in force from ``height``; the same params again at the same height (a block
+        that updated the chain's part and keepersim's, one event each) are written once."""
+        if self._last_params == (height, params):
+            return
+        self._last_params = (height, params)
+        line = {
+            "type": "params",
+            "height": str(height),
+            "params": message_to_json(params.params),
+            "extension_params": message_to_json(params.extension_params),
+        }
         self._push(height, _RANK_PARAMS, line)
 
     def add_participants(
-        self, epoch_index: int, height: int, participants: Iterable[Participant]
+        self,
+        epoch_index: int,
+        height: int,
+        participants: Iterable[Participant],
+        nodes: Iterable[ParticipantNodes] = (),
     ) -> None:
+        """``nodes``: keepersim's registration of the participants' models and ML nodes."""
         line = {
             "type": "participants",
             "epoch_index": str(epoch_index),
             "height": str(height),
             "participants": [message_to_json(p) for p in participants],
+            "participant_nodes": [message_to_json(n) for n in nodes],
         }
         self._push(height, _RANK_PARTICIPANTS, line)
 
     def add_epoch_summary(
-        self, epoch_index: int, height: int, summaries: Iterable[EpochPerformanceSummary]
+        self,
+        epoch_index: int,
+        height: int,
+        summaries: Iterable[EpochPerformanceSummary],
+        declines: Iterable[EpochDeclines] | None = None,
     ) -> None:
-        line = {
+        """``declines``: keepersim's declines of the epoch (:func:`get_epoch_declines`); None
+        leaves ``epoch_declines`` out (not recorded)."""
+        line: dict[str, Any] = {
             "type": "epoch_summary",
             "epoch_index": str(epoch_index),
             "height": str(height),
             "summaries": [message_to_json(s) for s in summaries],
         }
+        if declines is not None:
+            line["epoch_declines"] = [message_to_json(d) for d in declines]
         self._push(height, _RANK_SUMMARY, line)
 
     def add_started(self, start_height: int) -> None:
@@ -247,6 +289,7 @@ class TraceWriter:
         self._starts_heap = scalars["starts_heap"]
         self._closed = False
         self._journal = {}
+        self._last_params = None  # a duplicate comes in the same block, never across a resume
         self.lines = scalars["lines"]
         return self
 

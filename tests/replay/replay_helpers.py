@@ -9,47 +9,73 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from keepersim.chain import Chain
+from keepersim.replay.schema_gen import TRACE_VERSION
+from keepersim.sim.trace_writer import get_epoch_declines
+from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.events import EpochSettled
-from keepersim.types.messages import GenesisState, MLNodeInfo, Params, Participant
-from keepersim.types.params import get_default_params, params_to_dict
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.messages import MLNodeInfo, MsgFinishInference, MsgStartInference, Participant
+from keepersim.types.params import get_default_params
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 CHAIN_ID = "replay-test"
+#: A recorded participant: the chain's Participant and keepersim's registration of its nodes.
+Registered = tuple[Participant, ParticipantNodes]
 
 
-def make_params(epoch_length: int = 40, expiration: int = 20, policy: str = "gonka") -> Params:
+def make_params(
+    epoch_length: int = 40, expiration: int = 20, policy: str = "gonka"
+) -> ModuleParams:
+    """Code defaults with the shortest PoC the chain accepts (stage 1 + validation 1 blocks, as
+    tests/conftest.py's make_test_params), no SPRT."""
     params = get_default_params()
-    params.epoch_params.epoch_length = epoch_length
-    params.expiration_blocks = expiration
-    params.health_params.policy = policy
-    params.sprt_params.enabled = False
+    epoch = params.params.epoch_params
+    epoch.epoch_length = epoch_length
+    epoch.poc_stage_duration = 1
+    epoch.poc_validation_duration = 1
+    epoch.poc_exchange_duration = epoch.poc_validation_delay = epoch.set_new_validators_delay = 0
+    params.params.validation_params.expiration_blocks = expiration
+    params.extension_params.health_params.policy = policy
+    params.extension_params.sprt_enabled = False
     return params
 
 
-def make_participants(n: int, weight: int = 100) -> list[Participant]:
+def make_participants(n: int, weight: int = 100) -> list[Registered]:
     return [
-        Participant(
-            address=f"p{i}",
-            weight=weight,
-            models=["m"],
-            ml_nodes=[MLNodeInfo(node_id="n0", poc_weight=1, timeslot_allocation=[True, True])],
+        (
+            Participant(address=f"p{i}", weight=weight),
+            ParticipantNodes(
+                address=f"p{i}",
+                models=["m"],
+                ml_nodes=[MLNodeInfo(node_id="n0", poc_weight=1, timeslot_allocation=[True, True])],
+            ),
         )
         for i in range(n)
     ]
 
 
-def to_json(message: Any) -> dict[str, Any]:
-    data: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    return data
+def make_genesis(params: ModuleParams, fleet: Sequence[Registered]) -> Genesis:
+    genesis = Genesis(chain_id=CHAIN_ID)
+    genesis.inference.params.CopyFrom(params.params)
+    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
+    genesis.inference.participant_list.extend(p for p, _ in fleet)
+    genesis.keepersim.participant_nodes.extend(n for _, n in fleet)
+    return genesis
+
+
+def to_json(message: Message) -> dict[str, Any]:
+    """A message as the chain's REST gateway prints it."""
+    return compute_chain_json(message)
 
 
 def header_line(first: int, last: int, **extra: Any) -> dict[str, Any]:
     return {
         "type": "header",
-        "version": 1,
+        "version": TRACE_VERSION,
         "chain_id": CHAIN_ID,
         "source": "simulate",
         "first_height": str(first),
@@ -58,18 +84,24 @@ def header_line(first: int, last: int, **extra: Any) -> dict[str, Any]:
     }
 
 
-def params_line(params: Params, height: int = 0) -> dict[str, Any]:
-    return {"type": "params", "height": str(height), "params": params_to_dict(params)}
+def params_line(params: ModuleParams, height: int = 0) -> dict[str, Any]:
+    return {
+        "type": "params",
+        "height": str(height),
+        "params": to_json(params.params),
+        "extension_params": to_json(params.extension_params),
+    }
 
 
 def participants_line(
-    participants: Sequence[Participant], epoch: int = 0, height: int = 0
+    participants: Sequence[Registered], epoch: int = 0, height: int = 0
 ) -> dict[str, Any]:
     return {
         "type": "participants",
         "epoch_index": str(epoch),
         "height": str(height),
-        "participants": [to_json(p) for p in participants],
+        "participants": [to_json(p) for p, _ in participants],
+        "participant_nodes": [to_json(n) for _, n in participants],
     }
 
 
@@ -96,18 +128,35 @@ def inference_line(
     if status in ("FINISHED", "VALIDATED"):
         line["executed_by"] = executed_by or assigned_to
         line["end_block_height"] = str(end if end is not None else start + 2)
-    elif status == "DECLINED":
-        line["end_block_height"] = str(end if end is not None else start)
+    elif end is not None:
+        line["end_block_height"] = str(end)
     return line
 
 
-def summary_line(epoch: int, height: int, summaries: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    return {
+def declined_line(
+    inference_id: str, start: int, assigned_to: str, end: int | None = None, **extra: Any
+) -> dict[str, Any]:
+    """A declined inference as the chain holds it: STARTED, with the decline height as its end."""
+    return inference_line(
+        inference_id, start, assigned_to, "STARTED", end=start if end is None else end, **extra
+    )
+
+
+def summary_line(
+    epoch: int,
+    height: int,
+    summaries: Iterable[dict[str, Any]],
+    declines: Iterable[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    line = {
         "type": "epoch_summary",
         "epoch_index": str(epoch),
         "height": str(height),
         "summaries": list(summaries),
     }
+    if declines is not None:
+        line["epoch_declines"] = list(declines)
+    return line
 
 
 def write_trace(path: Path, lines: Iterable[dict[str, Any] | str]) -> Path:
@@ -127,7 +176,7 @@ def record_trace(
     miss: dict[str, float] | None = None,
     latency: tuple[int, int] = (1, 4),
     seed: int = 1,
-    params: Params | None = None,
+    params: ModuleParams | None = None,
 ) -> tuple[Path, dict[int, list[dict[str, Any]]]]:
     """Drive a real chain with random assignments and outcomes, write its trace.
 
@@ -137,10 +186,7 @@ def record_trace(
     params = params or make_params()
     fleet = make_participants(participants)
     miss = miss or {}
-    chain = Chain.open(
-        memory=True,
-        genesis=GenesisState(params=params, chain_id=CHAIN_ID, height=0, participants=fleet),
-    )
+    chain = Chain.open(memory=True, genesis=make_genesis(params, fleet))
     lines: list[dict[str, Any]] = [
         header_line(1, blocks),
         params_line(params),
@@ -172,12 +218,13 @@ def record_trace(
         result = chain.deliver_block(txs, height=h, strict=True)
         for event in result.events:
             if isinstance(event, EpochSettled):
+                epoch = event.settled_epoch
                 with chain.read() as keeper:
-                    s = [to_json(x) for x in keeper.get_summaries_for_epoch(event.settled_epoch)]
-                for item in s:
-                    item["epoch_index"] = str(event.settled_epoch)
-                summaries[event.settled_epoch] = s
-                pending_summaries.append(summary_line(event.settled_epoch, h, s))
+                    settled = keeper.get_summaries_for_epoch(epoch)
+                    declines = [to_json(d) for d in get_epoch_declines(keeper, epoch, settled)]
+                s = [to_json(x) for x in settled]
+                summaries[epoch] = s
+                pending_summaries.append(summary_line(epoch, h, s, declines))
     # Inference lines in (start, id) order, each summary after the inferences started before it.
     inference_lines = []
     for _, inference_id in sorted(started):

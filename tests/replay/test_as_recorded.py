@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from replay_helpers import (
+    declined_line,
     header_line,
     inference_line,
     make_params,
@@ -231,7 +232,8 @@ def test_governance_and_recorded_changes_are_applied(tmp_path: Path) -> None:
     params = make_params()
     later = make_params(expiration=33)
     changed = make_participants(3)
-    changed[0].weight = 555
+    changed[0][0].weight = 555
+    changed[1][1].models.append("m2")  # p1 registers a second model
     write_trace(
         trace,
         [
@@ -245,7 +247,8 @@ def test_governance_and_recorded_changes_are_applied(tmp_path: Path) -> None:
         ],
     )
     governance_params = make_params(expiration=44)
-    governance_params.health_params.policy = "none"  # the replay keeps its own policy
+    governance_params.extension_params.health_params.policy = "none"  # the replay keeps its own
+    governance_params.extension_params.cb_min_samples = 7
     report = replay_as_recorded(
         trace,
         policies=["gonka"],
@@ -256,10 +259,15 @@ def test_governance_and_recorded_changes_are_applied(tmp_path: Path) -> None:
     assert report.tx_failures.count == 0 and report.late_scheduled.count == 0
     with Chain.open(tmp_path / "s" / "gonka") as chain:
         p = chain.get_params()
-        assert p.expiration_blocks == 44
-        assert (p.health_params.policy, p.health_params.shadow) == ("gonka", True)
+        assert p.params.validation_params.expiration_blocks == 44
+        health = p.extension_params.health_params
+        assert (health.policy, health.shadow) == ("gonka", True)
+        assert p.extension_params.cb_min_samples == 7
         p0 = chain.get_participant("p0")
         assert p0 is not None and p0.weight == 555
+        with chain.read() as keeper:
+            nodes = keeper.get_participant_nodes("p1")
+        assert nodes is not None and list(nodes.models) == ["m", "m2"]
         assert chain.get_participant("p2") is not None
         inf = chain.get_inference("b")
         assert inf is not None and inf.assigned_to == "p2"
@@ -351,7 +359,7 @@ def test_simulated_run_is_reproduced_exactly(
     )
     trace = tmp_path / "run.jsonl"
     governance = driver.parse_governance(
-        [{"height": 250, "set": {"expiration_blocks": 25}}],
+        [{"height": 250, "set": {"params.validation_params.expiration_blocks": 25}}],
         driver.build_params(scenario, policy),
     )
     driver.run_scenario(scenario, policy, store="memory", trace_out=trace, governance=governance)
@@ -383,3 +391,70 @@ def test_shadow_policy_that_would_keep_everyone_out(tmp_trace: Path) -> None:
     closed = report.get_shadow("consecutive").intervals.closed
     assert set(closed) == {"p0", "p1"}
     assert report.get_shadow("consecutive").inside["misses"] > 0
+
+
+def _declines_trace(path: Path, recorded_declines: int) -> Path:
+    """p0 finishes a (after its start) and c (finish recorded before its start, block 4 < 6);
+    p1 declines b and finishes d in its start block (start first)."""
+    return write_trace(
+        path,
+        [
+            header_line(1, 45),
+            params_line(make_params()),
+            participants_line(make_participants(2)),
+            inference_line("a", 3, "p0", end=5),
+            declined_line("b", 4, "p1", end=6),
+            inference_line("c", 6, "p0", end=4),
+            inference_line("d", 7, "p1", end=7),
+            summary_line(
+                0,
+                40,
+                [
+                    {"participant_id": "p0", "inference_count": "2"},
+                    {"participant_id": "p1", "inference_count": "1"},
+                ],
+                [
+                    {"epoch_index": "0", "address": "p0", "declined_requests": "0"},
+                    {
+                        "epoch_index": "0",
+                        "address": "p1",
+                        "declined_requests": str(recorded_declines),
+                    },
+                ],
+            ),
+        ],
+    )
+
+
+def test_declines_and_finish_before_start_are_replayed(tmp_trace: Path) -> None:
+    report = replay_as_recorded(_declines_trace(tmp_trace, 1), policies=["gonka"])
+    assert report.ok, (report.summary_mismatches, report.status_mismatches.items)
+    assert report.summaries_checked[0]["declines_compared"] is True
+    assert (report.recorded["successes"], report.recorded["declines"]) == (3, 1)
+    assert report.tx_failures.count == 0
+
+
+def test_tampered_declines_are_a_mismatch(tmp_trace: Path) -> None:
+    report = replay_as_recorded(_declines_trace(tmp_trace, 3), policies=["none"])
+    assert report.summary_mismatches == [
+        {
+            "epoch": 0,
+            "participant": "p1",
+            "field": "declined_requests",
+            "exported": 3,
+            "computed": 1,
+            "line": 8,
+        }
+    ]
+
+
+def test_a_checkpointed_block_keeps_its_params_parts() -> None:
+    """A block's items travel in a replay's checkpoint: a params change's two parts (the chain's
+    Params and keepersim's ExtensionParams) come back equal."""
+    from keepersim.replay.common import ParamsPart, Scheduled, expand_scheduled
+    from keepersim.store.checkpoint import decode_state, encode_state
+
+    scheduled = Scheduled(20, 1, "params", 5, make_params(expiration=33))
+    items = expand_scheduled(scheduled)
+    assert items == [ParamsPart(scheduled.msg, False), ParamsPart(scheduled.msg, True)]
+    assert decode_state(encode_state((scheduled, items))) == (scheduled, items)

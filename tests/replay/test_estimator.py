@@ -14,7 +14,6 @@ from keepersim.replay.estimator import (
     estimate_trace,
 )
 from keepersim.types.messages import (
-    DECLINED,
     EXPIRED,
     FINISHED,
     STARTED,
@@ -66,7 +65,7 @@ def test_sparse_window_falls_back_to_the_fleet_then_the_prior() -> None:
     fill(est, "heavy", 350, misses=500, successes=500)
     assert est.get_miss_probability("heavy", 350) == pytest.approx(0.5, abs=0.01)
     # Declines and unresolved inferences are not samples.
-    est.observe(inf("x", 150, DECLINED, 150))
+    est.observe(inf("x", 150, STARTED, 150))  # declined: STARTED, ended at the decline
     est.observe(inf("x", 150, STARTED))
     assert est.get_counts("x", 1) == (0, 0)
     assert est.to_dict()["participants"]["x"]["declines"] == 1

@@ -61,7 +61,9 @@ def test_bad_trace_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_what_if_and_governance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace, _ = record_trace(tmp_path / "t.jsonl", blocks=150, participants=3, miss={"p2": 0.6})
     governance = tmp_path / "gov.json"
-    governance.write_text(json.dumps([{"height": 60, "set": {"expiration_blocks": "30"}}]))
+    governance.write_text(
+        json.dumps([{"height": 60, "set": {"params.validation_params.expiration_blocks": "30"}}])
+    )
     out = tmp_path / "out"
     args = ["replay", str(trace), "--mode", "what-if", "--policies", "gonka,none", "--seed", "4"]
     args += ["--window-blocks", "50", "--governance", str(governance), "--out", str(out)]
@@ -72,7 +74,9 @@ def test_what_if_and_governance(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert report["runs"]["gonka"]["seed"] == 4 and "estimator" in report
     assert (out / "stores" / "what-if-gonka").is_dir()
     assert "miss_rate" in capsys.readouterr().out
-    governance.write_text(json.dumps([{"height": 60, "set": {"expiration_blocks": 0}}]))
+    governance.write_text(
+        json.dumps([{"height": 60, "set": {"params.validation_params.expiration_blocks": 0}}])
+    )
     assert main([*args[:-2], "--out", str(tmp_path / "o2")]) == 2
 
 

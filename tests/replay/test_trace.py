@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from replay_helpers import (
+    declined_line,
     header_line,
     inference_line,
     make_params,
@@ -64,7 +65,16 @@ def test_reads_typed_records(tmp_trace: Path) -> None:
     assert (header.first_height, header.last_height, header.seed) == (1, 100, 7)
     assert header.get_scenario_name() == "hand"
     params = records[1]
-    assert isinstance(params, ParamsRecord) and params.params.expiration_blocks == 20
+    assert isinstance(params, ParamsRecord)
+    assert params.params.params.validation_params.expiration_blocks == 20
+    assert params.params.extension_params.health_params.policy == "gonka"
+    participants = records[2]
+    assert isinstance(participants, ParticipantsRecord)
+    assert [p.address for p in participants.participants] == ["p0", "p1"]
+    assert [(n.address, list(n.models)) for n in participants.nodes] == [
+        ("p0", ["m"]),
+        ("p1", ["m"]),
+    ]
     a, b = records[3], records[4]
     assert isinstance(a, InferenceRecord) and isinstance(b, InferenceRecord)
     assert (a.inference_id, a.start_height, a.end_height, a.status) == ("a", 3, 5, FINISHED)
@@ -73,7 +83,23 @@ def test_reads_typed_records(tmp_trace: Path) -> None:
     summary = records[5]
     assert isinstance(summary, EpochSummaryRecord)
     assert summary.summaries[0].inference_count == 1 and summary.summaries[0].epoch_index == 0
+    assert summary.declines is None  # no epoch_declines on the line: not recorded
     assert read_header(tmp_trace) == header
+
+
+def _params_with(section: str, path: str, value: Any) -> dict[str, Any]:
+    """A params line with one field (``path``, dotted, under ``section``) set to ``value``."""
+    line = params_line(make_params())
+    parent = line[section]
+    *parents, name = path.split(".")
+    for part in parents:
+        parent = parent[part]
+    parent[name] = value
+    return line
+
+
+def _params_without(section: str) -> dict[str, Any]:
+    return {k: v for k, v in params_line(make_params()).items() if k != section}
 
 
 BAD_LINES: list[tuple[dict[str, Any] | str, str, str]] = [
@@ -100,14 +126,14 @@ BAD_LINES: list[tuple[dict[str, Any] | str, str, str]] = [
         "required for status FINISHED",
     ),
     (
-        inference_line("x", 5, "p0", end=3),
+        declined_line("x", 5, "p0", end=3),
         "inference.end_block_height",
-        "before start 5",
+        "3 is before start 5 for a declined inference",
     ),
     (
         {**inference_line("x", 5, "p0"), "start_block_height": "99999999999999999999"},
         "inference.start_block_height",
-        "out of range",
+        "does not fit in an int64",
     ),
     (inference_line("x", 500, "p0"), "inference.start_block_height", "outside the trace's heights"),
     (
@@ -121,19 +147,40 @@ BAD_LINES: list[tuple[dict[str, Any] | str, str, str]] = [
         "expected a uint64 string, got 3",
     ),
     (
-        {"type": "params", "height": "0", "params": {"expiration_blocks": "0"}},
-        "params.params.expiration_blocks",
+        _params_with("params", "validation_params.expiration_blocks", "0"),
+        "params.params.validation_params.expiration_blocks",
         "breaks rule",
     ),
     (
-        {"type": "params", "height": "0", "params": {"authority": "gonka1someoneelse"}},
+        _params_with("params", "authority", "gonka1someoneelse"),
         "params.params.authority",
         "unknown field",
     ),
     (
-        {"type": "params", "height": "0", "params": {"expiration_blocks": 20}},
-        "params.params.expiration_blocks",
+        _params_with("params", "validation_params.expiration_blocks", 20),
+        "params.params.validation_params.expiration_blocks",
         "expected an int64 string, got 20",
+    ),
+    (
+        _params_with("extension_params", "health_params.windowed.window", "9"),
+        "params.extension_params.health_params.windowed.window",
+        'expected a uint32 number, got "9"',
+    ),
+    (
+        _params_with("extension_params", "health_params.policy", "nosuchpolicy"),
+        "params.extension_params.health_params.policy",
+        "breaks rule",
+    ),
+    (_params_without("extension_params"), "params.extension_params", "missing (required)"),
+    (
+        {**participants_line(make_participants(1)), "participant_nodes": [{"address": "p9"}]},
+        "participants.participant_nodes[0].address",
+        "'p9' is not one of the line's participants",
+    ),
+    (
+        summary_line(0, 40, [], [{"epoch_index": "1", "address": "p0"}]),
+        "epoch_summary.epoch_declines[0].epoch_index",
+        "1 differs from the line's epoch_index 0",
     ),
     ({"type": "checkpoint"}, "type", 'got "checkpoint"'),
     ("{not json", "<line>", "not valid JSON"),
@@ -267,13 +314,45 @@ def test_finished_before_start_and_declines(tmp_trace: Path) -> None:
         tmp_trace,
         [
             *prologue(),
-            inference_line("a", 5, "p0", end=4, finished_before_start=True),
-            inference_line("b", 6, "p0", "DECLINED", end=6),
-            {**inference_line("c", 7, "p0", "DECLINED"), "end_block_height": "3"},
+            inference_line("a", 5, "p0", end=4),  # the finish came before the start
+            declined_line("b", 6, "p0", end=6),
+            declined_line("c", 7, "p0", end=3),
         ],
     )
     with pytest.raises(TraceError, match=r":6: inference.end_block_height: 3 is before start 7"):
         list(iterate_trace(tmp_trace))
+    records = list(iterate_trace(tmp_trace, skip_bad=True))
+    a, b = (r for r in records if isinstance(r, InferenceRecord))
+    assert (a.is_finished(), a.is_declined(), a.end_height) == (True, False, 4)
+    assert (b.is_finished(), b.is_declined(), b.status) == (False, True, 0)
+
+
+def test_version_1_trace_says_the_format_changed(tmp_trace: Path) -> None:
+    write_trace(tmp_trace, [{**header_line(1, 10), "version": 1}, *prologue()[1:]])
+    with pytest.raises(TraceError) as info:
+        list(iterate_trace(tmp_trace, skip_bad=True))
+    assert (info.value.line, info.value.field) == (1, "header.version")
+    assert "version 1 is no longer read" in info.value.reason
+    assert "--trace-out" in info.value.reason and "\n" not in str(info.value)
+    write_trace(tmp_trace, [{**header_line(1, 10), "version": 3}])
+    with pytest.raises(TraceError, match=r"header.version: expected trace format version 2"):
+        list(iterate_trace(tmp_trace))
+
+
+def test_gateway_json_is_read(tmp_trace: Path) -> None:
+    """What the chain's REST gateway prints: every field, null for an unset message; and what
+    it leaves out reads as unset."""
+    line = inference_line("a", 3, "p0", end=5)
+    line["proposal_details"] = None
+    participants = participants_line(make_participants(1))
+    assert participants["participants"][0]["current_epoch_stats"] is None
+    write_trace(tmp_trace, [header_line(1, 10), params_line(make_params()), participants, line])
+    records = list(iterate_trace(tmp_trace))
+    inference = records[3]
+    assert isinstance(inference, InferenceRecord)
+    assert not inference.inference.HasField("proposal_details")
+    params = records[1]
+    assert isinstance(params, ParamsRecord) and params.params == make_params()
 
 
 def test_duplicate_participant_and_summary(tmp_trace: Path) -> None:

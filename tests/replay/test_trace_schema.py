@@ -1,4 +1,5 @@
-"""The shipped schema is the generated one; the fast paths agree with jsonschema and ParseDict."""
+"""The shipped schema is the generated one; the fast paths agree with jsonschema and
+parse_chain_json (the reader's reference parser)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-from google.protobuf import json_format
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from replay_helpers import (
+    declined_line,
     header_line,
     inference_line,
     make_params,
@@ -24,12 +25,16 @@ from replay_helpers import (
 from keepersim.replay.fastpath import FastParseError, MessageBuilder, SchemaCompiler
 from keepersim.replay.schema_gen import SCHEMA_PATH, build_trace_schema, format_schema
 from keepersim.replay.trace import get_schema
+from keepersim.types.chain_json import parse_chain_json
+from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
     Params,
     Participant,
 )
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
+from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
 
 
 def test_shipped_schema_is_generated() -> None:
@@ -41,9 +46,21 @@ def test_shipped_schema_is_generated() -> None:
 
 def test_schema_field_sets_follow_the_protos() -> None:
     defs = get_schema()["$defs"]
-    for message in (Inference, Participant, EpochPerformanceSummary, Params):
+    messages = (
+        Inference,
+        Participant,
+        EpochPerformanceSummary,
+        Params,
+        ExtensionParams,
+        ParticipantNodes,
+        EpochDeclines,
+    )
+    for message in messages:
         names = {f.name for f in message.DESCRIPTOR.fields}
         assert set(defs[f"pb.{message.DESCRIPTOR.name}"]["properties"]) == names
+    # Every sub-message of the chain's Params has its schema too (e.g. the PoC's).
+    assert defs["pb.PocParams"]["title"] == "a inference.inference.PocParams object"
+    assert set(defs["params"]["required"]) == {"type", "height", "params", "extension_params"}
     assert set(defs["inference"]["properties"]) == {f.name for f in Inference.DESCRIPTOR.fields} | {
         "type"
     }
@@ -56,12 +73,22 @@ def _whole_schema_validator() -> jsonschema.Draft202012Validator:
 VALID_LINES: list[dict[str, Any]] = [
     header_line(1, 100, scenario="s", seed=3, policy="gonka"),
     params_line(make_params()),
-    participants_line(make_participants(3)),
+    participants_line(make_participants(3)),  # current_epoch_stats: null (unset, as printed)
     inference_line("a", 3, "p0", "FINISHED", end=5, epoch_id="0", max_tokens="100"),
-    inference_line("b", 3, "p0", "EXPIRED"),
-    inference_line("c", 3, "p0", "DECLINED", finished_before_start=False),
-    summary_line(0, 40, [{"participant_id": "p0", "inference_count": "3", "claimed": False}]),
+    inference_line("b", 3, "p0", "EXPIRED", proposal_details=None),
+    declined_line("c", 3, "p0"),
+    summary_line(
+        0,
+        40,
+        [{"participant_id": "p0", "inference_count": "3", "claimed": False}],
+        [{"epoch_index": "0", "address": "p0", "declined_requests": "2"}],
+    ),
 ]
+
+
+def test_unset_messages_print_null() -> None:
+    """The lines above are in the gateway's shape, nulls included (the schema must take them)."""
+    assert participants_line(make_participants(1))["participants"][0]["current_epoch_stats"] is None
 
 
 @pytest.mark.parametrize("line", VALID_LINES)
@@ -77,7 +104,22 @@ _VALUES = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**65), max_value=2**65),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.sampled_from(["", "0", "7", "-3", "18446744073709551616", "1.5", "x", "FINISHED", "DONE"]),
+    st.sampled_from(
+        [
+            "",
+            "0",
+            "7",
+            "-3",
+            "18446744073709551616",
+            "1.5",
+            "x",
+            "FINISHED",
+            "DONE",
+            "1_0",
+            " 5",
+            "+5",
+        ]
+    ),
     st.lists(st.integers(), max_size=2),
     st.dictionaries(st.sampled_from(["a", "value", "exponent"]), st.integers(), max_size=2),
 )
@@ -132,30 +174,57 @@ def test_compiled_check_agrees_with_jsonschema(line: Any) -> None:
     assert _COMPILED[record_type](line) == _REFERENCE[record_type].is_valid(line)
 
 
-@settings(max_examples=150, deadline=None)
-@given(mutated_lines())
-def test_builder_agrees_with_parse_dict(line: Any) -> None:
-    if not isinstance(line, dict) or line.get("type") != "inference":
-        return
-    body = {k: v for k, v in line.items() if k != "type"}
+def _check_builder(data: Any, message_class: Any) -> None:
     try:
-        expected: Inference | None = json_format.ParseDict(body, Inference())
-    except json_format.ParseError:
+        expected = parse_chain_json(data, message_class, where="test")
+    except ChainJsonError:
         expected = None
     try:
-        built = MessageBuilder(Inference.DESCRIPTOR, Inference).build(body)
+        built = MessageBuilder(message_class.DESCRIPTOR, message_class).build(data)
     except FastParseError:
-        return  # the reader falls back to ParseDict, which decides
-    # Whatever the fast builder accepts, ParseDict accepts the same way.
+        return  # the reader falls back to parse_chain_json, which decides
+    # Whatever the fast builder accepts, parse_chain_json accepts the same way.
     assert expected is not None and built == expected
 
 
-def test_builder_handles_nested_and_repeated() -> None:
-    data = participants_line(make_participants(2))["participants"][0]
-    built = MessageBuilder(Participant.DESCRIPTOR, Participant).build(data)
-    assert built == json_format.ParseDict(data, Participant())
-    params = params_line(make_params())["params"]
-    assert MessageBuilder(Params.DESCRIPTOR, Params).build(params) == make_params()
+@settings(max_examples=150, deadline=None)
+@given(mutated_lines())
+def test_builder_agrees_with_parse_chain_json(line: Any) -> None:
+    if not isinstance(line, dict):
+        return
+    record_type = line.get("type")
+    if record_type == "inference":
+        _check_builder({k: v for k, v in line.items() if k != "type"}, Inference)
+    elif record_type == "params":
+        _check_builder(line.get("params"), Params)
+        _check_builder(line.get("extension_params"), ExtensionParams)
+    elif record_type == "participants":
+        lists = {"participants": Participant, "participant_nodes": ParticipantNodes}
+        for key, message_class in lists.items():
+            items = line.get(key)
+            for item in items if isinstance(items, list) else []:
+                _check_builder(item, message_class)
+
+
+def test_builder_handles_nested_repeated_and_null() -> None:
+    line = participants_line(make_participants(2))
+    for data, message_class in (
+        (line["participants"][0], Participant),
+        (line["participant_nodes"][0], ParticipantNodes),
+    ):
+        built = MessageBuilder(message_class.DESCRIPTOR, message_class).build(data)
+        assert built == parse_chain_json(data, message_class, where="test")
+    assert built == make_participants(2)[0][1]  # models and ML nodes survive
+    params = make_params()
+    line = params_line(params)
+    assert MessageBuilder(Params.DESCRIPTOR, Params).build(line["params"]) == params.params
+    extension = MessageBuilder(ExtensionParams.DESCRIPTOR, ExtensionParams)
+    assert extension.build(line["extension_params"]) == params.extension_params
+    # null is unset, as parse_chain_json reads it
+    empty = MessageBuilder(Participant.DESCRIPTOR, Participant).build(
+        {"address": "x", "current_epoch_stats": None}
+    )
+    assert not empty.HasField("current_epoch_stats")
 
 
 def test_compiler_refuses_unknown_keywords() -> None:

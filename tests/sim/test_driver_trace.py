@@ -39,7 +39,8 @@ def test_trace_lines_come_in_height_order(tmp_path: Path) -> None:
     s = make_scenario()
     path = tmp_path / "trace.jsonl"
     governance = parse_governance(
-        [{"height": 80, "set": {"expiration_blocks": 25}}], build_params(s, "gonka")
+        [{"height": 80, "set": {"params.validation_params.expiration_blocks": 25}}],
+        build_params(s, "gonka"),
     )
     result = run_scenario(
         s, "gonka", store="memory", trace_out=path, governance=governance
@@ -48,7 +49,7 @@ def test_trace_lines_come_in_height_order(tmp_path: Path) -> None:
     header = lines[0]
     assert header == {
         "type": "header",
-        "version": 1,
+        "version": 2,
         "chain_id": "keepersim-trace",
         "source": "simulate",
         "first_height": "1",
@@ -60,9 +61,11 @@ def test_trace_lines_come_in_height_order(tmp_path: Path) -> None:
     kinds = [line["type"] for line in lines]
     assert kinds.count("header") == 1
     params = [line for line in lines if line["type"] == "params"]
-    assert [p["height"] for p in params] == ["0", "81"]
-    assert params[0]["params"]["expiration_blocks"] == "15"  # int64 as a string
-    assert params[1]["params"]["expiration_blocks"] == "25"
+    assert [p["height"] for p in params] == ["0", "81"]  # one line for the change
+    # the chain's Params (int64 as a string) and keepersim's ExtensionParams
+    assert params[0]["params"]["validation_params"]["expiration_blocks"] == "15"
+    assert params[1]["params"]["validation_params"]["expiration_blocks"] == "25"
+    assert params[0]["extension_params"]["health_params"]["policy"] == "gonka"
     participants = [line for line in lines if line["type"] == "participants"]
     assert [(p["epoch_index"], p["height"]) for p in participants] == [
         ("0", "0"),
@@ -70,9 +73,15 @@ def test_trace_lines_come_in_height_order(tmp_path: Path) -> None:
         ("2", "200"),
     ]
     assert {p["address"] for p in participants[0]["participants"]} == {"a", "b", "c"}
+    # models and ML nodes are keepersim's registration, beside the chain's Participant
+    assert "models" not in participants[0]["participants"][0]
+    nodes = participants[0]["participant_nodes"]
+    assert [n["address"] for n in nodes] == ["a", "b", "c"] and all(n["ml_nodes"] for n in nodes)
     summaries = [line for line in lines if line["type"] == "epoch_summary"]
     assert [(x["epoch_index"], x["height"]) for x in summaries] == [("0", "100"), ("1", "200")]
     assert len(summaries[0]["summaries"]) == 3
+    assert [d["address"] for d in summaries[0]["epoch_declines"]] == ["a", "b", "c"]
+    assert "declined_requests" not in summaries[0]["summaries"][0]
 
     inferences = [line for line in lines if line["type"] == "inference"]
     assert len(inferences) == result["selections"]
@@ -81,7 +90,10 @@ def test_trace_lines_come_in_height_order(tmp_path: Path) -> None:
     statuses = [i["status"] for i in inferences]
     assert statuses.count("EXPIRED") == result["misses"]
     assert statuses.count("FINISHED") == result["finished"]
-    assert statuses.count("STARTED") == result["in_flight_at_end"]
+    unfinished = [
+        i for i in inferences if i["status"] == "STARTED" and i["end_block_height"] == "0"
+    ]
+    assert len(unfinished) == statuses.count("STARTED") == result["in_flight_at_end"]
     # Order by height: each non-inference line at height H follows every inference line that
     # started before H and precedes those that started at or after H.
     position = {id(line): n for n, line in enumerate(lines)}
@@ -124,3 +136,19 @@ def test_trace_matches_the_trace_schema(tmp_path: Path) -> None:
     for n, line in enumerate(read_trace(path), start=1):
         errors = [e.message for e in validator.iter_errors(line)]
         assert not errors, (n, line["type"], errors[:3])
+
+
+def test_trace_is_read_back_by_the_reader(tmp_path: Path) -> None:
+    """The writer writes what the reader reads: every line parses and passes its checks."""
+    from keepersim.replay.trace import InferenceRecord, ParticipantsRecord, iterate_trace
+
+    path = tmp_path / "trace.jsonl"
+    scenario = make_scenario()
+    run_scenario(scenario, "gonka", store="memory", trace_out=path)
+    records = list(iterate_trace(path))
+    assert len(records) == len(read_trace(path))
+    participants = next(r for r in records if isinstance(r, ParticipantsRecord))
+    assert {n.address: list(n.models) for n in participants.nodes} == {
+        p.address: list(p.models) for p in scenario.participants
+    }
+    assert any(isinstance(r, InferenceRecord) and r.is_finished() for r in records)
