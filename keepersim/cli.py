@@ -510,6 +510,7 @@ from keepersim.termination import (  # noqa: E402
     reset_terminated,
 )
 
+
 #: Every subcommand, in help order. Append an ``add_<name>_command`` function to add one.
 def add_params_command(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -517,9 +518,9 @@ def add_params_command(subparsers: Any) -> None:
         help="print the module's params (the chain's, and keepersim's extension)",
         description=(
             "Print the params of a preset as the chain's REST gateway answers "
-            "/productscience/inference/inference/params ({\"params\": {...}}: the chain's "
+            '/productscience/inference/inference/params ({"params": {...}}: the chain\'s '
             "Params, every field, 64-bit integers as strings, unset messages as null), with "
-            "keepersim's extension params beside them (\"extension_params\"). "
+            'keepersim\'s extension params beside them ("extension_params"). '
             "default: the chain's code defaults (DefaultParams() at gonka v0.2.14, ee730031); "
             "mainnet: the live network's values reconstructed from its genesis and upgrade "
             "handlers."

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.params import get_cb_settings, get_decimal_value
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 __all__ = ["compute_inaction_note", "get_inaction_reason", "is_policy_idle"]
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from keepersim.chain import Chain
+from keepersim.keeper.inferences import is_declined
 from keepersim.keeper.selection import SELECTION_BY_REPUTATION, SELECTION_BY_WEIGHT
 from keepersim.sim.driver import (
     GovernanceError,
@@ -23,7 +24,6 @@ from keepersim.sim.driver import (
 )
 from keepersim.sim.oracle import HEALTHY_MISS_THRESHOLD, OraclePolicy
 from keepersim.sim.scenario import Scenario, parse_scenario
-from keepersim.keeper.inferences import is_declined
 from keepersim.types.messages import (
     EXPIRED,
     FINISHED,
