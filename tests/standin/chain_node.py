@@ -444,43 +444,68 @@ class PageRequest:
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS.update({"0": False, "f": False, "F": False, "FALSE": False, "false": False})
 _GO_BOOLS["False"] = False
+_BASE_PREFIXES = {"0x": 16, "0X": 16, "0o": 8, "0O": 8, "0b": 2, "0B": 2}
 
 
-def _parse_uint64(value: str, name: str) -> int:
-    if re.fullmatch(r"[0-9]+", value) is None or int(value) >= 2**64:
-        raise GrpcError(
-            _INVALID_ARGUMENT,
-            f'type mismatch, parameter: {name}, error: strconv.ParseUint: parsing "{value}": '
-            "invalid syntax",
-        )
-    return int(value)
+def compute_go_uint64(value: str) -> int:
+    """Go's ``strconv.ParseUint(value, 0, 64)`` (grpc-gateway v1 ``runtime.Uint64``): decimal,
+    ``0x`` / ``0o`` / ``0b`` prefixes, a leading ``0`` for octal, ``_`` between digits; raises
+    ValueError with Go's message."""
+    base, digits = 10, value
+    if value[:2] in _BASE_PREFIXES:
+        base, digits = _BASE_PREFIXES[value[:2]], value[2:]
+    elif len(value) > 1 and value[0] == "0":
+        base, digits = 8, value[1:]
+    syntax = f'strconv.ParseUint: parsing "{value}": invalid syntax'
+    if base != 10:
+        digits = digits.removeprefix("_")  # one "_" may follow the base prefix
+    if re.fullmatch(r"[0-9a-zA-Z_]+", digits) is None:
+        raise ValueError(syntax)
+    try:
+        number = int(digits, base)  # "_" only between digits, as Go's underscoreOK
+    except ValueError:
+        raise ValueError(syntax) from None
+    if number >= 2**64:
+        raise ValueError(f'strconv.ParseUint: parsing "{value}": value out of range')
+    return number
 
 
-def _parse_bool(value: str, name: str) -> bool:
+def _parse_uint64(value: str, name: str, *, path: bool = False) -> int:
+    """A uint64 request field: a path parameter's error names it (the generated gateway's
+    ``type mismatch, parameter: ...``), a query parameter's is the bare conversion error."""
+    try:
+        return compute_go_uint64(value)
+    except ValueError as err:
+        message = f"type mismatch, parameter: {name}, error: {err}" if path else str(err)
+        raise GrpcError(_INVALID_ARGUMENT, message) from None
+
+
+def _parse_bool(value: str) -> bool:
     if value not in _GO_BOOLS:
-        raise GrpcError(
-            _INVALID_ARGUMENT,
-            f'type mismatch, parameter: {name}, error: strconv.ParseBool: parsing "{value}": '
-            "invalid syntax",
-        )
+        raise GrpcError(_INVALID_ARGUMENT, f'strconv.ParseBool: parsing "{value}": invalid syntax')
     return _GO_BOOLS[value]
 
 
-def _parse_bytes(value: str, name: str) -> bytes:
-    """grpc-gateway v1 ``runtime.Bytes``: standard base64, else the URL alphabet."""
+_URL_ALPHABET = re.compile(r"[A-Za-z0-9_=-]")
+
+
+def _parse_bytes(value: str) -> bytes:
+    """grpc-gateway v1 ``runtime.Bytes``: standard base64, else the URL alphabet (the error is
+    the second decoder's ``illegal base64 data at input byte N``; N is the first character
+    outside the URL alphabet, or the length when the padding is wrong: an approximation)."""
     for altchars in (None, b"-_"):
         with contextlib.suppress(binascii.Error, ValueError):
             return base64.b64decode(value, altchars=altchars, validate=True)
-    raise GrpcError(
-        _INVALID_ARGUMENT, f"type mismatch, parameter: {name}, error: illegal base64 data"
-    )
+    offset = next((i for i, c in enumerate(value) if not _URL_ALPHABET.fullmatch(c)), len(value))
+    raise GrpcError(_INVALID_ARGUMENT, f"illegal base64 data at input byte {offset}")
 
 
 def _get_param(query: Mapping[str, list[str]], *names: str) -> str | None:
-    """The last value of the first given name (proto name, then JSON name)."""
+    """The first value of the first given name (proto name, then JSON name): grpc-gateway v1
+    ``populateFieldValueFromPath`` uses ``values[0]`` and only logs the others."""
     for name in names:
         if name in query:
-            return query[name][-1]
+            return query[name][0]
     return None
 
 
@@ -491,13 +516,11 @@ def _parse_page_request(query: Mapping[str, list[str]]) -> PageRequest:
     count_total = _get_param(query, "pagination.count_total", "pagination.countTotal")
     reverse = _get_param(query, "pagination.reverse")
     return PageRequest(
-        key=b"" if key is None else _parse_bytes(key, "pagination.key"),
+        key=b"" if key is None else _parse_bytes(key),
         offset=0 if offset is None else _parse_uint64(offset, "pagination.offset"),
         limit=0 if limit is None else _parse_uint64(limit, "pagination.limit"),
-        count_total=False
-        if count_total is None
-        else _parse_bool(count_total, "pagination.count_total"),
-        reverse=False if reverse is None else _parse_bool(reverse, "pagination.reverse"),
+        count_total=False if count_total is None else _parse_bool(count_total),
+        reverse=False if reverse is None else _parse_bool(reverse),
     )
 
 
@@ -635,7 +658,7 @@ def _handle_epoch_group_data_all(call: Call) -> dict[str, Any]:
 
 
 def _handle_epoch_group_data(call: Call) -> dict[str, Any]:
-    epoch = _parse_uint64(call.path["epoch_index"], "epoch_index")
+    epoch = _parse_uint64(call.path["epoch_index"], "epoch_index", path=True)
     model = _get_param(call.query, "model_id", "modelId") or ""
     rows = call.snapshot.get_rows("epoch_groups")
     return {"epoch_group_data": _find(rows, _epoch_key(epoch) + model.encode())}
@@ -666,12 +689,12 @@ def _summaries_of(call: Call, epoch: int) -> list[dict[str, Any]]:
 
 
 def _handle_summary_by_epoch(call: Call) -> dict[str, Any]:
-    epoch = _parse_uint64(call.path["epoch_index"], "epoch_index")
+    epoch = _parse_uint64(call.path["epoch_index"], "epoch_index", path=True)
     return {"epochPerformanceSummary": _summaries_of(call, epoch)}
 
 
 def _handle_summary_by_participant(call: Call) -> dict[str, Any]:
-    epoch = _parse_uint64(call.path["epoch_index"], "epoch_index")
+    epoch = _parse_uint64(call.path["epoch_index"], "epoch_index", path=True)
     for value in _summaries_of(call, epoch):
         if value["participant_id"] == call.path["participantId"]:
             return {"epochPerformanceSummary": value}
@@ -684,7 +707,7 @@ def _handle_summary_all(call: Call) -> dict[str, Any]:
 
 
 def _handle_excluded(call: Call) -> dict[str, Any]:
-    epoch = _parse_uint64(call.path["epoch_index"], "epoch_index")
+    epoch = _parse_uint64(call.path["epoch_index"], "epoch_index", path=True)
     if epoch == 0:
         epoch = call.snapshot.effective_epoch
     rows = call.snapshot.get_rows("excluded")
@@ -820,7 +843,7 @@ def _nginx_page(status: int) -> bytes:
 class _Answer:
     status: int
     body: bytes
-    content_type: str
+    content_type: str | None
     headers: tuple[tuple[str, str], ...] = ()
 
 
@@ -835,6 +858,26 @@ def _grpc_error_answer(err: GrpcError, headers: tuple[tuple[str, str], ...] = ()
 
 
 _HEIGHT = re.compile(r"[+-]?[0-9]+")
+
+
+def compute_clean_path(path: str) -> str:
+    """Go's ``path.Clean`` keeping a trailing slash (gorilla/mux ``cleanPath``; nginx's URI
+    normalisation gives the same for the paths used here)."""
+    if not path.startswith("/"):
+        path = "/" + path
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+    clean = "/" + "/".join(parts)
+    if path.endswith("/") and clean != "/":
+        clean += "/"
+    return clean
 
 
 class StandinNode:
@@ -909,7 +952,8 @@ class StandinNode:
             def _serve(self) -> None:
                 answer = node.process_request(self.command, self.path, self.headers)
                 self.send_response(answer.status)
-                self.send_header("Content-Type", answer.content_type)
+                if answer.content_type is not None:
+                    self.send_header("Content-Type", answer.content_type)
                 self.send_header("Content-Length", str(len(answer.body)))
                 for name, value in answer.headers:
                     self.send_header(name, value)
@@ -945,35 +989,42 @@ class StandinNode:
         path, _, raw_query = raw_path.partition("?")
         query = parse_qs(raw_query, keep_blank_values=True)
         height_values = headers.get_all(HEIGHT_REQUEST_HEADER) or []
-        route, values = self._match(method, path)
-        answer = self._answer(route, values, path, query, height_values)
+        api_path, redirect = self._route_path(path)
+        route, values = self._match(method, api_path)
+        answer = self._answer(route, values, api_path, redirect, raw_query, query, height_values)
         with self._lock:
             rpc = route.rpc if route is not None else None
             self.counts[rpc or "<unrouted>"] += 1
-            self.requests.append(
-                RequestRecord(
-                    path, rpc, query, height_values[-1] if height_values else None, answer.status
-                )
-            )
+            height = height_values[0] if height_values else None
+            self.requests.append(RequestRecord(path, rpc, query, height, answer.status))
         return answer
 
-    def _match(self, method: str, path: str) -> tuple[Route | None, dict[str, str]]:
-        api_path = self._strip_prefix(path)
+    def _route_path(self, path: str) -> tuple[str | None, str | None]:
+        """The path the gateway matches (``None``: outside the proxy's location), and where
+        gorilla/mux redirects an unclean path (bare API server only).
+
+        Behind the proxy, nginx normalises the URI (decodes ``%XX``, merges slashes, resolves
+        dot segments) and ``proxy_pass http://chain_api_backend/`` sends it with the location
+        prefix replaced, so the node sees a clean path. A bare API server's router (gorilla/mux,
+        ``cleanPath``) answers an unclean decoded path with ``301`` to the clean one."""
+        decoded = unquote(path)
+        if self.prefix:
+            normal = compute_clean_path(decoded)
+            if not normal.startswith(self.prefix + "/"):
+                return None, None
+            return normal[len(self.prefix) :], None
+        clean = compute_clean_path(decoded)
+        return decoded, (clean if clean != decoded else None)
+
+    def _match(self, method: str, api_path: str | None) -> tuple[Route | None, dict[str, str]]:
         if api_path is None or method != "GET" or not api_path.startswith(API_PREFIX + "/"):
             return None, {}
-        segments = unquote(api_path[len(API_PREFIX) + 1 :]).split("/")
+        segments = api_path[len(API_PREFIX) + 1 :].split("/")
         for route in self.routes:
             values = route.match(segments)
             if values is not None:
                 return route, values
         return None, {}
-
-    def _strip_prefix(self, path: str) -> str | None:
-        if not self.prefix:
-            return path
-        if path.startswith(self.prefix + "/"):
-            return path[len(self.prefix) :]
-        return None
 
     def _take_failure(self, rpc: str | None) -> _Failure | None:
         with self._lock:
@@ -989,7 +1040,9 @@ class StandinNode:
         self,
         route: Route | None,
         values: dict[str, str],
-        path: str,
+        api_path: str | None,
+        redirect: str | None,
+        raw_query: str,
         query: dict[str, list[str]],
         height_values: list[str],
     ) -> _Answer:
@@ -1004,8 +1057,11 @@ class StandinNode:
                 allowed = self.rate_limit.is_allowed()
             if not allowed:
                 return _Answer(503, _nginx_page(503), "text/html")
-        if self._strip_prefix(path) is None:
+        if api_path is None:
             return _Answer(404, _nginx_page(404), "text/html")
+        if redirect is not None:
+            location = redirect + ("?" + raw_query if raw_query else "")
+            return _Answer(301, b"", None, (("Location", location),))
         if route is None:
             return _grpc_error_answer(GrpcError(_UNIMPLEMENTED, "Not Implemented"))
         try:
@@ -1025,14 +1081,19 @@ class StandinNode:
     def _resolve_height(self, height_values: list[str]) -> tuple[int, ChainSnapshot]:
         latest = self.history.latest.height
         height = 0
-        if len(height_values) == 1:
+        if len(height_values) == 1:  # md.Get(...) with exactly one value, else ignored
             value = height_values[0]
-            if _HEIGHT.fullmatch(value) is None or not -(2**63) <= int(value) < 2**63:
+            problem = None
+            if _HEIGHT.fullmatch(value) is None:
+                problem = "invalid syntax"
+            elif not -(2**63) <= int(value) < 2**63:
+                problem = "value out of range"
+            if problem is not None:
                 raise _sdk_error(
                     18,
                     "invalid request",
                     f'Baseapp.RegisterGRPCServer: invalid height header "{HEIGHT_REQUEST_HEADER}":'
-                    f' strconv.ParseInt: parsing "{value}": invalid syntax',
+                    f' strconv.ParseInt: parsing "{value}": {problem}',
                 )
             height = int(value)
             if height < 0:
