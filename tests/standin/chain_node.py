@@ -933,8 +933,7 @@ class StandinNode:
         chain's API)."""
         if self._server is None:
             raise RuntimeError("stand-in node not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_port}"
 
     @property
     def api_url(self) -> str:

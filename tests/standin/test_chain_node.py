@@ -7,9 +7,13 @@ import base64
 import http.client
 import json
 import math
+import os
+import re
+import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -732,3 +736,64 @@ def test_request_log_records_pins_and_routes(current_node: StandinNode) -> None:
     current_node.reset_counts()
     assert not current_node.requests
     assert not current_node.counts
+
+
+# ---------------------------------------------------------------------------------------------
+# the route table against upstream's query.proto (when a gonka git mirror is at hand)
+# ---------------------------------------------------------------------------------------------
+
+GONKA_GIT_DIR = Path(os.environ.get("GONKA_GIT_DIR", "/work/.mirror/kaitakuai+gonka/repo"))
+QUERY_PROTO = "inference-chain/proto/inference/inference/query.proto"
+
+
+def read_query_proto(commit: str) -> str:
+    if not GONKA_GIT_DIR.is_dir():
+        pytest.skip(f"no gonka git mirror at {GONKA_GIT_DIR} (set GONKA_GIT_DIR)")
+    done = subprocess.run(
+        ["git", "-C", str(GONKA_GIT_DIR), "show", f"{commit}:{QUERY_PROTO}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"git show {commit}:{QUERY_PROTO} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def get_upstream_routes(text: str) -> dict[str, tuple[str, str]]:
+    """rpc name -> (GET path, response message) from query.proto's text."""
+    pattern = re.compile(
+        r"rpc\s+(\w+)\s*\(\s*\w+\s*\)\s*returns\s*\(\s*(\w+)\s*\)\s*\{\s*"
+        r'option\s*\(google\.api\.http\)\.get\s*=\s*"([^"]+)"'
+    )
+    return {m[1]: (m[3], m[2]) for m in pattern.finditer(text)}
+
+
+def get_message_fields(text: str, message: str) -> list[str]:
+    body = re.search(r"^message\s+" + message + r"\s*\{(.*?)^\}", text, re.M | re.S)
+    assert body is not None, message
+    field = re.compile(r"^\s*(?:repeated\s+)?[\w.]+\s+(\w+)\s*=\s*\d+", re.M)
+    return field.findall(body[1])
+
+
+def test_routes_and_response_keys_match_query_proto_at_ee730031() -> None:
+    text = read_query_proto("ee730031")
+    upstream = get_upstream_routes(text)
+    for route in ROUTES:
+        path, response = upstream[route.rpc]
+        assert path == API_PREFIX + route.template, route.rpc
+        assert tuple(get_message_fields(text, response)) == RESPONSE_KEYS[route.rpc], route.rpc
+
+
+def test_older_node_routes_match_query_proto_before_v0_2_6() -> None:
+    """At v0.2.5 the by-participant route was the RPC named EpochPerformanceSummary (renamed in
+    v0.2.6, whose new by-epoch route took the name): compare by path."""
+    text = read_query_proto("82c43a42^")
+    by_path = {path: response for path, response in get_upstream_routes(text).values()}
+    for route in ROUTES:
+        path = API_PREFIX + route.template
+        if route.since == "v0.2.6":
+            assert path not in by_path
+        else:
+            fields = tuple(get_message_fields(text, by_path[path]))
+            assert fields == RESPONSE_KEYS[route.rpc], route.rpc
