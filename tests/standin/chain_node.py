@@ -18,10 +18,13 @@ What it mimics (gonka v0.2.14 = ee730031; facts from docs/design/chain-rest-api.
   request field is ignored; ``+`` in a query string is a space (Go's ``url.ParseQuery``); a path
   is matched on its decoded form, so an id holding ``%2F`` does not match ``{index}``;
 * the SDK's query interceptor (``baseapp/grpcserver.go``): ``x-cosmos-block-height`` (exactly one
-  value) pins the query height; it is echoed in ``Grpc-Metadata-X-Cosmos-Block-Height`` on every
-  answer the query handler produced (errors included; the latest height when unpinned); a
-  malformed or negative height, or one above the latest, fails before the handler (no height
-  header) with the SDK's registered error (gRPC ``Unknown`` -> ``500``);
+  value; two are ignored) pins the query height; it is echoed in
+  ``Grpc-Metadata-X-Cosmos-Block-Height`` (the asked height, or the latest when unpinned), next
+  to the v1 gateway's ``Grpc-Metadata-Content-Type: application/grpc``, on every ``200``; an
+  error answer has neither (a failing handler's response is trailers-only, and the gateway
+  writes no trailers as headers); a malformed or negative height, or one above the latest,
+  fails in the interceptor with the SDK's registered error (``cosmossdk.io/errors``:
+  ``codespace sdk code N: ...``, gRPC ``Unknown`` -> ``500``);
 * ``query.CollectionPaginate`` (cosmos-sdk ``types/query/collections_pagination.go``): rows in
   the order of their collections key bytes, ``pagination.key`` = a start key (inclusive,
   base64, standard or URL alphabet), ``next_key`` = base64 of the next row's key or ``null``,
@@ -1074,7 +1077,9 @@ class StandinNode:
         try:
             payload = route.handler(Call(snapshot, height, values, query))
         except GrpcError as err:
-            return _grpc_error_answer(err, headers)
+            # A failing handler makes a trailers-only gRPC response: the metadata the interceptor
+            # set arrives as trailers, which the v1 gateway does not write as headers.
+            return _grpc_error_answer(err)
         return _gateway_json(200, payload, headers)
 
     def _resolve_height(self, height_values: list[str]) -> tuple[int, ChainSnapshot]:

@@ -283,7 +283,7 @@ def test_epoch_group_by_model_and_parent(current_node: StandinNode) -> None:
         404,
         {"code": 5, "message": "not found", "details": []},
     )
-    assert missing.height is not None
+    assert missing.height is None
 
 
 def test_statuses_and_exclusions(current_node: StandinNode, chain_history: ChainHistory) -> None:
