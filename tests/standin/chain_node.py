@@ -1,58 +1,75 @@
 """Stand-in gonka nodes: the chain's REST gateway, behind its proxy, over keepersim-made state.
 
-What it mimics (gonka v0.2.14 = ee730031; facts from docs/design/chain-rest-api.md sections 0, 1,
-3, 4 and docs/design/chain-types-v0.2.14.md section 6):
+Independent of keepersim's own server and exporter (it imports neither): the bodies are the
+chain's messages (``keepersim.types.messages``, compiled from the vendored protos) printed by
+``compute_chain_json``; the data come from a keepersim run (:func:`build_chain_history`).
 
-* the proxy: everything under ``/chain-api/`` goes to the node's API server with the prefix
-  stripped (``proxy/nginx.unified.conf.template:258-276``); a path outside it gets nginx's
-  ``404`` page; an optional ``limit_req`` rate limit (20 r/min, burst 200, ``nodelay``;
-  ``proxy/entrypoint.sh:469-471,659``) rejects with nginx's default ``503``, no ``Retry-After``;
-* the gateway (grpc-gateway v1.16 in the Cosmos SDK's API server): the ``GET`` routes of
-  ``inference-chain/proto/inference/inference/query.proto`` in :data:`ROUTES` (paths from their
-  ``google.api.http`` options, response keys from the response messages, in declaration order);
-  the bodies are the chain's messages printed by :func:`compute_chain_json` (gogo jsonpb
-  ``OrigName, EmitDefaults``: every field present) and written compactly (``Indent ""``); a path
-  that matches no route (or another method only) is ``501`` with
-  ``{"code":12,"message":"Not Implemented","details":[]}`` and no height header; a gRPC error is
-  the same body shape with its code and ``HTTPStatusFromCode``; a query parameter that names no
-  request field is ignored; ``+`` in a query string is a space (Go's ``url.ParseQuery``); a path
-  is matched on its decoded form, so an id holding ``%2F`` does not match ``{index}``;
-* the SDK's query interceptor (``baseapp/grpcserver.go``): ``x-cosmos-block-height`` (exactly one
-  value; two are ignored) pins the query height; it is echoed in
-  ``Grpc-Metadata-X-Cosmos-Block-Height`` (the asked height, or the latest when unpinned), next
-  to the v1 gateway's ``Grpc-Metadata-Content-Type: application/grpc``, on every ``200``; an
-  error answer has neither (a failing handler's response is trailers-only, and the gateway
-  writes no trailers as headers); a malformed or negative height, or one above the latest,
-  fails in the interceptor with the SDK's registered error (``cosmossdk.io/errors``:
-  ``codespace sdk code N: ...``, gRPC ``Unknown`` -> ``500``);
-* ``query.CollectionPaginate`` (cosmos-sdk ``types/query/collections_pagination.go``): rows in
-  the order of their collections key bytes, ``pagination.key`` = a start key (inclusive,
-  base64, standard or URL alphabet), ``next_key`` = base64 of the next row's key or ``null``,
-  ``limit`` 0 -> 100 and ``count_total`` forced, ``total`` only for a key-less request with
-  ``count_total``, ``offset`` with ``key`` an error, an offset past the end ``"pagination": null``.
-  The keys are the collections encodings of ``x/inference/keeper/keeper.go``: ``Inferences`` by
-  the id's bytes, ``Participants`` by the address's 20 bytes, ``EpochGroupDataMap`` by
-  ``(uint64 BE epoch, model_id)``, ``EpochPerformanceSummaries`` by
-  ``(length-prefixed address, uint64 BE epoch)``;
-* the handlers of ``x/inference/keeper/query_*.go``: a missing record is ``404``
-  ``{"code":5,"message":"not found",...}``; ``excluded_participants/0`` is the effective epoch's;
-  the inference listing has no epoch filter.
+What it mimics, gonka v0.2.14 = ee730031 (facts from docs/design/chain-rest-api.md sections 0,
+1, 3, 4, docs/design/chain-types-v0.2.14.md section 6, and the upstream files named here):
 
-The data (:func:`build_chain_history`) is a keepersim run, captured at heights; at each height the
-stand-in keeps a :class:`ChainSnapshot` and a pinned query reads the latest snapshot at or below
-its height (an archive node whose state changed only there). Where keepersim simplifies the
-chain, the snapshots are made chain-like (documented on :func:`build_chain_history`): PoC windows
-before each epoch's switch, inference pruning, ML-node weights, legacy statuses.
+* **the proxy** (``proxy/nginx.unified.conf.template:258-276``): ``/chain-api/...`` reaches the
+  node's API server with the prefix stripped, after nginx's URI normalisation (``%XX`` decoded,
+  slashes merged, dot segments resolved); a path outside the location is nginx's ``404`` page;
+  the optional rate limit is ``limit_req ... burst=200 nodelay`` at 20 r/min
+  (``proxy/entrypoint.sh:469-471,659``), rejecting with nginx's default ``503`` and no
+  ``Retry-After``;
+* **the gateway** (grpc-gateway v1.16 in the Cosmos SDK's API server): the GET routes in
+  :data:`ROUTES`, paths from the ``google.api.http`` options of
+  ``inference-chain/proto/inference/inference/query.proto`` and top-level keys from its response
+  messages in declaration order (:data:`RESPONSE_KEYS`; query.proto is not vendored, so the
+  tests compare both with upstream's text when a gonka git mirror is at hand); bodies are gogo
+  jsonpb ``OrigName, EmitDefaults`` (every field present, int64 as strings, enum names, ``null``
+  for unset nullable messages), written compactly. Matching is on the decoded path split at
+  ``/`` (so ``%2F`` in an id does not match ``{index}``); a path that matches no route, or only
+  for another method, is ``501`` ``{"code":12,"message":"Not Implemented","details":[]}``.
+  Request fields come from the query string (``runtime/query.go``): proto or JSON names
+  (``pagination.count_total`` / ``pagination.countTotal``), the first of repeated values, unknown
+  names ignored (``?epoch_id=`` on the inference listing is silently unfiltered), ``+`` read as
+  a space (Go's ``url.ParseQuery``); integers as Go's ``strconv.ParseUint(v, 0, 64)``
+  (``0x``, ``0o``, ``0b``, leading-``0`` octal, ``_``), bytes as standard then URL base64
+  (``runtime/convert.go``); a bad value is ``400`` code 3 with the bare conversion error, a bad
+  path parameter ``type mismatch, parameter: <name>, error: ...``. A bare API server
+  (``prefix=""``) sits behind gorilla/mux, which answers an unclean path with ``301`` to
+  ``path.Clean`` of it;
+* **the SDK's query interceptor** (cosmos-sdk ``baseapp/grpcserver.go``):
+  ``x-cosmos-block-height`` with exactly one value pins the height (two values are ignored);
+  every ``200`` carries ``Grpc-Metadata-X-Cosmos-Block-Height`` (the asked height, or the latest)
+  and the v1 gateway's ``Grpc-Metadata-Content-Type: application/grpc``; error answers carry
+  neither (a failing handler's gRPC response is trailers-only, and the gateway writes no
+  trailers as headers). A malformed or negative height, or one above the latest, fails in the
+  interceptor with the SDK's registered error (``cosmossdk.io/errors`` ``GRPCStatus``:
+  ``codespace sdk code 18|26|38: ...``, gRPC Unknown, so ``500``);
+* **pagination** (cosmos-sdk ``types/query/collections_pagination.go``, :func:`compute_page`):
+  rows in the order of their collections key bytes (``x/inference/keeper/keeper.go``:
+  ``Inferences`` by the id's bytes, ``Participants`` by the address's bytes,
+  ``EpochGroupDataMap`` by ``(uint64 BE epoch, model_id)``, ``EpochPerformanceSummaries`` by
+  ``(length-prefixed address, uint64 BE epoch)``); ``pagination.key`` is an inclusive start key;
+  ``next_key`` the next row's key in base64, or ``null``; ``limit`` 0 means 100 with
+  ``count_total`` forced; ``total`` only on a key-less page with ``count_total`` (else ``"0"``);
+  ``offset`` with ``key`` an error (``Internal`` where the handler wraps it, ``Unknown`` for
+  ``ParticipantAll``); an offset past the end prints ``"pagination": null``; ``reverse`` with a
+  key iterates ``[nil, key)`` backwards, as the code reads (the row at ``next_key`` is skipped);
+* **the handlers** (``x/inference/keeper/query_*.go``): a missing record is ``404``
+  ``{"code":5,"message":"not found","details":[]}``; ``epoch_performance_summary/{epoch}``
+  filters all summaries (an unknown epoch gives ``[]``); ``excluded_participants/0`` is the
+  effective epoch's; ``epoch_info.block_height`` and ``participant.block_height`` are the query
+  height; ``active_confirmation_poc_event`` is always ``null`` (no confirmation PoC).
 
-An *older node* (``StandinNode(history, version="v0.2.5")``) lacks
-``epoch_performance_summary/{epoch_index}``, which upstream added in v0.2.6 (``82c43a42``); at
-v0.2.5 that path matches no route, so it answers the gateway's 501.
+State by height: the stand-in holds a :class:`ChainHistory` of :class:`ChainSnapshot` (at height
+1, at every epoch's effective height, at the last block, and at any extra heights); a query at
+height ``h`` reads the latest snapshot at or below ``h`` (an archive node whose state changed only
+at those heights). ``earliest_height`` makes a pruning node instead (older heights fail as the
+SDK's ``failed to load state``).
 
-Knobs on :class:`StandinNode`: ``prefix`` (``/chain-api`` or ``""`` for a bare API server),
-``rate_limit`` (:class:`RateLimit`, nginx's leaky bucket on an injectable clock),
-:meth:`StandinNode.fail_next` (answer the next N requests with 429/503 and optional
-``Retry-After``), ``earliest_height`` (a pruning node: older pins fail as the SDK's
-``failed to load state``), and the request log / per-route counters (:attr:`StandinNode.counts`).
+An **older node** (``version=OLDER_VERSION``, v0.2.5) serves the routes of query.proto before
+v0.2.6 (``82c43a42``), which added ``epoch_performance_summary/{epoch_index}``: there that path
+matches no route and is the gateway's 501. Its bodies are still v0.2.14's messages.
+
+Knobs on :class:`StandinNode`: ``prefix``; ``rate_limit`` (:class:`RateLimit`, nginx's leaky
+bucket on an injectable clock); :meth:`StandinNode.fail_next` (the next N requests, or N to one
+RPC, answered 429/503 with an optional ``Retry-After``); ``earliest_height``; the request log
+(:attr:`StandinNode.requests`) and per-RPC counters (:attr:`StandinNode.counts`, unmatched paths
+under ``"<unrouted>"``).
 """
 
 from __future__ import annotations
@@ -60,6 +77,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import json
 import re
 import threading
@@ -91,24 +109,26 @@ from keepersim.types.messages import (
 __all__ = [
     "API_PREFIX",
     "CURRENT_VERSION",
-    "OLDER_VERSION",
-    "GrpcError",
-    "PageRequest",
-    "DEFAULT_LIMIT",
-    "HEIGHT_REQUEST_HEADER",
-    "HEIGHT_RESPONSE_HEADER",
-    "PROXY_PREFIX",
-    "RESPONSE_KEYS",
-    "ROUTES",
     "ChainHistory",
     "ChainSnapshot",
+    "DEFAULT_LIMIT",
+    "GrpcError",
+    "HEIGHT_REQUEST_HEADER",
+    "HEIGHT_RESPONSE_HEADER",
+    "OLDER_VERSION",
+    "PROXY_PREFIX",
+    "PageRequest",
+    "RESPONSE_KEYS",
+    "ROUTES",
     "RateLimit",
     "RequestRecord",
     "Route",
     "StandinNode",
     "build_chain_history",
-    "compute_page",
     "compute_address_key",
+    "compute_clean_path",
+    "compute_go_uint64",
+    "compute_page",
     "get_poc_window_inferences",
     "make_standin_scenario",
     "serve_node",
@@ -321,6 +341,25 @@ def _capture(chain: Chain, height: int) -> ChainSnapshot:
         )
 
 
+def _digest(*parts: str, size: int = 32) -> bytes:
+    return hashlib.blake2b("/".join(parts).encode(), digest_size=size).digest()
+
+
+def _process_inference_bulk(inference: Inference) -> None:
+    """The fields a v0.2.14 record carries that keepersim leaves empty, made from the id: hex
+    hashes and base64 signatures (the payload fields stay "", as since v0.2.6)."""
+    inference.prompt_hash = _digest(inference.index, "prompt").hex()
+    inference.original_prompt_hash = _digest(inference.index, "original").hex()
+    inference.transfer_signature = base64.b64encode(
+        _digest(inference.index, "transfer", size=64)
+    ).decode()
+    inference.transferred_by = inference.requested_by
+    if inference.executed_by:
+        inference.response_hash = _digest(inference.index, "response").hex()
+        signature = _digest(inference.index, "execution", size=64)
+        inference.execution_signature = base64.b64encode(signature).decode()
+
+
 def _process_chain_like(
     snapshot: ChainSnapshot, poc_window: int, statuses: Mapping[str, tuple[int, int]]
 ) -> ChainSnapshot:
@@ -348,6 +387,7 @@ def _process_chain_like(
         if 0 < inference.epoch_id <= cutoff:
             continue
         inference.epoch_poc_start_block_height = poc_start.get(inference.epoch_id, 0)
+        _process_inference_bulk(inference)
         inferences.append(inference)
     for participant in snapshot.participants:
         edit = statuses.get(participant.address)
@@ -387,6 +427,7 @@ def build_chain_history(
     * pruning: inferences of epochs ``1 .. effective - inference_pruning_epoch_threshold`` are
       gone (epoch 0's are never indexed for pruning; section 3.2); summaries, groups and
       exclusions stay;
+    * inferences: hex hashes and base64 signatures made from the id (the payloads stay "");
     * ML nodes: each node's ``poc_weight`` is its share of the member's weight, its id is made
       unique, and ``confirmation_weight`` is the member's weight (keepersim leaves them 0);
     * statuses: ``statuses[address] = (status, from_height)``; by default the 6th participant is
@@ -810,7 +851,7 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One request as the stand-in saw it."""
+    """One request as the stand-in saw it (``height_header``: the first pin value, if any)."""
 
     path: str
     rpc: str | None

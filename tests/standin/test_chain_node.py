@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from keepersim.types.bech32 import compute_bech32
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.messages import (
     Epoch,
@@ -43,6 +44,8 @@ from standin.chain_node import (
     RateLimit,
     StandinNode,
     compute_address_key,
+    compute_clean_path,
+    compute_go_uint64,
     compute_page,
     get_poc_window_inferences,
     serve_node,
@@ -203,6 +206,7 @@ def test_route_answers_the_response_message_with_every_key(
     assert reply.status == 200, reply.body
     assert reply.headers.get("Content-Type") == "application/json"
     assert reply.height == str(chain_history.latest.height)
+    assert reply.headers.get("Grpc-Metadata-Content-Type") == "application/grpc"
     body = reply.json
     assert list(body) == list(RESPONSE_KEYS[rpc])
     assert current_node.counts[rpc] == 1
@@ -507,6 +511,75 @@ def test_compute_page_offset(keys: list[bytes], limit: int, offset: int, count: 
     assert (response["next_key"] is not None) == has_next
     if has_next:
         assert base64.b64decode(response["next_key"]) == rows[offset + limit][0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(raw=st.binary(min_size=1, max_size=32))
+def test_address_key_is_the_bech32_payload(raw: bytes) -> None:
+    assert compute_address_key(compute_bech32("gonka", raw)) == raw
+
+
+def test_address_key_of_a_non_bech32_string_is_its_bytes() -> None:
+    assert compute_address_key("not-an-address") == b"not-an-address"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0", 0),
+        ("12", 12),
+        ("010", 8),
+        ("0x1f", 31),
+        ("0X1F", 31),
+        ("0x_1f", 31),
+        ("0o17", 15),
+        ("0b101", 5),
+        ("1_000", 1000),
+        ("18446744073709551615", 2**64 - 1),
+    ],
+)
+def test_go_uint64_accepts(text: str, value: int) -> None:
+    assert compute_go_uint64(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "invalid syntax"),
+        ("-1", "invalid syntax"),
+        ("+1", "invalid syntax"),
+        (" 1", "invalid syntax"),
+        ("09", "invalid syntax"),
+        ("0x", "invalid syntax"),
+        ("0x__1", "invalid syntax"),
+        ("_1", "invalid syntax"),
+        ("1_", "invalid syntax"),
+        ("1__0", "invalid syntax"),
+        ("1.0", "invalid syntax"),
+        ("18446744073709551616", "value out of range"),
+    ],
+)
+def test_go_uint64_rejects_with_gos_message(text: str, problem: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        compute_go_uint64(text)
+    assert str(caught.value) == f'strconv.ParseUint: parsing "{text}": {problem}'
+
+
+@pytest.mark.parametrize(
+    ("path", "clean"),
+    [
+        ("/a/b", "/a/b"),
+        ("/a//b", "/a/b"),
+        ("//a", "/a"),
+        ("/a/./b/", "/a/b/"),
+        ("/a/../b", "/b"),
+        ("/..", "/"),
+        ("a", "/a"),
+        ("/", "/"),
+    ],
+)
+def test_clean_path_is_gos_path_clean_keeping_a_trailing_slash(path: str, clean: str) -> None:
+    assert compute_clean_path(path) == clean
 
 
 # ---------------------------------------------------------------------------------------------
