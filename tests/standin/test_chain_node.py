@@ -330,8 +330,13 @@ def test_poc_window_inferences_are_in_the_data_and_served(
 ) -> None:
     latest = chain_history.latest
     window = get_poc_window_inferences(latest)
-    assert window
     groups = {g.epoch_index: g for g in latest.epoch_groups if g.model_id == ""}
+    for index, group in groups.items():
+        if index >= 1:  # build_chain_history's default poc_window
+            assert group.effective_block_height - group.poc_start_block_height == 4
+    # several start heights per window, in the windows of at least two epochs
+    assert len({i.start_block_height for i in window}) >= 2 * len({i.epoch_id for i in window})
+    assert len({i.epoch_id for i in window}) >= 2
     for inference in window:
         nxt = groups[inference.epoch_id + 1]
         served = get(current_node, f"/inference/{inference.index}").json["inference"]
