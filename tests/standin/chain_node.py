@@ -92,7 +92,7 @@ from urllib.parse import parse_qs, unquote
 from keepersim.chain import Chain
 from keepersim.sim.driver import run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario
-from keepersim.types.bech32 import compute_bech32, is_valid_bech32
+from keepersim.types.bech32 import ACCOUNT_ADDRESS_PREFIX, compute_bech32, is_valid_bech32
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.messages import (
     INACTIVE,
@@ -678,8 +678,12 @@ def _handle_participant_all(call: Call) -> dict[str, Any]:
 
 
 def _handle_participant(call: Call) -> dict[str, Any]:
+    index = call.path["index"]
+    # GetParticipant: sdk.AccAddressFromBech32 (the chain's prefix) or "not found"
+    if not (is_valid_bech32(index) and index.lower().startswith(ACCOUNT_ADDRESS_PREFIX + "1")):
+        raise _not_found()
     rows = call.snapshot.get_rows("participants")
-    return {"participant": _find(rows, compute_address_key(call.path["index"]))}
+    return {"participant": _find(rows, compute_address_key(index))}
 
 
 def _handle_count_participants(call: Call) -> dict[str, Any]:

@@ -528,6 +528,17 @@ def test_address_key_of_a_non_bech32_string_is_its_bytes() -> None:
     assert compute_address_key("not-an-address") == b"not-an-address"
 
 
+def test_participant_lookup_needs_the_chains_address_prefix(
+    current_node: StandinNode, chain_history: ChainHistory
+) -> None:
+    address = chain_history.latest.participants[0].address
+    other_prefix = compute_bech32("cosmos", compute_address_key(address))
+    for index in (other_prefix, "not-an-address"):
+        reply = get(current_node, f"/participant/{index}")
+        assert (reply.status, reply.json["code"]) == (404, 5)
+    assert get(current_node, f"/participant/{address}").status == 200
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     [
