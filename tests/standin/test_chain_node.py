@@ -10,6 +10,7 @@ import math
 import os
 import re
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -886,3 +888,36 @@ def test_older_node_routes_match_query_proto_before_v0_2_6() -> None:
         else:
             fields = tuple(get_message_fields(text, by_path[path]))
             assert fields == RESPONSE_KEYS[route.rpc], route.rpc
+
+
+def test_concurrent_keep_alive_clients_each_see_whole_listings(
+    current_node: StandinNode, chain_history: ChainHistory
+) -> None:
+    """Threads paging different listings over kept-alive httpx connections at once."""
+    expected = {
+        route: [v for _, v in chain_history.latest.get_rows(rows)] for route, _, rows in LISTINGS
+    }
+    keys = {route: key for route, key, _ in LISTINGS}
+    results: dict[str, list[Any]] = {}
+
+    def page_all(route: str) -> None:
+        items: list[Any] = []
+        with httpx.Client(base_url=current_node.api_url + API_PREFIX, timeout=10) as client:
+            params: dict[str, str] = {"pagination.limit": "4"}
+            while True:
+                reply = client.get(route, params=params)  # httpx quotes the key itself
+                assert reply.status_code == 200
+                body = reply.json()
+                items.extend(body[keys[route]])
+                next_key = body["pagination"]["next_key"]
+                if not next_key:
+                    break
+                params = {"pagination.limit": "4", "pagination.key": next_key}
+        results[route] = items
+
+    threads = [threading.Thread(target=page_all, args=(route,)) for route in expected]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert results == expected
