@@ -10,6 +10,7 @@ import math
 import os
 import re
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -921,3 +922,22 @@ def test_concurrent_keep_alive_clients_each_see_whole_listings(
     for thread in threads:
         thread.join(timeout=30)
     assert results == expected
+
+
+def test_stand_in_is_independent_of_keepersims_server_and_exporter() -> None:
+    """Not even transitively: the stand-in must not share code with what it will test."""
+    tests_dir = Path(__file__).resolve().parents[1]
+    code = (
+        "import sys, standin.chain_node; "
+        "print(sorted(m for m in sys.modules "
+        "if m.startswith(('keepersim.server', 'keepersim.export'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tests_dir,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir.parent), str(tests_dir)])},
+    )
+    assert done.stdout.strip() == "[]"
