@@ -22,9 +22,12 @@ from typing import Any
 import plyvel
 
 from keepersim.chain import Chain
-from keepersim.types.messages import GenesisState, MLNodeInfo, Participant
+from keepersim.module.genesis import compute_genesis
+from keepersim.types.messages import MLNodeInfo, Participant
 from keepersim.types.params import get_default_params
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
 Bench = Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]]
 BENCHES: dict[str, Bench] = {}
@@ -38,31 +41,30 @@ def bench(name: str) -> Callable[[Bench], Bench]:
     return register
 
 
-def make_genesis(n: int, policy: str = "gonka", epoch_length: int = 1_000_000) -> GenesisState:
+def make_genesis(n: int, policy: str = "gonka", epoch_length: int = 1_000_000) -> Genesis:
     params = get_default_params()
-    params.epoch_params.epoch_length = epoch_length
-    for name in (
-        "poc_stage_duration",
-        "poc_validation_delay",
-        "poc_validation_duration",
-        "set_new_validators_delay",
-    ):
-        setattr(params.epoch_params, name, 0)
-    params.expiration_blocks = 150
-    params.health_params.policy = policy
-    params.sprt_params.enabled = policy == "sprt"
-    genesis = GenesisState(params=params, chain_id="keepersim-bench")
+    epoch = params.params.epoch_params
+    epoch.epoch_length = epoch_length
+    # The shortest PoC the chain accepts; every node keeps serving during it.
+    epoch.poc_stage_duration = 1
+    epoch.poc_exchange_duration = 0
+    epoch.poc_validation_delay = 0
+    epoch.poc_validation_duration = 1
+    epoch.set_new_validators_delay = 0
+    params.params.validation_params.expiration_blocks = 150
+    params.extension_params.health_params.policy = policy
+    params.extension_params.sprt_enabled = policy == "sprt"
     node = MLNodeInfo(node_id="n0", timeslot_allocation=[True, True])
+    participants = []
     for i in range(n):
-        genesis.participants.append(
-            Participant(
-                address=f"gonka1bench{i:06d}",
-                weight=100 + (i * 7919) % 5000,
-                models=["m"],
-                ml_nodes=[node],
+        address = f"gonka1bench{i:06d}"
+        participants.append(
+            (
+                Participant(address=address, weight=100 + (i * 7919) % 5000),
+                ParticipantNodes(address=address, models=["m"], ml_nodes=[node]),
             )
         )
-    return genesis
+    return compute_genesis("keepersim-bench", params, participants)
 
 
 @bench("raw_put")
