@@ -31,7 +31,8 @@ class NoPolicy(HealthPolicy):
 
 
 class SprtOnlyPolicy(HealthPolicy):
-    """The chain's slow deactivation alone: the keeper's SPRT (params.sprt_params) marks
+    """The chain's slow deactivation alone: the keeper's SPRT (the chain's
+    ``validation_params.downtime_*``, on when ``extension_params.sprt_enabled``) marks
     participants INACTIVE and selection drops them; this policy adds no gate of its own."""
 
     name = "sprt"
