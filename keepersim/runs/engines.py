@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from keepersim.progress import ProgressBar, make_progress
 from keepersim.runs.task import RunTask, run_task_data
+from keepersim.types.errors import KeepersimError
 
 __all__ = [
     "ENGINES",
@@ -43,7 +44,7 @@ DEFAULT_RETRIES = 1
 RAY_MISSING = "the ray engine needs Ray: pip install 'keepersim[ray]'"
 
 
-class EngineError(ValueError):
+class EngineError(KeepersimError):
     """Bad engine input (unknown engine, bad jobs, Ray missing or unreachable)."""
 
 

@@ -23,6 +23,7 @@ from keepersim.sim.driver import (
 )
 from keepersim.sim.scenario import Scenario, dump_scenario, parse_scenario
 from keepersim.sim.suite import get_builtin_scenario
+from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
 _KEYS = ("scenario", "label", "policy", "seed", "params", "store", "trace")
 
 
-class TaskError(ValueError):
+class TaskError(KeepersimError):
     """Task data that is not a task (a key missing or unknown, a wrong type)."""
 
 
