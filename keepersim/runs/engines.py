@@ -16,6 +16,7 @@ go on. ``on_outcome`` sees each outcome as it finishes (streaming); progress lin
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
@@ -178,7 +179,11 @@ def _run_on_ray(tracker: _Tracker, order: list[int], jobs: int, address: str | N
     ray = import_ray()
     started_here = not ray.is_initialized()
     if started_here:
-        options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        options: dict[str, Any] = {
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "logging_level": logging.ERROR,
+        }
         if address is None:
             options["num_cpus"] = jobs
         try:

@@ -112,9 +112,7 @@ def _sort_summary(summary: list[dict[str, Any]], spec: SweepSpec) -> list[dict[s
     cells = {p: [format_cell(v) for v in values] for p, values in spec.grid.items()}
 
     def key(row: dict[str, Any]) -> tuple[int, ...]:
-        grid = [
-            cells[p].index(row[p]) if row.get(p) in cells[p] else -1 for p in spec.grid_paths
-        ]
+        grid = [cells[p].index(row[p]) if row.get(p) in cells[p] else -1 for p in spec.grid_paths]
         return (scenarios.index(row["scenario"]), spec.policies.index(row["policy"]), *grid)
 
     return sorted(summary, key=key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,13 @@ def test_engines_agree_in_process_and_in_a_pool(tiny_file: Path) -> None:
         o.record["app_hash"] for o in two if o.record
     ]
     assert RunTask.from_dict(tasks[0].to_dict()).to_dict() == tasks[0].to_dict()
+
+
+def test_the_ray_engine_without_ray_is_one_line(
+    write_spec: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    out = tmp_path / "out"
+    assert main(["sweep", str(write_spec()), "--out", str(out), "--engine", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err == "keepersim: error: the ray engine needs Ray: pip install 'keepersim[ray]'\n"
