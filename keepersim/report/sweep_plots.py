@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from keepersim.report.plots import _save, safe_name  # noqa: E402
+from keepersim.report.sweep_summary import compute_short_names  # noqa: E402
 
 __all__ = ["MAX_PANELS", "PLOT_METRICS", "write_sweep_plots"]
 
@@ -89,6 +90,7 @@ def _plot_axis(
 ) -> Path:
     xs_text, numeric = _sort_values(_values(summary, path))
     xs = [float(x) for x in xs_text] if numeric else list(range(len(xs_text)))
+    short = compute_short_names(paths)
     others = [p for p in paths if p != path]
     combos = list(itertools.product(*(_values(summary, p) for p in others)))[:MAX_PANELS]
     cols = min(3, len(combos))
@@ -117,17 +119,15 @@ def _plot_axis(
         if not numeric:
             ax.set_xticks(xs)
             ax.set_xticklabels(xs_text, rotation=30)
-        ax.set_xlabel(path)
+        ax.set_xlabel(short[path])
         if k % cols == 0:
             ax.set_ylabel(_label(metric))
         if fixed:
-            ax.set_title(
-                ", ".join(f"{p.split('.')[-1]}={v}" for p, v in fixed.items()), fontsize="small"
-            )
+            ax.set_title(", ".join(f"{short[p]}={v}" for p, v in fixed.items()), fontsize="small")
     for k in range(len(combos), rows_n * cols):
         axes[k // cols][k % cols].axis("off")
     axes[0][0].legend(fontsize="small")
-    fig.suptitle(f"{scenario}: {_label(metric)} along {path} (mean, 95% CI over seeds)")
+    fig.suptitle(f"{scenario}: {_label(metric)} along {short[path]} (mean, 95% CI over seeds)")
     name = f"{metric}_by_{safe_name(path)}_{safe_name(scenario)}.png"
     return _save(fig, folder / name)
 
@@ -145,6 +145,7 @@ def _plot_heatmap(
     ys, _ = _sort_values(_values(summary, y_path))
     chosen = _select(summary, scenario, policy, {})
     scale = _scale(metric)
+    short = compute_short_names([x_path, y_path])
     grid: list[list[float]] = []
     for y in ys:
         line: list[float] = []
@@ -161,16 +162,19 @@ def _plot_heatmap(
         return None
     fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 3.5, 0.7 * len(ys) + 2.5))
     image = ax.imshow(grid, cmap="viridis", aspect="auto", origin="lower")
+    finite = [v for line in grid for v in line if not math.isnan(v)]
+    middle = (min(finite) + max(finite)) / 2
     for i, line in enumerate(grid):
         for j, v in enumerate(line):
             if not math.isnan(v):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white", fontsize=8)
+                color = "black" if v > middle else "white"
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color=color, fontsize=8)
     ax.set_xticks(range(len(xs)))
     ax.set_xticklabels(xs, rotation=30)
     ax.set_yticks(range(len(ys)))
     ax.set_yticklabels(ys)
-    ax.set_xlabel(x_path)
-    ax.set_ylabel(y_path)
+    ax.set_xlabel(short[x_path])
+    ax.set_ylabel(short[y_path])
     fig.colorbar(image, ax=ax, label=_label(metric))
     ax.set_title(f"{scenario} / {policy}: {_label(metric)} (mean over seeds)")
     name = (

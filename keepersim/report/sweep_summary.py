@@ -22,7 +22,12 @@ from keepersim.report.stats import (
 )
 from keepersim.report.tables import format_table
 
-__all__ = ["SUMMARY_METRICS", "compute_sweep_summary", "format_sweep_table"]
+__all__ = [
+    "SUMMARY_METRICS",
+    "compute_short_names",
+    "compute_sweep_summary",
+    "format_sweep_table",
+]
 
 _ID = ("scenario", "policy", "seed", "status", "attempts", "error", "app_hash", "wall_seconds")
 #: Metrics the table shows (the CSV has every numeric column).
@@ -33,6 +38,22 @@ SUMMARY_METRICS = (
     "excluded_weight_share",
     "fallback_selections",
 )
+
+
+def compute_short_names(paths: Sequence[str]) -> dict[str, str]:
+    """Each grid path by its shortest dotted suffix that no other path ends with (for table
+    heads and plot axes; files keep the whole path)."""
+    out: dict[str, str] = {}
+    for path in paths:
+        parts = path.split(".")
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if not any(o != path and (o == tail or o.endswith("." + tail)) for o in paths):
+                out[path] = tail
+                break
+        else:  # pragma: no cover - paths are unique
+            out[path] = path
+    return out
 
 
 def _number(text: str | None) -> float | None:
@@ -149,9 +170,18 @@ def _with_ci(row: dict[str, Any], metric: str, scale: float, digits: int, unit: 
 
 
 def format_sweep_table(summary: Sequence[dict[str, Any]], paths: Sequence[str]) -> str:
-    """The stdout table: one line per (scenario, policy, grid point); empty grid cells (a
-    baseline run once for every value) print as ``*``."""
-    headers = ["scenario", "policy", *paths, "runs", "miss rate [95% CI]", "oracle eff. [95% CI]"]
+    """The stdout table: one line per (scenario, policy, grid point), a grid path headed by its
+    :func:`compute_short_names` name; empty grid cells (a baseline run once for every value)
+    print as ``*``."""
+    short = compute_short_names(paths)
+    headers = [
+        "scenario",
+        "policy",
+        *(short[p] for p in paths),
+        "runs",
+        "miss rate [95% CI]",
+        "oracle eff. [95% CI]",
+    ]
     headers += ["false excl.", "excluded", "fallback"]
     right = [False, False, *([True] * (len(headers) - 2))]
     lines: list[list[str]] = []

@@ -198,3 +198,19 @@ def test_the_ray_engine_without_ray_is_one_line(
     assert main(["sweep", str(write_spec()), "--out", str(out), "--engine", "ray"]) == 2
     err = capsys.readouterr().err
     assert err == "keepersim: error: the ray engine needs Ray: pip install 'keepersim[ray]'\n"
+
+
+def test_short_names_are_unique_suffixes() -> None:
+    from keepersim.report.sweep_summary import compute_short_names
+
+    paths = [WINDOW_PATH, "extension_params.health_params.consecutive.timeout_blocks", EXPIRY_PATH]
+    assert compute_short_names(paths) == {
+        WINDOW_PATH: "max_cooldown_blocks",
+        paths[1]: "timeout_blocks",
+        EXPIRY_PATH: "expiration_blocks",
+    }
+    a, b = "extension_params.health_params.windowed.window", "extension_params.x.windowed.window"
+    assert compute_short_names([a, b]) == {
+        a: "health_params.windowed.window",
+        b: "x.windowed.window",
+    }
