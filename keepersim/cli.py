@@ -388,10 +388,12 @@ def add_sweep_command(subparsers: Any) -> None:
         description=(
             "Run every scenario x policy x grid point x seed of SPEC.json (plus the `none` and "
             "`oracle` baselines), streaming one row per run to DIR/runs.csv; then write "
-            "DIR/summary.csv (means and 95%% CIs over seeds), PNG plots and print a table.\n\n"
-            'SPEC: {"scenarios": [names or files], "policies": [...], "seeds": N or [list], '
-            '"grid": {"extension_params.health_params.windowed.max_cooldown_blocks": [...]}}. '
-            "See docs/sweeps.md."
+            "DIR/summary.csv (means and 95% CIs over seeds), PNG plots and print a table.\n\n"
+            'SPEC: {"scenarios": [names or files], "policies": [...], "seeds": N or [list],\n'
+            '       "grid": {"extension_params.health_params.windowed.max_cooldown_blocks":\n'
+            "                [200, 800], ...}}\n"
+            "Grid paths start at keepersim.v1.ModuleParams (params.* the chain's, "
+            "extension_params.* keepersim's). See docs/sweeps.md."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
