@@ -106,7 +106,8 @@ def _efficiency(
 def compute_sweep_summary(
     header: Sequence[str], rows: Sequence[dict[str, str]], paths: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """One row per (scenario, policy, grid cells) with ok runs, in first-seen order."""
+    """One row per (scenario, policy, grid cells), in first-seen order (``runs``: the finished
+    runs aggregated, ``failed``: the failed ones)."""
     ok = [r for r in rows if r.get("status") == "ok"]
     metrics = _metric_columns(header, paths)
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
@@ -118,6 +119,8 @@ def compute_sweep_summary(
         if r.get("status") != "ok":
             key = (r["scenario"], r["policy"], *(r.get(p, "") for p in paths))
             failed[key] = failed.get(key, 0) + 1
+    for key in failed:
+        groups.setdefault(key, [])  # every run of it failed: a row that says so
     out: list[dict[str, Any]] = []
     for key, members in groups.items():
         summary: dict[str, Any] = {"scenario": key[0], "policy": key[1]}

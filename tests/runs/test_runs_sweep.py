@@ -214,3 +214,45 @@ def test_short_names_are_unique_suffixes() -> None:
         a: "health_params.windowed.window",
         b: "x.windowed.window",
     }
+
+
+def test_runs_log_failed_rows_wait_for_the_columns_and_torn_lines_are_dropped(
+    tmp_path: Path,
+) -> None:
+    from keepersim.runs.engines import TaskOutcome
+    from keepersim.runs.plan import PlannedTask
+    from keepersim.runs.results import RunsLog, read_runs
+
+    def planned(policy: str) -> PlannedTask:
+        task = RunTask("sparse", policy, 1)
+        return PlannedTask(("sparse", policy, "1", ("7",)), task, {WINDOW_PATH: "7"})
+
+    path = tmp_path / "runs.csv"
+    log = RunsLog(path, [WINDOW_PATH])
+    log.write(planned("gonka"), TaskOutcome(0, planned("gonka").task, None, "E: x", 2))
+    assert not path.exists()  # no columns yet: the failed row waits
+    record = {"misses": 3, "inferences": 9, "detection_delay": {"median": 4}, "app_hash": "ab"}
+    log.write(planned("none"), TaskOutcome(1, planned("none").task, record, None, 1))
+    log.close()
+    header, rows = read_runs(path)
+    assert header[:4] == ["scenario", "policy", "seed", WINDOW_PATH] and header[-1] == "app_hash"
+    assert [(r["policy"], r["status"], r["misses"]) for r in rows] == [
+        ("gonka", "failed", ""),
+        ("none", "ok", "3"),
+    ]
+    assert rows[1]["detection_delay_median"] == "4"
+    with path.open("a") as f:
+        f.write("sparse,windowed,1,7,ok")  # torn: no line end
+    assert len(read_runs(path)[1]) == 2
+    only_failed = RunsLog(tmp_path / "failed.csv", [WINDOW_PATH])
+    only_failed.write(planned("gonka"), TaskOutcome(0, planned("gonka").task, None, "E: x", 2))
+    only_failed.close()
+    assert read_runs(tmp_path / "failed.csv")[0] == [
+        "scenario",
+        "policy",
+        "seed",
+        WINDOW_PATH,
+        "status",
+        "attempts",
+        "error",
+    ]
