@@ -149,10 +149,9 @@ def _show(value: Any) -> str:
 
 def get_task(scenario: str, policy: str) -> Any:
     """The run ``keepersim simulate S --policy P --seed 1 --store memory`` makes, as a task."""
-    from keepersim.report.compare import RunTask
-    from keepersim.sim.suite import get_builtin_scenario
+    from keepersim.runs import make_task
 
-    return RunTask(get_builtin_scenario(scenario, SEED), scenario, policy, SEED, STORE)
+    return make_task(scenario, policy, SEED, label=scenario, store=STORE)
 
 
 def get_golden_run_record(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,7 +161,7 @@ def get_golden_run_record(run: Mapping[str, Any]) -> dict[str, Any]:
 
 def compute_run(scenario: str, policy: str) -> dict[str, Any]:
     """One built-in run, in this process, as its golden record."""
-    from keepersim.report.compare import execute_runs
+    from keepersim.runs import execute_runs
 
     (run,) = execute_runs([get_task(scenario, policy)], 1, False)
     return get_golden_run_record(run)
@@ -195,8 +194,8 @@ def process_runs(
     pairs: Sequence[tuple[str, str]], jobs: int, progress: bool = True
 ) -> dict[str, dict[str, Any]]:
     """Every (scenario, policy) pair's golden record by run key, sorted; the runs go to
-    compare's runner (``jobs`` worker processes, progress lines on stderr)."""
-    from keepersim.report.compare import execute_runs
+    keepersim.runs' process engine (``jobs`` worker processes, progress lines on stderr)."""
+    from keepersim.runs import execute_runs
 
     runs = execute_runs([get_task(s, p) for s, p in pairs], max(1, jobs), progress)
     return dict(

@@ -15,16 +15,13 @@ as null, when the oracle avoids nothing).
 
 from __future__ import annotations
 
-import concurrent.futures
 import csv
 import math
-import multiprocessing
 import os
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,7 +31,6 @@ from keepersim.outputs import (
     write_json_atomic,
     write_text_atomic,
 )
-from keepersim.progress import make_progress
 from keepersim.report.inaction import compute_inaction_note
 from keepersim.report.stats import (
     compute_bootstrap_interval,
@@ -44,31 +40,33 @@ from keepersim.report.stats import (
     mean_or_none,
 )
 from keepersim.report.tables import format_baselines_line, format_summary_table
+from keepersim.runs.engines import execute_runs, get_default_jobs
+from keepersim.runs.sources import (
+    BASELINES,
+    CompareError,
+    ScenarioSource,
+    order_policies,
+    resolve_scenarios,
+)
+from keepersim.runs.task import RunTask, make_task
 from keepersim.sim.driver import (
     StoreKind,
     build_params,
     compute_run_mechanisms,
-    get_known_policies,
-    run_scenario,
 )
-from keepersim.sim.scenario import Scenario, ScenarioError, load_scenario
-from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
+from keepersim.sim.scenario import Scenario, ScenarioError
 
 __all__ = [
     "BASELINES",
     "REPORT_VERSION",
     "SPEC_RUN_KEYS",
     "CompareError",
-    "RunTask",
     "compare",
-    "execute_runs",
-    "get_default_jobs",
     "order_policies",
     "resolve_scenarios",
 ]
 
 REPORT_VERSION = 1
-BASELINES = ("none", "oracle")
 #: Keys every run record carries (shared/spec/scenario-format.md, "What a run reports").
 SPEC_RUN_KEYS = (
     "scenario",
@@ -83,127 +81,6 @@ SPEC_RUN_KEYS = (
     "app_hash",
 )
 _NESTED_RUN_KEYS = ("timeline", "participants")
-
-
-class CompareError(ValueError):
-    """Bad comparison input (unknown policy or scenario, bad seeds or jobs)."""
-
-
-@dataclass(frozen=True)
-class _ScenarioSource:
-    label: str
-    builtin: str | None = None
-    scenario: Scenario | None = None
-
-    def get(self, index: int) -> tuple[Scenario, int]:
-        """The scenario and run seed of the ``index``-th seed (0-based)."""
-        if self.builtin is not None:
-            seed = index + 1
-            return get_builtin_scenario(self.builtin, seed), seed
-        assert self.scenario is not None
-        return self.scenario, self.scenario.seed + index
-
-
-@dataclass(frozen=True)
-class RunTask:
-    """One run of a comparison (picklable: it goes to a worker process)."""
-
-    scenario: Scenario
-    label: str
-    policy: str
-    seed: int
-    store: StoreKind
-    reputation_weighting: bool = False
-
-
-def get_default_jobs() -> int:
-    """Worker processes by default: the machine's cores, at most 2."""
-    return max(1, min(2, os.cpu_count() or 1))
-
-
-def resolve_scenarios(items: Sequence[Scenario | str | os.PathLike[str]]) -> list[_ScenarioSource]:
-    """Built-in names, scenario file paths or Scenario objects -> sources with unique labels."""
-    out: list[_ScenarioSource] = []
-    builtins = set(list_builtin_scenarios())
-    for item in items:
-        if isinstance(item, Scenario):
-            out.append(_ScenarioSource(item.name, scenario=item))
-        elif isinstance(item, str) and item in builtins and not Path(item).exists():
-            out.append(_ScenarioSource(item, builtin=item))
-        else:
-            path = Path(item)
-            if not path.exists():
-                raise CompareError(
-                    f"{os.fspath(item)!r} is neither a built-in scenario "
-                    f"({', '.join(sorted(builtins))}) nor an existing file"
-                )
-            scenario = load_scenario(path)
-            out.append(_ScenarioSource(scenario.name, scenario=scenario))
-    seen: dict[str, int] = {}
-    unique: list[_ScenarioSource] = []
-    for src in out:
-        n = seen.get(src.label, 0) + 1
-        seen[src.label] = n
-        label = src.label if n == 1 else f"{src.label}#{n}"
-        unique.append(_ScenarioSource(label, src.builtin, src.scenario))
-    return unique
-
-
-def order_policies(policies: Sequence[str]) -> list[str]:
-    """``none`` first, the given policies in order (duplicates dropped), ``oracle`` last."""
-    known = get_known_policies()
-    middle: list[str] = []
-    for p in policies:
-        if p not in known:
-            raise CompareError(f"unknown policy {p!r}; known: {', '.join(known)}")
-        if p not in BASELINES and p not in middle:
-            middle.append(p)
-    return ["none", *middle, "oracle"]
-
-
-def _run_task(task: RunTask) -> dict[str, Any]:
-    result = run_scenario(
-        task.scenario,
-        task.policy,
-        seed=task.seed,
-        store=task.store,
-        reputation_weighting=task.reputation_weighting,
-    )
-    record = result.to_dict()
-    record["scenario"] = task.label
-    record["scenario_name"] = task.scenario.name
-    return record
-
-
-def execute_runs(tasks: list[RunTask], jobs: int, progress: bool) -> list[dict[str, Any]]:
-    """Each task's run record (its ``to_dict()``, ``scenario`` set to the task's label), in
-    task order: in this process for one job, else in a pool of ``jobs`` worker processes. The
-    one place runs are dispatched (compare, scripts/golden.py)."""
-    results: list[dict[str, Any] | None] = [None] * len(tasks)
-    bar = make_progress(len(tasks), desc="compare", unit="runs", enabled=progress)
-    try:
-        if jobs <= 1:
-            for i, task in enumerate(tasks):
-                bar.set_postfix_str(f"{task.label}/{task.policy}/{task.seed}", refresh=False)
-                results[i] = _run_task(task)
-                bar.update(1)
-        else:
-            context = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(
-                max_workers=jobs, mp_context=context
-            ) as pool:
-                futures = {pool.submit(_run_task, t): i for i, t in enumerate(tasks)}
-                try:
-                    for future in concurrent.futures.as_completed(futures):
-                        results[futures[future]] = future.result()
-                        bar.update(1)
-                except BaseException:
-                    for f in futures:
-                        f.cancel()
-                    raise
-    finally:
-        bar.close()
-    return [r for r in results if r is not None]
 
 
 def _pooled(records: list[dict[str, Any]], key: str) -> list[int]:
@@ -289,7 +166,7 @@ def _aggregate(
 
 def _add_inaction(
     row: dict[str, Any],
-    src: _ScenarioSource,
+    src: ScenarioSource,
     mine: list[dict[str, Any]],
     scenario_records: list[dict[str, Any]],
     reputation_weighting: bool,
@@ -402,13 +279,14 @@ def compare(
         sources = resolve_scenarios(scenarios)
     except ScenarioError as exc:
         raise CompareError(str(exc)) from exc
+    override = {"extension_params.reputation_weighting": True} if reputation_weighting else {}
     tasks: list[RunTask] = []
     for src in sources:
         for i in range(seeds):
             scenario, seed = src.get(i)
             for policy in ordered:
                 tasks.append(
-                    RunTask(scenario, src.label, policy, seed, store, reputation_weighting)
+                    make_task(scenario, policy, seed, label=src.label, params=override, store=store)
                 )
     mechanisms = compute_run_mechanisms(
         sources[0].get(0)[0], reputation_weighting=reputation_weighting

@@ -169,6 +169,7 @@ __all__ = [
     "StoreKind",
     "build_genesis",
     "build_params",
+    "compute_params_with_changes",
     "compute_run_mechanisms",
     "draw_outcome",
     "get_known_policies",
@@ -1284,3 +1285,22 @@ def parse_governance(
         out.append((height, new))
         current = new
     return out
+
+
+def compute_params_with_changes(
+    base: ModuleParams, changes: Mapping[str, Any], where: str
+) -> ModuleParams:
+    """``base`` with each ``{dotted path: value}`` of ``changes`` set (the rules of a governance
+    entry's ``"set"``, :data:`GOVERNANCE_HELP`), validated. Raises :class:`GovernanceError`
+    starting with ``where`` and naming the path or the rule broken."""
+    data = params_to_dict(base)
+    for path, value in changes.items():
+        _set_dotted(data, str(path), value, where)
+    try:
+        new = params_from_dict(data)
+        validate_params(new)
+    except InvalidParamsError as exc:
+        if exc.field == "params" and exc.rule.endswith("ModuleParams JSON"):
+            raise GovernanceError(f"{where}: {_get_parse_error_text(str(exc.value))}") from exc
+        raise GovernanceError(f"{where}: {exc}") from exc
+    return new

@@ -114,7 +114,7 @@ def test_compare_in_worker_processes_matches_in_process(scenario_file: Path) -> 
 
 
 def test_builtin_scenarios_are_rebuilt_per_seed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import keepersim.report.compare as cmp
+    import keepersim.runs.sources as cmp
 
     built: list[tuple[str, int]] = []
 

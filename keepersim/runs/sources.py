@@ -1,0 +1,88 @@
+"""What a set of runs is made of: scenario sources (built-in names rebuilt per seed, files or
+Scenario objects with their own seeds) and the ordered policy list with the baselines.
+
+Seeds (compare and sweep alike): a built-in scenario is rebuilt for each seed ``1..N``
+(``get_builtin_scenario(name, seed)``) and run with that seed; a scenario file (or a
+:class:`Scenario`) keeps its fleet and runs with seeds ``scenario.seed + 0 .. + N - 1``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from keepersim.sim.driver import get_known_policies
+from keepersim.sim.scenario import Scenario, load_scenario
+from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
+
+__all__ = [
+    "BASELINES",
+    "CompareError",
+    "ScenarioSource",
+    "order_policies",
+    "resolve_scenarios",
+]
+
+BASELINES = ("none", "oracle")
+
+
+class CompareError(ValueError):
+    """Bad input of a set of runs (unknown policy or scenario, bad seeds or jobs); compare's
+    and sweep's."""
+
+
+@dataclass(frozen=True)
+class ScenarioSource:
+    label: str
+    builtin: str | None = None
+    scenario: Scenario | None = None
+
+    def get(self, index: int) -> tuple[Scenario, int]:
+        """The scenario and run seed of the ``index``-th seed (0-based)."""
+        if self.builtin is not None:
+            seed = index + 1
+            return get_builtin_scenario(self.builtin, seed), seed
+        assert self.scenario is not None
+        return self.scenario, self.scenario.seed + index
+
+
+def resolve_scenarios(items: Sequence[Scenario | str | os.PathLike[str]]) -> list[ScenarioSource]:
+    """Built-in names, scenario file paths or Scenario objects -> sources with unique labels."""
+    out: list[ScenarioSource] = []
+    builtins = set(list_builtin_scenarios())
+    for item in items:
+        if isinstance(item, Scenario):
+            out.append(ScenarioSource(item.name, scenario=item))
+        elif isinstance(item, str) and item in builtins and not Path(item).exists():
+            out.append(ScenarioSource(item, builtin=item))
+        else:
+            path = Path(item)
+            if not path.exists():
+                raise CompareError(
+                    f"{os.fspath(item)!r} is neither a built-in scenario "
+                    f"({', '.join(sorted(builtins))}) nor an existing file"
+                )
+            scenario = load_scenario(path)
+            out.append(ScenarioSource(scenario.name, scenario=scenario))
+    seen: dict[str, int] = {}
+    unique: list[ScenarioSource] = []
+    for src in out:
+        n = seen.get(src.label, 0) + 1
+        seen[src.label] = n
+        label = src.label if n == 1 else f"{src.label}#{n}"
+        unique.append(ScenarioSource(label, src.builtin, src.scenario))
+    return unique
+
+
+def order_policies(policies: Sequence[str]) -> list[str]:
+    """``none`` first, the given policies in order (duplicates dropped), ``oracle`` last."""
+    known = get_known_policies()
+    middle: list[str] = []
+    for p in policies:
+        if p not in known:
+            raise CompareError(f"unknown policy {p!r}; known: {', '.join(known)}")
+        if p not in BASELINES and p not in middle:
+            middle.append(p)
+    return ["none", *middle, "oracle"]

@@ -1,0 +1,155 @@
+"""One run as plain JSON-able data, and the function that runs it (inside a worker).
+
+A :class:`RunTask` names everything a run depends on and nothing else: the scenario (a built-in
+name, rebuilt from the task's seed, or a scenario's JSON), the policy, the seed, a params
+override (``{dotted path: value}``, the rules of a governance entry's ``"set"``), the store kind.
+Engines ship ``task.to_dict()`` (JSON: no pickled objects cross a process or a Ray node) and the
+worker builds its chain from it with :func:`run_task_data`, so every engine runs the same bytes
+and gives the same app hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from keepersim.sim.driver import (
+    STORE_KINDS,
+    StoreKind,
+    build_params,
+    compute_params_with_changes,
+    run_scenario,
+)
+from keepersim.sim.scenario import Scenario, dump_scenario, parse_scenario
+from keepersim.sim.suite import get_builtin_scenario
+from keepersim.types.errors import KeepersimError
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+
+__all__ = [
+    "RunTask",
+    "TaskError",
+    "compute_task_params",
+    "get_task_scenario",
+    "make_task",
+    "run_task",
+    "run_task_data",
+]
+
+_KEYS = ("scenario", "label", "policy", "seed", "params", "store", "trace")
+
+
+class TaskError(KeepersimError):
+    """Task data that is not a task (a key missing or unknown, a wrong type)."""
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One run. ``scenario``: a built-in name (built with ``seed``) or a scenario's JSON
+    (:func:`~keepersim.sim.scenario.dump_scenario`); ``label`` names it in records (default: the
+    scenario's name); ``params``: ``{dotted path: value}`` set on the run's default params;
+    ``trace``: reserved for what-if runs on a trace (not wired yet: must be None)."""
+
+    scenario: str | dict[str, Any]
+    policy: str
+    seed: int
+    label: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    store: StoreKind = "memory"
+    trace: str | None = None
+
+    def get_label(self) -> str:
+        if self.label:
+            return self.label
+        if isinstance(self.scenario, str):
+            return self.scenario
+        return str(self.scenario.get("name", "scenario"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task as JSON-able data (what engines ship)."""
+        return {
+            "scenario": self.scenario,
+            "label": self.get_label(),
+            "policy": self.policy,
+            "seed": self.seed,
+            "params": dict(self.params),
+            "store": self.store,
+            "trace": self.trace,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunTask:
+        unknown = sorted(set(data) - set(_KEYS))
+        if unknown:
+            raise TaskError(f"task: unknown key(s) {', '.join(map(repr, unknown))}")
+        scenario = data.get("scenario")
+        if not isinstance(scenario, str | dict):
+            raise TaskError("task: 'scenario' must be a built-in name or a scenario object")
+        seed = data.get("seed")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TaskError(f"task: 'seed' must be an integer, got {seed!r}")
+        store = data.get("store", "memory")
+        if store not in STORE_KINDS:
+            raise TaskError(f"task: 'store' must be one of {', '.join(STORE_KINDS)}")
+        params = data.get("params") or {}
+        if not isinstance(params, dict):
+            raise TaskError("task: 'params' must be an object {dotted path: value}")
+        return cls(
+            scenario=scenario,
+            policy=str(data.get("policy")),
+            seed=seed,
+            label=str(data.get("label") or ""),
+            params=dict(params),
+            store=store,
+            trace=data.get("trace"),
+        )
+
+
+def make_task(
+    scenario: Scenario | str,
+    policy: str,
+    seed: int,
+    *,
+    label: str = "",
+    params: Mapping[str, Any] | None = None,
+    store: StoreKind = "memory",
+) -> RunTask:
+    """A task from a built-in name or a :class:`Scenario` (shipped as its JSON)."""
+    data: str | dict[str, Any] = scenario if isinstance(scenario, str) else dump_scenario(scenario)
+    return RunTask(data, policy, seed, label=label, params=dict(params or {}), store=store)
+
+
+def get_task_scenario(task: RunTask) -> Scenario:
+    """The task's scenario: a built-in rebuilt from the task's seed, or its JSON parsed."""
+    if isinstance(task.scenario, str):
+        return get_builtin_scenario(task.scenario, task.seed)
+    return parse_scenario(task.scenario, f"task {task.get_label()!r}")
+
+
+def compute_task_params(task: RunTask, scenario: Scenario) -> ModuleParams | None:
+    """The run's params: its default params with the task's override set (None without one:
+    the run builds its defaults itself). Raises GovernanceError naming the path or rule."""
+    if not task.params:
+        return None
+    base = build_params(scenario, task.policy)
+    where = f"{task.get_label()}/{task.policy}/seed {task.seed}: params"
+    return compute_params_with_changes(base, task.params, where)
+
+
+def run_task(task: RunTask) -> dict[str, Any]:
+    """Run the task in this process (in memory by default); its run record: the run's
+    ``to_dict()`` with ``scenario`` set to the task's label and ``scenario_name`` added."""
+    if task.trace is not None:
+        raise TaskError("task: what-if runs on a trace are not wired yet ('trace' must be null)")
+    scenario = get_task_scenario(task)
+    params = compute_task_params(task, scenario)
+    result = run_scenario(scenario, task.policy, seed=task.seed, store=task.store, params=params)
+    record = result.to_dict()
+    record["scenario"] = task.get_label()
+    record["scenario_name"] = scenario.name
+    return record
+
+
+def run_task_data(data: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`run_task` of a task's JSON-able data (what a worker is given)."""
+    return run_task(RunTask.from_dict(data))
