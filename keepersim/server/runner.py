@@ -471,6 +471,7 @@ class TraceRunner(Runner):
 
     def iter_blocks(self) -> Iterator[list[Message]]:
         from keepersim.trace.messages import (
+            BlockMeta,
             Outcome,
             ParticipantTracker,
             Schedule,
@@ -509,7 +510,7 @@ class TraceRunner(Runner):
                 self.last_line = record.line
                 record = next(records, None)
             self.skipped_params = schedule.late.count
-            scheduled = []
+            scheduled: list[tuple[BlockMeta, Message]] = []
             for item in schedule.pop_due(h):
                 msgs = (
                     build_params_msgs(item.msg)

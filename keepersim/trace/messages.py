@@ -125,9 +125,10 @@ def push_outcome(pending: list[Outcome], record: InferenceRecord) -> bool:
     ``pending`` heap; False when it has none to queue (expired, unfinished, or a finish that came
     before its start, which :func:`build_block` sends with the start)."""
     inference = record.inference
+    msg: Message
     if record.is_finished() and inference.end_block_height >= inference.start_block_height:
         kind, msg = "finish", build_recorded_finish(inference)
-    elif record.is_declined() and not record.is_finished():
+    elif record.is_declined():
         kind, msg = "decline", build_recorded_decline(inference)
     else:
         return False
