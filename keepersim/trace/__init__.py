@@ -59,7 +59,25 @@ _EXPORTS = {
     "build_block": "keepersim.trace.messages",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "BadLines",
+    "EpochSummaryRecord",
+    "Header",
+    "InferenceRecord",
+    "ParamsRecord",
+    "ParticipantsRecord",
+    "Prologue",
+    "TraceCursor",
+    "TraceError",
+    "TraceRecord",
+    "TraceWriter",
+    "build_block",
+    "build_genesis",
+    "get_epoch_declines",
+    "iterate_trace",
+    "read_header",
+    "read_prologue",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,9 +12,6 @@ import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from keepersim.trace.build import FastParseError, MessageBuilder
-from keepersim.trace.schema import SCHEMA_PATH, build_trace_schema, format_schema, get_schema
-from keepersim.trace.validate import check_line, get_validator
 from replay_helpers import (
     declined_line,
     header_line,
@@ -26,6 +23,9 @@ from replay_helpers import (
     summary_line,
 )
 
+from keepersim.trace.build import FastParseError, MessageBuilder
+from keepersim.trace.schema import SCHEMA_PATH, build_trace_schema, format_schema, get_schema
+from keepersim.trace.validate import check_line, get_validator
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import (
