@@ -11,7 +11,7 @@ exactly as the chain does. Heights without traffic are empty blocks, because the
 every height for expiries and policy wake-ups. An idle block with its selection-table read costs
 ~0.3 ms per policy (150 participants), so a 500,000-block trace spends ~2.5 minutes per policy on
 idle blocks alone; busy blocks cost what the chain costs (the replay runs about as fast as the
-simulator that wrote the trace; trace parsing is ~40 us per line of the chain's full Inference
+simulator that wrote the trace; trace parsing is ~35 us per line of the chain's full Inference
 JSON, shared by all policies).
 
 Memory does not grow with the trace: pending outcomes sit in a heap keyed by their height (at most
