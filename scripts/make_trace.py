@@ -17,7 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from keepersim.sim.trace_writer import TRACE_VERSION, message_to_json
+from keepersim.trace.format import (
+    build_header_line,
+    build_inference_line,
+    build_params_line,
+    build_participants_line,
+    build_summary_line,
+    encode_line,
+    encode_message,
+)
 from keepersim.types.messages import ACTIVE, MLNodeInfo, Participant
 from keepersim.types.params import get_mainnet_params
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
@@ -52,11 +60,11 @@ def write_trace(
     rate = per_epoch / length
     node = MLNodeInfo(node_id="n0", timeslot_allocation=[True, True])
     participants = [
-        message_to_json(Participant(index=a, address=a, weight=int(w), status=ACTIVE))
+        encode_message(Participant(index=a, address=a, weight=int(w), status=ACTIVE))
         for a, w in zip(addresses, weights, strict=True)
     ]
     nodes = [
-        message_to_json(ParticipantNodes(address=a, models=["qwen"], ml_nodes=[node]))
+        encode_message(ParticipantNodes(address=a, models=["qwen"], ml_nodes=[node]))
         for a in addresses
     ]
     # counts[epoch][participant] = [finished, missed]
@@ -64,61 +72,25 @@ def write_trace(
     total = misses = 0
     with open(path, "w", encoding="utf-8") as f:
         w = f.write
-        w(
-            json.dumps(
-                {
-                    "type": "header",
-                    "version": TRACE_VERSION,
-                    "chain_id": "gonka-mainnet-synthetic",
-                    "source": "simulate",
-                    "first_height": "1",
-                    "last_height": str(last),
-                    "scenario": "calibrated_mainnet",
-                    "seed": seed,
-                }
-            )
-            + "\n"
+        header = build_header_line(
+            chain_id="gonka-mainnet-synthetic",
+            source="simulate",
+            first_height=1,
+            last_height=last,
+            scenario="calibrated_mainnet",
+            seed=seed,
         )
-        w(
-            json.dumps(
-                {
-                    "type": "params",
-                    "height": "0",
-                    "params": message_to_json(params.params),
-                    "extension_params": message_to_json(params.extension_params),
-                }
-            )
-            + "\n"
-        )
-        w(
-            json.dumps(
-                {
-                    "type": "participants",
-                    "epoch_index": "0",
-                    "height": "0",
-                    "participants": participants,
-                    "participant_nodes": nodes,
-                }
-            )
-            + "\n"
-        )
+        w(encode_line(header) + "\n")
+        ext = params.extension_params
+        w(encode_line(build_params_line(0, encode_message(params.params), encode_message(ext))))
+        w("\n" + encode_line(build_participants_line(0, 0, participants, nodes)) + "\n")
         seq = 0
         for epoch in range(epochs):
             lo, hi = epoch * length + 1, (epoch + 1) * length
             if epoch:
                 w(summary_line(epoch - 1, lo - 1, addresses, counts[epoch - 1]))
-                w(
-                    json.dumps(
-                        {
-                            "type": "participants",
-                            "epoch_index": str(epoch),
-                            "height": str(lo - 1),
-                            "participants": participants,
-                            "participant_nodes": nodes,
-                        }
-                    )
-                    + "\n"
-                )
+                line = build_participants_line(epoch, lo - 1, participants, nodes)
+                w(encode_line(line) + "\n")
             heights = np.arange(lo, hi + 1)
             arrivals = rng.poisson(rate, heights.size)
             arrivals[heights > last - EXPIRATION] = 0  # everything resolves inside the trace
@@ -141,12 +113,19 @@ def write_trace(
                     status, executed, end_height = "FINISHED", a, str(end)
                 counts[(end - 1) // length, i, 1 if m else 0] += 1
                 iid = f"inf-{seq:010d}"
-                w(
-                    f'{{"type":"inference","index":"{iid}","inference_id":"{iid}","model":"qwen",'
-                    f'"requested_by":"gonka1requester","assigned_to":"{a}","executed_by":"{executed}",'
-                    f'"status":"{status}","start_block_height":"{h}","end_block_height":"{end_height}",'
-                    f'"epoch_id":"{epoch}"}}\n'
-                )
+                inference = {
+                    "index": iid,
+                    "inference_id": iid,
+                    "model": "qwen",
+                    "requested_by": "gonka1requester",
+                    "assigned_to": a,
+                    "executed_by": executed,
+                    "status": status,
+                    "start_block_height": str(h),
+                    "end_block_height": end_height,
+                    "epoch_id": str(epoch),
+                }
+                w(encode_line(build_inference_line(inference)) + "\n")
             total += int(starts.size)
         w(summary_line(epochs - 1, last, addresses, counts[epochs - 1]))
     return {"inferences": total, "misses": misses, "blocks": last}
@@ -168,17 +147,7 @@ def summary_line(epoch: int, height: int, addresses: list[str], counts: np.ndarr
         }
         for a, c in sorted(zip(addresses, counts, strict=True))
     ]
-    return (
-        json.dumps(
-            {
-                "type": "epoch_summary",
-                "epoch_index": str(epoch),
-                "height": str(height),
-                "summaries": summaries,
-            }
-        )
-        + "\n"
-    )
+    return encode_line(build_summary_line(epoch, height, summaries)) + "\n"
 
 
 def main() -> int:

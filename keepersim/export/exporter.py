@@ -84,7 +84,16 @@ from keepersim.export.fetch import (
     Fetcher,
 )
 from keepersim.outputs import write_text_atomic
-from keepersim.sim.trace_writer import TRACE_VERSION, message_to_json
+from keepersim.trace.format import (
+    build_header_line,
+    build_inference_line,
+    build_params_line,
+    build_participants_line,
+    build_summary_line,
+    encode_line,
+    encode_message,
+    get_line_rank,
+)
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import (
@@ -219,10 +228,6 @@ def parse_epoch_range(text: str) -> tuple[int, int]:
     if a < 0 or b < a:
         raise ValueError(f"--epochs: need 0 <= A <= B, got {text!r}")
     return a, b
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -440,9 +445,9 @@ class _Exporter:
         nodes = self.get_participant_nodes(a, groups[a])
         return {
             "chain_id": chain_id,
-            "params": message_to_json(params),
-            "extension_params": message_to_json(extension_params),
-            "participant_nodes": [message_to_json(n) for n in nodes],
+            "params": encode_message(params),
+            "extension_params": encode_message(extension_params),
+            "participant_nodes": [encode_message(n) for n in nodes],
             "height": height,
             "latest_epoch": latest,
             "epoch_starts": {str(e): s for e, s in sorted(starts.items())},
@@ -508,7 +513,9 @@ class _Exporter:
             for item in items:
                 if name == "participants":
                     lines.append(
-                        _dumps(message_to_json(self.parse(item, Participant, url, "Participant")))
+                        encode_line(
+                            encode_message(self.parse(item, Participant, url, "Participant"))
+                        )
                     )
                     continue
                 inference = self.parse(item, Inference, url, "Inference")
@@ -519,7 +526,7 @@ class _Exporter:
                 ):
                     skipped += 1
                     continue
-                lines.append(_dumps({"type": "inference", **message_to_json(inference)}))
+                lines.append(encode_line(build_inference_line(encode_message(inference))))
             file_name = f"{name}-{index:06d}.jsonl"
             _write_atomic(self.parts / file_name, "".join(line + "\n" for line in lines))
             page = {"key": key, "next_key": next_key, "records": len(lines), "file": file_name}
@@ -550,19 +557,14 @@ class _Exporter:
         parsed = [
             self.parse(s, EpochPerformanceSummary, url, "EpochPerformanceSummary") for s in items
         ]
-        summaries = [message_to_json(s) for s in parsed]
+        summaries = [encode_message(s) for s in parsed]
         height = self.snapshot["epoch_starts"][str(epoch + 1)]
-        record: dict[str, Any] = {
-            "type": "epoch_summary",
-            "epoch_index": str(epoch),
-            "height": str(height),
-            "summaries": summaries,
-        }
-        if self.snapshot.get("keepersim_node"):
-            record["epoch_declines"] = [
-                message_to_json(d) for d in self.get_declines(epoch, parsed)
-            ]
-        line = _dumps(record)
+        declines = (
+            [encode_message(d) for d in self.get_declines(epoch, parsed)]
+            if self.snapshot.get("keepersim_node")
+            else None
+        )
+        line = encode_line(build_summary_line(epoch, height, summaries, declines))
         file_name = f"summary-{epoch:06d}.jsonl"
         _write_atomic(self.parts / file_name, line + "\n")
 
@@ -619,56 +621,47 @@ class _Exporter:
         entries: list[tuple[int, int, str, str]] = [
             (
                 start_a,
-                0,
+                get_line_rank("params"),
                 "",
-                _dumps(
-                    {
-                        "type": "params",
-                        "height": str(start_a),
-                        "params": snap["params"],
-                        "extension_params": snap["extension_params"],
-                    }
-                ),
+                encode_line(build_params_line(start_a, snap["params"], snap["extension_params"])),
             ),
             (
                 start_a,
-                2,
+                get_line_rank("participants"),
                 "",
-                _dumps(
-                    {
-                        "type": "participants",
-                        "epoch_index": str(a),
-                        "height": str(start_a),
-                        "participants": participants,
-                        "participant_nodes": nodes,
-                    }
-                ),
+                encode_line(build_participants_line(a, start_a, participants, nodes)),
             ),
         ]
         summaries = 0
         for epoch_text, unit in sorted(data["summaries"].items(), key=lambda kv: int(kv[0])):
             height = snap["epoch_starts"][str(int(epoch_text) + 1)]
             for line in self.read_part(unit["file"]):
-                entries.append((height, 1, f"{int(epoch_text):020d}", line))
+                entries.append(
+                    (height, get_line_rank("epoch_summary"), f"{int(epoch_text):020d}", line)
+                )
                 summaries += 1
         inferences = 0
         for page in data["listings"]["inferences"]["pages"]:
             for line in self.read_part(page["file"]):
                 obj = json.loads(line)
-                entries.append((int(obj["start_block_height"]), 3, obj["inference_id"], line))
+                entries.append(
+                    (
+                        int(obj["start_block_height"]),
+                        get_line_rank("inference"),
+                        obj["inference_id"],
+                        line,
+                    )
+                )
                 inferences += 1
         entries.sort(key=lambda e: (e[0], e[1], e[2]))
-        header: dict[str, Any] = {
-            "type": "header",
-            "version": TRACE_VERSION,
-            "chain_id": snap["chain_id"],
-            "source": "export",
-            "first_height": str(snap["first_height"]),
-            "last_height": str(snap["last_height"]),
-        }
-        if snap.get("policy"):
-            header["policy"] = snap["policy"]
-        text = "".join(line + "\n" for line in [_dumps(header), *(e[3] for e in entries)])
+        header = build_header_line(
+            chain_id=snap["chain_id"],
+            source="export",
+            first_height=snap["first_height"],
+            last_height=snap["last_height"],
+            policy=snap.get("policy") or None,
+        )
+        text = "".join(line + "\n" for line in [encode_line(header), *(e[3] for e in entries)])
         _write_atomic(self.out, text)
         result.records = {
             "params": 1,

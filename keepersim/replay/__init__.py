@@ -1,6 +1,6 @@
 """Trace replay: read a trace (``docs/trace-format.md``), replay it through the chain.
 
-* :func:`iterate_trace` (:mod:`keepersim.replay.trace`): the streaming, validating reader;
+* :func:`iterate_trace` (:mod:`keepersim.trace.reader`): the streaming, validating reader;
 * :func:`replay_as_recorded` (:mod:`keepersim.replay.as_recorded`): the recorded traffic, checked
   against the recorded summaries and statuses, with policies watching in shadow mode;
 * :func:`replay_what_if` (:mod:`keepersim.replay.what_if`): the recorded requests with a policy
@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     from keepersim.replay.cli import add_replay_command
     from keepersim.replay.common import ReplayError
     from keepersim.replay.estimator import BehaviourEstimator, BetaPrior, estimate_trace
-    from keepersim.replay.trace import BadLines, TraceError, iterate_trace
     from keepersim.replay.what_if import replay_what_if
+    from keepersim.trace.reader import iterate_trace
+    from keepersim.trace.records import BadLines, TraceError
 
 _EXPORTS = {
-    "BadLines": "keepersim.replay.trace",
-    "TraceError": "keepersim.replay.trace",
-    "iterate_trace": "keepersim.replay.trace",
+    "BadLines": "keepersim.trace.records",
+    "TraceError": "keepersim.trace.records",
+    "iterate_trace": "keepersim.trace.reader",
     "ReplayError": "keepersim.replay.common",
     "ReplayReport": "keepersim.replay.as_recorded",
     "replay_as_recorded": "keepersim.replay.as_recorded",

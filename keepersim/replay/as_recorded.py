@@ -1,24 +1,17 @@
 """As-recorded replay: the recorded traffic, block by block, through the chain.
 
-Every height from the trace's first to its last is a block. Block h carries, in this order:
-
-1. scheduled messages due at h (recorded params changes, governance, participant changes);
-2. the recorded outcomes at h of inferences that started before h: MsgFinishInference
-   (``executed_by``) for FINISHED (and VALIDATED / INVALIDATED / VOTING, which follow a finish),
-   MsgDeclineInference for a declined one (STARTED with ``end_block_height`` set: the chain has
-   no DECLINED status), ordered by (start height, id);
-3. the recorded starts at h (MsgStartInference with the recorded ``assigned_to``), by id; an
-   inference whose recorded finish came before its start (``end_block_height`` below the start)
-   gets its finish just before its start;
-4. the recorded outcomes at h of inferences that also started at h (``end_block_height`` = the
-   start: the start went first).
+Every height from the trace's first to its last is a block, built by
+:func:`keepersim.trace.messages.build_block` (the same blocks ``keepersim serve`` replays a trace
+with): scheduled messages (recorded params changes, governance, participant changes), the
+recorded outcomes of earlier starts, the recorded starts (a finish recorded before its start just
+before it), then the outcomes of inferences that started in the same block.
 
 Expiries are never sent: the module expires what is still unfinished at start + expiration_blocks,
 exactly as the chain does. Heights without traffic are empty blocks, because the chain must see
 every height for expiries and policy wake-ups. An idle block with its selection-table read costs
 ~0.3 ms per policy (150 participants), so a 500,000-block trace spends ~2.5 minutes per policy on
 idle blocks alone; busy blocks cost what the chain costs (the replay runs about as fast as the
-simulator that wrote the trace; trace parsing is ~40 us per line of the chain's full Inference
+simulator that wrote the trace; trace parsing is ~35 us per line of the chain's full Inference
 JSON, shared by all policies).
 
 Memory does not grow with the trace: pending outcomes sit in a heap keyed by their height (at most
@@ -51,7 +44,6 @@ it; the store stays at the last committed block. Otherwise rejections are listed
 from __future__ import annotations
 
 import copy
-import heapq
 import os
 import re
 import time
@@ -68,14 +60,9 @@ from keepersim.replay.common import (
     BlockFeeder,
     Governance,
     IntervalTracker,
-    Listed,
     ParamsPart,
-    ParticipantTracker,
-    Prologue,
     ReplayError,
-    Schedule,
     StoreKind,
-    build_recorded_start,
     build_scheduled_msg,
     check_policies,
     compute_replay_fingerprint,
@@ -85,21 +72,7 @@ from keepersim.replay.common import (
     make_progress,
     open_policy_chain,
     open_trace,
-    schedule_record,
     start_schedule,
-)
-from keepersim.replay.trace import (
-    FINISHED_LIKE,
-    BadLines,
-    EpochSummaryRecord,
-    Header,
-    InferenceRecord,
-    ParamsRecord,
-    ParticipantsRecord,
-    TraceCursor,
-    TraceRecord,
-    get_status_name,
-    iterate_trace,
 )
 from keepersim.store.checkpoint import (
     DictJournal,
@@ -111,6 +84,28 @@ from keepersim.store.checkpoint import (
     read_checkpoint,
 )
 from keepersim.store.committed import RUN_META_PREFIX
+from keepersim.trace.format import FINISHED_LIKE, get_status_name
+from keepersim.trace.genesis import Prologue
+from keepersim.trace.messages import (
+    BlockMeta,
+    Listed,
+    Outcome,
+    ParticipantTracker,
+    Schedule,
+    build_block,
+    push_outcome,
+    schedule_record,
+)
+from keepersim.trace.reader import TraceCursor, iterate_trace
+from keepersim.trace.records import (
+    BadLines,
+    EpochSummaryRecord,
+    Header,
+    InferenceRecord,
+    ParamsRecord,
+    ParticipantsRecord,
+    TraceRecord,
+)
 from keepersim.types.errors import BlockError
 from keepersim.types.events import (
     EpochSettled,
@@ -119,9 +114,8 @@ from keepersim.types.events import (
     InferenceExpired,
     InferenceFinished,
 )
-from keepersim.types.messages import EXPIRED, STARTED, MsgFinishInference
+from keepersim.types.messages import EXPIRED, STARTED
 from keepersim.types.params import params_to_dict
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 __all__ = [
     "COMPARED_FIELDS",
@@ -146,11 +140,6 @@ NOT_MODELLED_FIELDS: Final = (
     "claimed",
 )
 _MAX_MISMATCHES: Final = 10_000
-
-_FINISH = 0
-_DECLINE = 1
-# heap item: (height, start, inference_id, kind, executor, line)
-_Pending = tuple[int, int, str, int, str, int]
 
 
 def _outcome_key(record: InferenceRecord) -> str:
@@ -398,7 +387,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         self.tracker = tracker
         self.strict = strict
         self.progress = progress
-        self.pending: list[_Pending] = []
+        self.pending: list[Outcome] = []
         # Unresolved on the reference chain: id -> (recorded status, line, start, end)
         self.inflight: dict[str, tuple[int, int, int, int]] = {}
         self.deferred: deque[EpochSummaryRecord] = deque()
@@ -418,26 +407,8 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             self.tracker_dirty = [True for _ in self.lanes]
 
     def process_inference(self, record: InferenceRecord) -> None:
-        start = record.start_height
-        self.gather_start(start, record)
-        inference = record.inference
-        kind = -1
-        if record.is_finished() and inference.end_block_height >= start:
-            kind = _FINISH
-        elif record.is_declined():
-            kind = _DECLINE
-        if kind >= 0:
-            heapq.heappush(
-                self.pending,
-                (
-                    inference.end_block_height,
-                    start,
-                    inference.inference_id,
-                    kind,
-                    inference.executed_by,
-                    record.line,
-                ),
-            )
+        self.gather_start(record.start_height, record)
+        if push_outcome(self.pending, record):
             self.report.max_pending = max(self.report.max_pending, len(self.pending))
         self.count_recorded(record)
 
@@ -457,49 +428,15 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
 
     def build_block(
         self, height: int, starts: list[InferenceRecord]
-    ) -> tuple[list[Any], list[tuple[str, int, str]]]:
-        """Block items (a Message, or a Scheduled params change) with (kind, line, id) each."""
-        items: list[Any] = []
-        meta: list[tuple[str, int, str]] = []
-        for scheduled in self.schedule.pop_due(height):
-            for part in expand_scheduled(scheduled):
-                items.append(part)
-                meta.append((scheduled.kind, scheduled.line, ""))
-        same_block: list[_Pending] = []
-        while self.pending and self.pending[0][0] == height:
-            item = heapq.heappop(self.pending)
-            if item[1] == height:
-                same_block.append(item)
-            else:
-                self.add_outcome(items, meta, item)
-        for record in starts:
-            inference = record.inference
-            if record.is_finished() and inference.end_block_height < inference.start_block_height:
-                items.append(
-                    MsgFinishInference(
-                        inference_id=inference.inference_id,
-                        executed_by=inference.executed_by,
-                        model=inference.model,
-                        requested_by=inference.requested_by,
-                        completion_token_count=inference.completion_token_count,
-                    )
-                )
-                meta.append(("finish", record.line, inference.inference_id))
-            items.append(build_recorded_start(inference))
-            meta.append(("start", record.line, inference.inference_id))
-        for item in same_block:
-            self.add_outcome(items, meta, item)
-        return items, meta
-
-    @staticmethod
-    def add_outcome(items: list[Any], meta: list[tuple[str, int, str]], item: _Pending) -> None:
-        _, _, inference_id, kind, executor, line = item
-        if kind == _FINISH:
-            items.append(MsgFinishInference(inference_id=inference_id, executed_by=executor))
-            meta.append(("finish", line, inference_id))
-        else:
-            items.append(MsgDeclineInference(inference_id=inference_id, reason="recorded"))
-            meta.append(("decline", line, inference_id))
+    ) -> tuple[list[Any], list[BlockMeta]]:
+        """Block items (a Message, or a ParamsPart of a scheduled params change) with
+        (kind, line, id) each."""
+        scheduled = [
+            ((item.kind, item.line, ""), part)
+            for item in self.schedule.pop_due(height)
+            for part in expand_scheduled(item)
+        ]
+        return build_block(height, scheduled, self.pending, starts)
 
     def deliver(self, height: int, starts: list[InferenceRecord]) -> None:
         for lane in self.lanes:
@@ -898,7 +835,7 @@ def replay_as_recorded(
     ``store``: "memory", or "leveldb" with one fresh folder per policy under ``store_dir``.
     ``governance``: (height, ModuleParams) sent as MsgUpdateParams and MsgUpdateExtensionParams
     from the authority in block height (policy and shadow are kept as the replay sets them). Raises :class:`ReplayError` (strict
-    rejections, setup) and :class:`~keepersim.replay.trace.TraceError` (bad lines without
+    rejections, setup) and :class:`~keepersim.trace.records.TraceError` (bad lines without
     ``skip_bad``).
     """
     policies = list(policies)

@@ -144,7 +144,7 @@ def _parse_prior(text: str) -> BetaPrior:
 
 def _read_base_params(trace: str, skip_bad: bool) -> ModuleParams:
     from keepersim.replay.common import open_trace
-    from keepersim.replay.trace import BadLines
+    from keepersim.trace.records import BadLines
 
     prologue, records = open_trace(trace, skip_bad=skip_bad, bad_lines=BadLines())
     close = getattr(records, "close", None)
@@ -172,7 +172,7 @@ def load_governance_file(path: str, base: ModuleParams) -> list[tuple[int, Modul
 
 def run_replay_command(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     from keepersim.replay.common import ReplayError
-    from keepersim.replay.trace import TraceError
+    from keepersim.trace.records import TraceError
     from keepersim.types.errors import KeepersimError
 
     out = stdout or sys.stdout

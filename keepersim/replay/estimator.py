@@ -46,13 +46,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from keepersim.keeper.inferences import is_declined
-from keepersim.replay.trace import (
-    FINISHED_LIKE,
-    BadLines,
-    Header,
-    InferenceRecord,
-    iterate_trace,
-)
+from keepersim.trace.format import FINISHED_LIKE
+from keepersim.trace.reader import iterate_trace
+from keepersim.trace.records import BadLines, Header, InferenceRecord
 from keepersim.types.messages import EXPIRED, Inference
 
 __all__ = ["DEFAULT_LATENCY_BLOCKS", "BehaviourEstimator", "BetaPrior", "estimate_trace"]

@@ -43,10 +43,7 @@ from keepersim.replay.common import (
     BlockFeeder,
     Governance,
     IntervalTracker,
-    Listed,
     ParamsPart,
-    ParticipantTracker,
-    Schedule,
     StoreKind,
     build_scheduled_msg,
     check_policies,
@@ -57,25 +54,19 @@ from keepersim.replay.common import (
     make_progress,
     open_policy_chain,
     open_trace,
-    schedule_record,
     start_schedule,
 )
 from keepersim.replay.estimator import BehaviourEstimator, BetaPrior, estimate_trace
-from keepersim.replay.trace import (
-    FINISHED_LIKE,
-    BadLines,
-    InferenceRecord,
-    ParamsRecord,
-    ParticipantsRecord,
-    TraceCursor,
-    iterate_trace,
-)
 from keepersim.store.checkpoint import (
     ResumeError,
     encode_checkpoint,
     process_kill_point,
     read_checkpoint,
 )
+from keepersim.trace.format import FINISHED_LIKE
+from keepersim.trace.messages import Listed, ParticipantTracker, Schedule, schedule_record
+from keepersim.trace.reader import TraceCursor, iterate_trace
+from keepersim.trace.records import BadLines, InferenceRecord, ParamsRecord, ParticipantsRecord
 from keepersim.types.errors import KeepersimError
 from keepersim.types.events import HealthTransition, InferenceExpired, InferenceFinished
 from keepersim.types.messages import EXPIRED

@@ -8,18 +8,14 @@
   pushback) one block at a time through the sink. Same genesis, same messages in the same order:
   the chain reaches the same app hash as ``simulate`` with the same scenario, policy and seed.
 * :class:`TraceRunner` replays a trace (``docs/trace-format.md``, read with
-  :func:`keepersim.replay.trace.iterate_trace`): genesis from the trace's first ``params`` and
-  ``participants`` lines at height ``first_height - 1``, then every height up to ``last_height``:
-  the recorded ``MsgStartInference`` at each inference's start height (assigned as recorded), its
-  ``MsgFinishInference`` at its end height (finished-like statuses) or ``MsgDeclineInference``
-  (declined: ``STARTED`` with ``end_block_height`` set); expiries come from the chain itself. A
-  later ``params`` line at height ``p`` is sent as ``MsgUpdateParams`` (the chain's params) and
-  ``keepersim.v1.MsgUpdateExtensionParams`` (keepersim's) in block ``p - 1`` (effective from
-  ``p``). Epoch summaries and later
-  participants lines are not replayed (the chain computes its own). This is the recorded chain
-  itself, not :mod:`keepersim.replay.as_recorded`'s shadow replay (its genesis, outcome messages
-  and their order, participant changes differ): only the start message
-  (:func:`keepersim.replay.common.build_recorded_start`) is shared.
+  :func:`keepersim.trace.reader.iterate_trace`) with the genesis and the blocks as-recorded replay
+  uses: genesis from the trace's prologue at height ``first_height - 1``
+  (:func:`keepersim.trace.genesis.build_genesis`, which forms the recorded epoch of a trace that
+  starts mid-chain), then every height up to ``last_height`` with the recorded messages
+  (:func:`keepersim.trace.messages.build_block`: params and participant changes, starts,
+  finishes, declines); expiries come from the chain itself. Epoch summaries are not replayed
+  (the chain computes its own). Unlike :mod:`keepersim.replay.as_recorded`'s shadow replay, the
+  recorded params go in as recorded (no policy override).
 * :class:`TickerRunner` delivers empty blocks at a fixed rate (a chain served from a store, where
   blocks are otherwise posted).
 
@@ -47,17 +43,10 @@ from typing import Any
 from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain, Selection
-from keepersim.keeper.inferences import is_declined
 from keepersim.server.metrics import ServerMetrics
 from keepersim.sim.scenario import Scenario
-from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import KeepersimError
-from keepersim.types.messages import MsgFinishInference
-from keepersim.types.params import get_default_extension_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
-from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
-from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
 
 __all__ = [
     "BlockSink",
@@ -422,79 +411,29 @@ class ScenarioRunner(Runner):
 # --------------------------------------------------------------------------------------------
 
 
-def get_record_params(record: Any) -> ModuleParams:
-    """A trace ``params`` line's params (the replay reader's record) as a ModuleParams: the
-    chain's params and keepersim's extension params (keepersim's defaults if it has none)."""
-    params = record.params
-    if isinstance(params, ModuleParams):
-        return params
-    ext = getattr(record, "extension_params", None)
-    return ModuleParams(
-        params=params,
-        extension_params=ext if ext is not None else get_default_extension_params(),
-    )
-
-
-def get_record_nodes(record: Any) -> list[ParticipantNodes]:
-    """A trace ``participants`` line's registered models and ML nodes (its
-    ``participant_nodes``: the reader's ``nodes``; none in a line without them)."""
-    nodes = getattr(record, "nodes", None)
-    if nodes is None:
-        nodes = getattr(record, "participant_nodes", None)
-    return list(nodes or ())
-
-
 class TraceSource:
     """A trace opened for replay: header and genesis read, the rest streamed by a runner."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        from keepersim.replay.trace import (
-            EpochSummaryRecord,
-            Header,
-            InferenceRecord,
-            ParamsRecord,
-            ParticipantsRecord,
-            TraceError,
-            iterate_trace,
-        )
+        from keepersim.trace.genesis import build_genesis, read_prologue
+        from keepersim.trace.reader import iterate_trace
+        from keepersim.trace.records import TraceError
 
         self.path = os.fspath(path)
         self._records = iterate_trace(self.path)
         try:
-            header = next(self._records)
+            self.prologue = read_prologue(self._records)
         except TraceError as exc:
             raise RunnerError(str(exc)) from exc
-        assert isinstance(header, Header)
-        self.header = header
-        params: ParamsRecord | None = None
-        participants: ParticipantsRecord | None = None
-        self._lookahead: Any = None
-        try:
-            for record in self._records:
-                if isinstance(record, InferenceRecord | EpochSummaryRecord) or (
-                    params is not None
-                    and participants is not None
-                    and isinstance(record, ParamsRecord | ParticipantsRecord)
-                    and record.height > min(params.height, participants.height)
-                ):
-                    self._lookahead = record
-                    break
-                if isinstance(record, ParamsRecord):
-                    params = record
-                elif isinstance(record, ParticipantsRecord):
-                    participants = record
-        except TraceError as exc:
-            raise RunnerError(str(exc)) from exc
-        if params is None or participants is None:
-            raise RunnerError(f"{self.path}: no params and participants lines before the data")
-        self.params = get_record_params(params)
-        self.genesis_line = max(params.line, participants.line)  # the last line genesis read
-        self.genesis = Genesis(chain_id=header.chain_id)
-        self.genesis.inference.params.CopyFrom(self.params.params)
-        self.genesis.inference.participant_list.extend(participants.participants)
-        self.genesis.keepersim.extension_params.CopyFrom(self.params.extension_params)
-        self.genesis.keepersim.height = header.first_height - 1
-        self.genesis.keepersim.participant_nodes.extend(get_record_nodes(participants))
+        except StopIteration:
+            raise RunnerError(
+                f"{self.path}: the trace ends before its first params and participants lines"
+            ) from None
+        self.header = self.prologue.header
+        self.params = self.prologue.params.params
+        # the last line genesis read
+        self.genesis_line = max(self.prologue.params.line, self.prologue.participants.line)
+        self.genesis = build_genesis(self.prologue)
 
     def open_chain(self, path: str | os.PathLike[str] | None = None) -> Chain:
         """A chain with the trace's genesis (memory unless ``path``, which must be empty)."""
@@ -510,9 +449,8 @@ class TraceSource:
         return chain
 
     def iter_records(self) -> Iterator[Any]:
-        if self._lookahead is not None:
-            record, self._lookahead = self._lookahead, None
-            yield record
+        """The records after the prologue: those read along with it, then the rest."""
+        yield from self.prologue.extra
         yield from self._records
 
 
@@ -532,19 +470,23 @@ class TraceRunner(Runner):
         self.last_line = source.genesis_line  # the last trace line read
 
     def iter_blocks(self) -> Iterator[list[Message]]:
-        from keepersim.replay.common import build_recorded_start
-        from keepersim.replay.trace import FINISHED_LIKE, InferenceRecord, ParamsRecord
-        from keepersim.sim.driver import (
-            DECLINE_REASON,  # a replayed decline has the driver's
-            compute_governance_txs,
+        from keepersim.trace.messages import (
+            BlockMeta,
+            Outcome,
+            ParticipantTracker,
+            Schedule,
+            build_block,
+            build_params_msgs,
+            push_outcome,
+            schedule_record,
         )
+        from keepersim.trace.records import InferenceRecord, ParamsRecord, ParticipantsRecord
 
         first = self.chain.height + 1
         last = self.source.header.last_height
-        updates: dict[int, list[Message]] = {}
-        finishes: dict[int, list[Message]] = {}
-        declines: dict[int, list[Message]] = {}
-        starts: dict[int, list[Message]] = {}
+        schedule = Schedule()
+        tracker = ParticipantTracker(self.source.prologue.participants)
+        pending: list[Outcome] = []
         records = self.source.iter_records()
         record = next(records, None)
 
@@ -556,58 +498,31 @@ class TraceRunner(Runner):
             return int(rec.height)
 
         for h in range(first, last + 1):
+            starts: list[InferenceRecord] = []
             while record is not None and needed(record) <= h:
-                if isinstance(record, ParamsRecord):
-                    at = record.height - 1
-                    if at < first:
-                        self.skipped_params += 1
-                    else:
-                        updates.setdefault(max(at, h), []).extend(
-                            compute_governance_txs(get_record_params(record), GOV_AUTHORITY)
-                        )
+                if isinstance(record, ParamsRecord | ParticipantsRecord):
+                    schedule_record(schedule, record, tracker, h - 1)
                 elif isinstance(record, InferenceRecord):
-                    inf = record.inference
-                    start = inf.start_block_height
-                    if start < h:
+                    if record.start_height < h:
                         self.late_records += 1
-                        start = h
-                    starts.setdefault(start, []).append(build_recorded_start(inf))
-                    end = max(inf.end_block_height, start)
-                    msg: Message | None = None
-                    if inf.status in FINISHED_LIKE and inf.executed_by:
-                        msg = MsgFinishInference(
-                            creator=inf.executed_by,
-                            inference_id=inf.inference_id,
-                            executed_by=inf.executed_by,
-                            model=inf.model,
-                            requested_by=inf.requested_by,
-                            prompt_token_count=inf.prompt_token_count,
-                            completion_token_count=inf.completion_token_count,
-                        )
-                        target = finishes
-                    elif is_declined(inf):
-                        msg = MsgDeclineInference(
-                            creator=inf.assigned_to,
-                            inference_id=inf.inference_id,
-                            reason=DECLINE_REASON,
-                        )
-                        target = declines
-                    if msg is not None:
-                        if end <= start:  # resolved in its start block: after the start
-                            starts[start].append(msg)
-                        else:
-                            target.setdefault(end, []).append(msg)
+                    starts.append(record)
+                    push_outcome(pending, record)
                 self.last_line = record.line
                 record = next(records, None)
-            txs: list[Message] = []
-            txs.extend(updates.pop(h, ()))
-            txs.extend(finishes.pop(h, ()))
-            txs.extend(declines.pop(h, ()))
-            txs.extend(starts.pop(h, ()))
+            self.skipped_params = schedule.late.count
+            scheduled: list[tuple[BlockMeta, Message]] = []
+            for item in schedule.pop_due(h):
+                msgs = (
+                    build_params_msgs(item.msg)
+                    if isinstance(item.msg, ModuleParams)
+                    else [item.msg]
+                )
+                scheduled.extend(((item.kind, item.line, ""), msg) for msg in msgs)
+            txs, _ = build_block(h, scheduled, pending, starts)
             yield txs
 
     def get_failure_location(self, exc: Exception) -> tuple[str | None, int | None, str | None]:
-        from keepersim.replay.trace import TraceError
+        from keepersim.trace.records import TraceError
 
         if isinstance(exc, TraceError):
             return exc.path, exc.line, exc.field

@@ -112,7 +112,6 @@ from keepersim.sim.oracle import (
     get_policy_override,
 )
 from keepersim.sim.scenario import Scenario, format_scenario_json, get_json_type
-from keepersim.sim.trace_writer import TraceWriter, get_epoch_declines
 from keepersim.store.checkpoint import (
     DictJournal,
     ResumeError,
@@ -124,6 +123,8 @@ from keepersim.store.checkpoint import (
     read_checkpoint,
 )
 from keepersim.store.committed import RUN_META_PREFIX
+from keepersim.trace.format import DECLINE_REASON
+from keepersim.trace.writer import TraceWriter, get_epoch_declines
 from keepersim.types.chain_params import compute_chain_decimal
 from keepersim.types.errors import InvalidParamsError, KeepersimError, NoExecutorsError
 from keepersim.types.events import (
@@ -183,8 +184,6 @@ STORE_KINDS: tuple[StoreKind, ...] = ("leveldb", "memory")
 
 #: The account that sends every MsgStartInference (the simulated transfer agent).
 REQUESTER = "keepersim-requester"
-#: Reason written into MsgDeclineInference.
-DECLINE_REASON = "capacity"
 
 
 class SimulationError(KeepersimError):

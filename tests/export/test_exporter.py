@@ -24,11 +24,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from keepersim.chain import Chain
 from keepersim.export.backoff import BackoffGate
 from keepersim.export.exporter import ExportError, ExportOptions, export_trace, parse_epoch_range
-from keepersim.replay.trace import EpochSummaryRecord, Header, InferenceRecord, iterate_trace
 from keepersim.server.app import BackgroundServer, create_app
 from keepersim.server.bench import make_demo_scenario, simulate_chain
 from keepersim.server.faults import FaultInjector, parse_fault_spec
-from keepersim.sim.trace_writer import message_to_json
+from keepersim.trace.format import encode_message as message_to_json
+from keepersim.trace.reader import iterate_trace
+from keepersim.trace.records import EpochSummaryRecord, Header, InferenceRecord
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.params import get_default_extension_params
 

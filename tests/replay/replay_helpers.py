@@ -12,8 +12,8 @@ from typing import Any
 from google.protobuf.message import Message
 
 from keepersim.chain import Chain
-from keepersim.replay.schema_gen import TRACE_VERSION
-from keepersim.sim.trace_writer import get_epoch_declines
+from keepersim.trace.format import TRACE_VERSION
+from keepersim.trace.writer import get_epoch_declines
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.events import EpochSettled
 from keepersim.types.messages import MLNodeInfo, MsgFinishInference, MsgStartInference, Participant

@@ -24,7 +24,8 @@ from replay_helpers import (
 from keepersim.chain import Chain
 from keepersim.replay.as_recorded import replay_as_recorded
 from keepersim.replay.common import ReplayError
-from keepersim.replay.trace import InferenceRecord, TraceError, iterate_trace
+from keepersim.trace.reader import iterate_trace
+from keepersim.trace.records import InferenceRecord, TraceError
 
 
 def test_replay_reproduces_the_recorded_chain(tmp_trace: Path) -> None:
@@ -451,8 +452,9 @@ def test_tampered_declines_are_a_mismatch(tmp_trace: Path) -> None:
 def test_a_checkpointed_block_keeps_its_params_parts() -> None:
     """A block's items travel in a replay's checkpoint: a params change's two parts (the chain's
     Params and keepersim's ExtensionParams) come back equal."""
-    from keepersim.replay.common import ParamsPart, Scheduled, expand_scheduled
+    from keepersim.replay.common import ParamsPart, expand_scheduled
     from keepersim.store.checkpoint import decode_state, encode_state
+    from keepersim.trace.messages import Scheduled
 
     scheduled = Scheduled(20, 1, "params", 5, make_params(expiration=33))
     items = expand_scheduled(scheduled)

@@ -9,8 +9,9 @@ import pytest
 from replay_helpers import record_trace
 
 from keepersim.replay.estimator import estimate_trace
-from keepersim.replay.trace import InferenceRecord, iterate_trace
 from keepersim.replay.what_if import compute_keyed_int, replay_what_if
+from keepersim.trace.reader import iterate_trace
+from keepersim.trace.records import InferenceRecord
 
 Log = list[tuple[int, str, str, int | None]]
 

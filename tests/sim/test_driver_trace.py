@@ -127,7 +127,7 @@ def test_no_trace_file_without_trace_out(tmp_path: Path) -> None:
 def test_trace_matches_the_trace_schema(tmp_path: Path) -> None:
     import jsonschema
 
-    schema_path = Path(__file__).resolve().parents[2] / "keepersim/replay/schema/trace.schema.json"
+    schema_path = Path(__file__).resolve().parents[2] / "keepersim/trace/schema/trace.schema.json"
     if not schema_path.exists():
         pytest.skip("the trace schema is not in this tree")
     validator = jsonschema.Draft202012Validator(json.loads(schema_path.read_text()))
@@ -140,7 +140,8 @@ def test_trace_matches_the_trace_schema(tmp_path: Path) -> None:
 
 def test_trace_is_read_back_by_the_reader(tmp_path: Path) -> None:
     """The writer writes what the reader reads: every line parses and passes its checks."""
-    from keepersim.replay.trace import InferenceRecord, ParticipantsRecord, iterate_trace
+    from keepersim.trace.reader import iterate_trace
+    from keepersim.trace.records import InferenceRecord, ParticipantsRecord
 
     path = tmp_path / "trace.jsonl"
     scenario = make_scenario()

@@ -14,12 +14,14 @@ A malformed line raises :class:`TraceError` naming the file, the line number and
 and the first ``max_listed`` lines with their reasons). The header line cannot be skipped: without
 it nothing else can be read.
 
-Checks per line, in order: UTF-8 and JSON; the schema of the line's ``type`` (generated from the
-``.proto`` files, so every chain object has exactly the proto's fields; an unknown field is an
-error naming it); the protobuf parse (ranges of 64-bit integers); the rules the schema cannot say:
+Checks per line, in order: UTF-8 and JSON (orjson); the schema of the line's ``type``
+(:mod:`keepersim.trace.validate`, jsonschema-rs over the schema generated from the ``.proto``
+files, so every chain object has exactly the proto's fields; an unknown field is an error naming
+it); the protobuf parse (:mod:`keepersim.trace.build`; ranges of 64-bit integers); the rules the
+schema cannot say:
 
 * the first line is the (only) header; ``first_height >= 1``, ``last_height >= first_height``;
-* the header's ``version`` is :data:`TRACE_VERSION` (a version-1 trace, from before the chain's
+* the header's ``version`` is :data:`keepersim.trace.format.TRACE_VERSION` (a version-1 trace, from before the chain's
   own shapes, gets an error saying how to re-create it);
 * a ``params`` and a ``participants`` line come before the first ``inference`` / ``epoch_summary``;
   ``params`` (the chain's Params and keepersim's ExtensionParams) pass
@@ -45,283 +47,53 @@ Memory is constant: the reader keeps only the ordering state.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
-import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
-from typing import Any, Final, TypeVar
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-import jsonschema
 from google.protobuf.message import Message
 
 from keepersim.keeper.inferences import is_declined
-from keepersim.replay.fastpath import Check, FastParseError, MessageBuilder, SchemaCompiler
-from keepersim.replay.schema_gen import TRACE_VERSION
+from keepersim.trace.build import FastParseError, get_builder
+from keepersim.trace.format import (
+    FINISHED_LIKE,
+    RECORD_KINDS,
+    VERSION_1_ERROR,
+    decode_line,
+    get_status_name,
+)
+from keepersim.trace.records import (
+    BadLines,
+    EpochSummaryRecord,
+    Header,
+    InferenceRecord,
+    ParamsRecord,
+    ParticipantsRecord,
+    TraceError,
+    TraceRecord,
+)
+from keepersim.trace.validate import check_line, describe
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.errors import ChainJsonError, InvalidParamsError
-from keepersim.types.messages import (
-    FINISHED,
-    INVALIDATED,
-    VALIDATED,
-    VOTING,
-    EpochPerformanceSummary,
-    Inference,
-    InferenceStatus,
-    Params,
-    Participant,
-)
+from keepersim.types.messages import EpochPerformanceSummary, Inference, Params, Participant
 from keepersim.types.params import validate_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
 from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
 
-__all__ = [
-    "FINISHED_LIKE",
-    "TRACE_VERSION",
-    "BadLine",
-    "BadLines",
-    "EpochSummaryRecord",
-    "Header",
-    "InferenceRecord",
-    "ParamsRecord",
-    "ParticipantsRecord",
-    "TraceCursor",
-    "TraceError",
-    "TraceRecord",
-    "get_schema",
-    "get_status_name",
-    "iterate_trace",
-    "read_header",
-]
+__all__ = ["TraceCursor", "compute_trace_sha256", "iterate_trace", "read_header"]
 
-# Statuses that imply the executor finished the inference (validation comes after a finish).
-FINISHED_LIKE: Final = frozenset({FINISHED, VALIDATED, INVALIDATED, VOTING})
-DEFAULT_MAX_LISTED: Final = 20
-
-
-class TraceError(ValueError):
-    """A malformed or misplaced trace line: ``path:line: field: reason``."""
-
-    def __init__(self, path: str, line: int, field: str, reason: str) -> None:
-        super().__init__(f"{path}:{line}: {field}: {reason}")
-        self.path = path
-        self.line = line
-        self.field = field
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class BadLine:
-    line: int
-    field: str
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "field": self.field, "reason": self.reason}
-
-
-@dataclass(slots=True)
-class BadLines:
-    """Lines skipped with ``skip_bad``: how many, and the first ``max_listed`` with reasons."""
-
-    max_listed: int = DEFAULT_MAX_LISTED
-    count: int = 0
-    lines: list[BadLine] = field(default_factory=list)
-
-    def add(self, error: TraceError) -> None:
-        self.count += 1
-        if len(self.lines) < self.max_listed:
-            self.lines.append(BadLine(error.line, error.field, error.reason))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "listed": [b.to_dict() for b in self.lines]}
-
-
-@dataclass(frozen=True, slots=True)
-class Header:
-    line: int
-    version: int
-    chain_id: str
-    source: str
-    first_height: int
-    last_height: int
-    scenario: str | dict[str, Any] | None = None
-    seed: int | None = None
-    policy: str | None = None
-
-    def get_scenario_name(self) -> str | None:
-        if isinstance(self.scenario, dict):
-            name = self.scenario.get("name")
-            return name if isinstance(name, str) else None
-        return self.scenario
-
-
-@dataclass(frozen=True, slots=True)
-class ParamsRecord:
-    line: int
-    height: int
-    params: ModuleParams
-
-
-@dataclass(frozen=True, slots=True)
-class ParticipantsRecord:
-    line: int
-    epoch_index: int
-    height: int
-    participants: tuple[Participant, ...]
-    # keepersim's registration of their models and ML nodes (by address; absent: none)
-    nodes: tuple[ParticipantNodes, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class InferenceRecord:
-    line: int
-    inference: Inference
-
-    @property
-    def inference_id(self) -> str:
-        return self.inference.inference_id
-
-    @property
-    def start_height(self) -> int:
-        return self.inference.start_block_height
-
-    @property
-    def end_height(self) -> int:
-        return self.inference.end_block_height
-
-    @property
-    def status(self) -> InferenceStatus.ValueType:
-        return self.inference.status
-
-    def is_finished(self) -> bool:
-        return self.inference.status in FINISHED_LIKE
-
-    def is_declined(self) -> bool:
-        return is_declined(self.inference)
-
-
-@dataclass(frozen=True, slots=True)
-class EpochSummaryRecord:
-    line: int
-    epoch_index: int
-    height: int
-    summaries: tuple[EpochPerformanceSummary, ...]
-    # keepersim's declines of the epoch per participant (None: the line has none recorded)
-    declines: tuple[EpochDeclines, ...] | None = None
-
-
-TraceRecord = Header | ParamsRecord | ParticipantsRecord | InferenceRecord | EpochSummaryRecord
-
-
-def get_status_name(status: int) -> str:
-    value = Inference.DESCRIPTOR.fields_by_name["status"].enum_type
-    assert value is not None
-    found = value.values_by_number.get(status)
-    return found.name if found is not None else str(status)
-
-
-# --------------------------------------------------------------------------------------------
-# Schema
-# --------------------------------------------------------------------------------------------
-
-
-@cache
-def get_schema() -> dict[str, Any]:
-    """The trace line JSON Schema shipped as ``keepersim/replay/schema/trace.schema.json``."""
-    text = (
-        resources.files("keepersim.replay")
-        .joinpath("schema/trace.schema.json")
-        .read_text(encoding="utf-8")
-    )
-    schema: dict[str, Any] = json.loads(text)
-    return schema
-
-
-@cache
-def _get_validator(record_type: str) -> Any:
-    """The reference validator (jsonschema) of one record type: used for error messages."""
-    schema = get_schema()
-    sub = {"$ref": f"#/$defs/{record_type}", "$defs": schema["$defs"]}
-    return jsonschema.Draft202012Validator(sub)
-
-
-@cache
-def _get_fast_check(record_type: str) -> Check:
-    """The compiled check of one record type (same verdicts as the reference validator)."""
-    return SchemaCompiler(get_schema()).compile_ref(f"#/$defs/{record_type}")
-
-
-_BUILDERS: dict[type[Message], MessageBuilder] = {}
-
-
-def _get_builder(message_class: type[Message]) -> MessageBuilder:
-    builder = _BUILDERS.get(message_class)
-    if builder is None:
-        builder = MessageBuilder(message_class.DESCRIPTOR, message_class)
-        _BUILDERS[message_class] = builder
-    return builder
-
-
-def _format_path(record_type: str, path: Iterable[str | int]) -> str:
-    out = record_type
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
-def _describe(instance: Any) -> str:
-    try:
-        text = json.dumps(instance)
-    except (TypeError, ValueError):
-        text = repr(instance)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _schema_error(record_type: str, error: jsonschema.ValidationError) -> tuple[str, str]:
-    """(field, reason) of a schema violation, in the format's words."""
-    path = list(error.absolute_path)
-    keyword = error.validator
-    if keyword == "required":
-        missing = re.match(r"'([^']*)' is a required property", error.message)
-        name = missing.group(1) if missing else "?"
-        return _format_path(record_type, [*path, name]), "missing (required)"
-    if keyword == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        if extra:
-            known = sorted(error.schema.get("properties", {}))
-            return (
-                _format_path(record_type, [*path, extra[0]]),
-                f"unknown field (known: {', '.join(known)})",
-            )
-    title = error.schema.get("title") if isinstance(error.schema, dict) else None
-    if keyword == "const" and isinstance(error.schema, dict) and "const" in error.schema:
-        title = title or _describe(error.schema["const"])
-    if title:
-        return _format_path(record_type, path), f"expected {title}, got {_describe(error.instance)}"
-    return _format_path(record_type, path), error.message
-
-
-# --------------------------------------------------------------------------------------------
-# Line parsing
 # --------------------------------------------------------------------------------------------
 
 M = TypeVar("M", bound=Message)
-
-_VERSION_1: Final = (
-    "trace format version 1 is no longer read: version 2 has the chain's own message shapes "
-    "(docs/trace-format.md); re-create the trace with `keepersim simulate ... --trace-out` or "
-    "`keepersim export`"
-)
 
 
 def _parse_message(data: Any, message_class: type[M], where: str, path: str, line: int) -> M:
     """Build the protobuf from a schema-valid dict; parse_chain_json is the reference and gives
     the errors."""
     try:
-        built = _get_builder(message_class).build(data)
+        built = get_builder(message_class).build(data)
     except FastParseError:
         pass
     else:
@@ -353,44 +125,39 @@ class _Reader:
     def error(self, line: int, field: str, reason: str) -> TraceError:
         return TraceError(self.path, line, field, reason)
 
+    def decode(self, raw: bytes, line: int) -> Any:
+        """The line's JSON value; a line that does not parse is looked at again for the
+        error."""
+        try:
+            return decode_line(raw)
+        except ValueError as exc:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise self.error(
+                    line, "<line>", f"not UTF-8: {bad.reason} at byte {bad.start}"
+                ) from bad
+            if not text.strip():
+                raise self.error(line, "<line>", "empty line") from exc
+            msg = getattr(exc, "msg", str(exc))
+            colno = getattr(exc, "colno", 0)
+            raise self.error(line, "<line>", f"not valid JSON: {msg} (column {colno})") from exc
+
     def parse(self, raw: bytes, line: int) -> TraceRecord:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise self.error(
-                line, "<line>", f"not UTF-8: {exc.reason} at byte {exc.start}"
-            ) from exc
-        if not text.strip():
-            raise self.error(line, "<line>", "empty line")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise self.error(
-                line, "<line>", f"not valid JSON: {exc.msg} (column {exc.colno})"
-            ) from exc
+        data = self.decode(raw, line)
         if not isinstance(data, dict):
-            raise self.error(line, "<line>", f"expected a JSON object, got {_describe(data)}")
+            raise self.error(line, "<line>", f"expected a JSON object, got {describe(data)}")
         record_type = data.get("type")
-        if record_type not in ("header", "params", "participants", "inference", "epoch_summary"):
+        if record_type not in RECORD_KINDS:
             raise self.error(
-                line,
-                "type",
-                "expected one of ['header', 'params', 'participants', 'inference', "
-                f"'epoch_summary'], got {_describe(record_type)}",
+                line, "type", f"expected one of {list(RECORD_KINDS)}, got {describe(record_type)}"
             )
         version = data.get("version")
         if record_type == "header" and type(version) is int and version == 1:
-            raise self.error(line, "header.version", _VERSION_1)
-        errors = (
-            []
-            if _get_fast_check(record_type)(data)
-            else list(_get_validator(record_type).iter_errors(data))
-        )
-        if errors:
-            best = jsonschema.exceptions.best_match(errors)
-            assert best is not None
-            field_path, reason = _schema_error(record_type, best)
-            raise self.error(line, field_path, reason)
+            raise self.error(line, "header.version", VERSION_1_ERROR)
+        problem = check_line(record_type, data)
+        if problem is not None:
+            raise self.error(line, *problem)
         if self.header is None and record_type != "header":
             raise self.error(
                 line, "type", f"the first line must be the header, got {record_type!r}"
@@ -702,3 +469,12 @@ def read_header(path: str | os.PathLike[str]) -> Header:
         assert isinstance(record, Header)
         return record
     raise AssertionError("unreachable")
+
+
+def compute_trace_sha256(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a trace's bytes (hex), e.g. to fingerprint a resumable replay."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -15,26 +15,31 @@ Lines come out in height order with memory bounded by the inferences in flight:
 * ``epoch_summary`` at the settlement height ``H``, after every inference line that started
   before ``H``, with keepersim's declines of the epoch (``epoch_declines``, one per summary).
 
-At one height the order is: params, epoch_summary, participants, then the inferences that
-started at that height. JSON shapes are the node REST's
-(:func:`keepersim.types.chain_json.compute_chain_json`): original field names in declaration
-order, every field present (defaults included, ``null`` for an unset message), 64-bit integers as
+At one height the order is :data:`keepersim.trace.format.LINE_ORDER`: params, epoch_summary,
+participants, then the inferences that started at that height. JSON shapes are the node REST's
+(:func:`keepersim.trace.format.encode_message`): original field names in declaration order,
+every field present (defaults included, ``null`` for an unset message), 64-bit integers as
 strings, enums as names.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 import os
 from collections.abc import Iterable
 from typing import IO, Any
 
-from google.protobuf.message import Message
-
 from keepersim.keeper.keeper import Keeper
-from keepersim.replay.schema_gen import TRACE_VERSION
-from keepersim.types.chain_json import compute_chain_json
+from keepersim.trace.format import (
+    build_header_line,
+    build_inference_line,
+    build_params_line,
+    build_participants_line,
+    build_summary_line,
+    encode_line,
+    encode_message,
+    get_line_rank,
+)
 from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
@@ -43,17 +48,12 @@ from keepersim.types.messages import (
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
 
-__all__ = ["TRACE_VERSION", "TraceWriter", "get_epoch_declines", "message_to_json"]
+__all__ = ["TraceWriter", "get_epoch_declines"]
 
-_RANK_PARAMS = 0
-_RANK_SUMMARY = 1
-_RANK_PARTICIPANTS = 2
-_RANK_INFERENCE = 3
-
-
-def message_to_json(msg: Message) -> dict[str, Any]:
-    """A message as the node's REST API shows it (original names, defaults, u64 as strings)."""
-    return compute_chain_json(msg)
+_RANK_PARAMS = get_line_rank("params")
+_RANK_SUMMARY = get_line_rank("epoch_summary")
+_RANK_PARTICIPANTS = get_line_rank("participants")
+_RANK_INFERENCE = get_line_rank("inference")
 
 
 def get_epoch_declines(
@@ -68,10 +68,6 @@ def get_epoch_declines(
         )
         for s in summaries
     ]
-
-
-def _dumps(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 class TraceWriter:
@@ -100,21 +96,16 @@ class TraceWriter:
         self._journal: dict[tuple[int, int, str], str | None] | None = None
         self._last_params: tuple[int, ModuleParams] | None = None
         self.lines = 0
-        header: dict[str, Any] = {
-            "type": "header",
-            "version": TRACE_VERSION,
-            "chain_id": chain_id,
-            "source": source,
-            "first_height": str(first_height),
-            "last_height": str(last_height),
-        }
-        if scenario is not None:
-            header["scenario"] = scenario
-        if seed is not None:
-            header["seed"] = seed
-        if policy is not None:
-            header["policy"] = policy
-        self._write(_dumps(header))
+        header = build_header_line(
+            chain_id=chain_id,
+            source=source,
+            first_height=first_height,
+            last_height=last_height,
+            scenario=scenario,
+            seed=seed,
+            policy=policy,
+        )
+        self._write(encode_line(header))
 
     # producers ---------------------------------------------------------------------------
 
@@ -124,12 +115,9 @@ class TraceWriter:
         if self._last_params == (height, params):
             return
         self._last_params = (height, params)
-        line = {
-            "type": "params",
-            "height": str(height),
-            "params": message_to_json(params.params),
-            "extension_params": message_to_json(params.extension_params),
-        }
+        line = build_params_line(
+            height, encode_message(params.params), encode_message(params.extension_params)
+        )
         self._push(height, _RANK_PARAMS, line)
 
     def add_participants(
@@ -140,13 +128,12 @@ class TraceWriter:
         nodes: Iterable[ParticipantNodes] = (),
     ) -> None:
         """``nodes``: keepersim's registration of the participants' models and ML nodes."""
-        line = {
-            "type": "participants",
-            "epoch_index": str(epoch_index),
-            "height": str(height),
-            "participants": [message_to_json(p) for p in participants],
-            "participant_nodes": [message_to_json(n) for n in nodes],
-        }
+        line = build_participants_line(
+            epoch_index,
+            height,
+            [encode_message(p) for p in participants],
+            [encode_message(n) for n in nodes],
+        )
         self._push(height, _RANK_PARTICIPANTS, line)
 
     def add_epoch_summary(
@@ -158,14 +145,12 @@ class TraceWriter:
     ) -> None:
         """``declines``: keepersim's declines of the epoch (:func:`get_epoch_declines`); None
         leaves ``epoch_declines`` out (not recorded)."""
-        line: dict[str, Any] = {
-            "type": "epoch_summary",
-            "epoch_index": str(epoch_index),
-            "height": str(height),
-            "summaries": [message_to_json(s) for s in summaries],
-        }
-        if declines is not None:
-            line["epoch_declines"] = [message_to_json(d) for d in declines]
+        line = build_summary_line(
+            epoch_index,
+            height,
+            [encode_message(s) for s in summaries],
+            None if declines is None else [encode_message(d) for d in declines],
+        )
         self._push(height, _RANK_SUMMARY, line)
 
     def add_started(self, start_height: int) -> None:
@@ -185,12 +170,12 @@ class TraceWriter:
         self._push_inference(inference)
 
     def _push_inference(self, inference: Inference) -> None:
-        line = {"type": "inference", **message_to_json(inference)}
+        line = build_inference_line(encode_message(inference))
         entry = (
             inference.start_block_height,
             _RANK_INFERENCE,
             inference.inference_id,
-            _dumps(line),
+            encode_line(line),
         )
         heapq.heappush(self._heap, entry)
         if self._journal is not None:
@@ -198,7 +183,7 @@ class TraceWriter:
 
     def _push(self, height: int, rank: int, line: dict[str, Any]) -> None:
         self._seq += 1
-        entry = (height, rank, f"{self._seq:012d}", _dumps(line))
+        entry = (height, rank, f"{self._seq:012d}", encode_line(line))
         heapq.heappush(self._heap, entry)
         if self._journal is not None:
             self._journal[entry[:3]] = entry[3]

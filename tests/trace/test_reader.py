@@ -19,7 +19,8 @@ from replay_helpers import (
     write_trace,
 )
 
-from keepersim.replay.trace import (
+from keepersim.trace.reader import iterate_trace, read_header
+from keepersim.trace.records import (
     BadLines,
     EpochSummaryRecord,
     Header,
@@ -27,8 +28,6 @@ from keepersim.replay.trace import (
     ParamsRecord,
     ParticipantsRecord,
     TraceError,
-    iterate_trace,
-    read_header,
 )
 from keepersim.types.messages import EXPIRED, FINISHED
 

@@ -1,5 +1,6 @@
-"""The shipped schema is the generated one; the fast paths agree with jsonschema and
-parse_chain_json (the reader's reference parser)."""
+"""The shipped schema is the generated one; the reader's validator (jsonschema-rs) agrees with
+the reference jsonschema, and the direct protobuf builder with parse_chain_json (the reader's
+reference parser)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ from replay_helpers import (
     summary_line,
 )
 
-from keepersim.replay.fastpath import FastParseError, MessageBuilder, SchemaCompiler
-from keepersim.replay.schema_gen import SCHEMA_PATH, build_trace_schema, format_schema
-from keepersim.replay.trace import get_schema
+from keepersim.trace.build import FastParseError, MessageBuilder
+from keepersim.trace.schema import SCHEMA_PATH, build_trace_schema, format_schema, get_schema
+from keepersim.trace.validate import check_line, get_validator
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import (
@@ -39,7 +40,7 @@ from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, Participant
 
 def test_shipped_schema_is_generated() -> None:
     assert SCHEMA_PATH.read_text(encoding="utf-8") == format_schema(build_trace_schema()), (
-        "trace.schema.json is stale: run .venv/bin/python -m keepersim.replay.schema_gen"
+        "trace.schema.json is stale: run .venv/bin/python -m keepersim.trace.schema"
     )
     jsonschema.Draft202012Validator.check_schema(get_schema())
 
@@ -93,12 +94,12 @@ def test_unset_messages_print_null() -> None:
 
 @pytest.mark.parametrize("line", VALID_LINES)
 def test_valid_lines_pass_both_checks(line: dict[str, Any]) -> None:
-    compiler = SchemaCompiler(get_schema())
-    assert compiler.compile_ref(f"#/$defs/{line['type']}")(line)
+    assert get_validator(line["type"]).is_valid(line)
+    assert check_line(line["type"], line) is None
     assert _whole_schema_validator().is_valid(line)
 
 
-# Mutations of valid lines: the compiled check must say exactly what jsonschema says.
+# Mutations of valid lines: jsonschema-rs must say exactly what jsonschema says.
 _VALUES = st.one_of(
     st.none(),
     st.booleans(),
@@ -158,7 +159,6 @@ def mutated_lines(draw: st.DrawFn) -> Any:
 
 
 _TYPES = ("header", "params", "participants", "inference", "epoch_summary")
-_COMPILED = {t: SchemaCompiler(get_schema()).compile_ref(f"#/$defs/{t}") for t in _TYPES}
 _REFERENCE = {
     t: jsonschema.Draft202012Validator({"$ref": f"#/$defs/{t}", "$defs": get_schema()["$defs"]})
     for t in _TYPES
@@ -167,11 +167,17 @@ _REFERENCE = {
 
 @settings(max_examples=200, deadline=None)
 @given(mutated_lines())
-def test_compiled_check_agrees_with_jsonschema(line: Any) -> None:
+def test_validator_agrees_with_jsonschema(line: Any) -> None:
     record_type = line.get("type") if isinstance(line, dict) else None
     if record_type not in _TYPES:
         return
-    assert _COMPILED[record_type](line) == _REFERENCE[record_type].is_valid(line)
+    valid = _REFERENCE[record_type].is_valid(line)
+    assert get_validator(record_type).is_valid(line) == valid
+    problem = check_line(record_type, line)
+    assert (problem is None) == valid
+    if problem is not None:  # a field path inside the line and a reason
+        field, reason = problem
+        assert field.startswith(record_type) and reason
 
 
 def _check_builder(data: Any, message_class: Any) -> None:
@@ -227,9 +233,29 @@ def test_builder_handles_nested_repeated_and_null() -> None:
     assert not empty.HasField("current_epoch_stats")
 
 
-def test_compiler_refuses_unknown_keywords() -> None:
-    with pytest.raises(ValueError, match="does not know keywords"):
-        SchemaCompiler({}).compile({"type": "string", "format": "date"})
+@pytest.mark.parametrize(
+    ("line", "field", "reason"),
+    [
+        (
+            {**participants_line(make_participants(1))},
+            "participants.participants[0].current_epoch_stats.inference_count",
+            "expected a uint64 string, got 5",
+        ),
+        (
+            {**header_line(1, 9), "seed": -1},
+            "header.seed",
+            "expected a seed (integer or uint64 string), got -1",
+        ),
+        ({**header_line(1, 9), "version": 3}, "header.version", "expected trace format version 2"),
+    ],
+)
+def test_nested_errors_name_the_field(line: dict[str, Any], field: str, reason: str) -> None:
+    """A nullable message's bad field is named inside it, not as 'not any of the options'."""
+    if line["type"] == "participants":
+        line["participants"][0]["current_epoch_stats"] = {"inference_count": 5}
+    problem = check_line(line["type"], line)
+    assert problem is not None
+    assert problem[0] == field and problem[1].startswith(reason)
 
 
 def test_schema_file_is_json() -> None:

@@ -1,0 +1,169 @@
+"""Direct protobuf construction from a schema-valid line's dict, without ``ParseDict``.
+
+``json_format.ParseDict`` costs ~180 us per inference line, too slow for traces with millions of
+lines. The reader builds the message here from a line that passed the schema
+(:mod:`keepersim.trace.validate`) and falls back to
+:func:`keepersim.types.chain_json.parse_chain_json`, the reference, for the error when the direct
+build meets a value it does not take. ``tests/trace/test_schema.py`` checks the two agree on
+generated and mutated lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+
+from keepersim.types.chain_json import NON_NULLABLE_FIELDS
+
+__all__ = ["FastParseError", "MessageBuilder", "get_builder"]
+
+
+class FastParseError(ValueError):
+    """The direct build met a value it does not take; ParseDict gives the real error."""
+
+
+_U64_MAX: Final = (1 << 64) - 1
+_I64_MIN: Final = -(1 << 63)
+_I64_MAX: Final = (1 << 63) - 1
+_U32_MAX: Final = (1 << 32) - 1
+_I32_MIN: Final = -(1 << 31)
+_I32_MAX: Final = (1 << 31) - 1
+
+_INT_RANGES: Final[dict[int, tuple[int, int]]] = {
+    FieldDescriptor.TYPE_INT64: (_I64_MIN, _I64_MAX),
+    FieldDescriptor.TYPE_SINT64: (_I64_MIN, _I64_MAX),
+    FieldDescriptor.TYPE_SFIXED64: (_I64_MIN, _I64_MAX),
+    FieldDescriptor.TYPE_UINT64: (0, _U64_MAX),
+    FieldDescriptor.TYPE_FIXED64: (0, _U64_MAX),
+    FieldDescriptor.TYPE_INT32: (_I32_MIN, _I32_MAX),
+    FieldDescriptor.TYPE_SINT32: (_I32_MIN, _I32_MAX),
+    FieldDescriptor.TYPE_SFIXED32: (_I32_MIN, _I32_MAX),
+    FieldDescriptor.TYPE_UINT32: (0, _U32_MAX),
+    FieldDescriptor.TYPE_FIXED32: (0, _U32_MAX),
+}
+
+Convert = Callable[[Any], Any]
+
+
+def _int_converter(lo: int, hi: int) -> Convert:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool | float):  # parse_chain_json takes neither (gogo's rule)
+            raise FastParseError("not an integer or a decimal string")
+        if isinstance(value, int):
+            n = value
+        elif isinstance(value, str):
+            digits = value[1:] if value[:1] == "-" else value
+            if not (digits.isascii() and digits.isdigit()):  # int() would take " 5", "1_0"
+                raise FastParseError("not a decimal string")
+            n = int(digits) if digits is value else -int(digits)
+        else:
+            raise FastParseError("not an integer")
+        if not lo <= n <= hi:
+            raise FastParseError("out of range")
+        return n
+
+    return convert
+
+
+def _scalar_converter(field: FieldDescriptor) -> Convert:
+    if field.type in _INT_RANGES:
+        return _int_converter(*_INT_RANGES[field.type])
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        enum_type = field.enum_type
+        assert enum_type is not None
+        by_name = {v.name: v.number for v in enum_type.values}
+
+        def convert_enum(value: Any) -> int:
+            if isinstance(value, str) and value in by_name:
+                return by_name[value]
+            raise FastParseError("not an enum name")
+
+        return convert_enum
+    if field.type == FieldDescriptor.TYPE_BOOL:
+
+        def convert_bool(value: Any) -> bool:
+            if isinstance(value, bool):
+                return value
+            raise FastParseError("not a boolean")
+
+        return convert_bool
+    if field.type == FieldDescriptor.TYPE_STRING:
+
+        def convert_str(value: Any) -> str:
+            if isinstance(value, str):
+                return value
+            raise FastParseError("not a string")
+
+        return convert_str
+    raise FastParseError(f"field type {field.type} has no fast path")
+
+
+class MessageBuilder:
+    """Builds a protobuf message from a schema-valid protobuf-JSON dict, without ParseDict.
+
+    As :func:`~keepersim.types.chain_json.parse_chain_json`: ``null`` is unset, and a field
+    upstream marks non-nullable reads as set (empty) when it is absent or ``null``."""
+
+    def __init__(self, descriptor: Descriptor | Any, message_class: type[Message]) -> None:
+        self._class = message_class
+        self._fields: dict[str, tuple[bool, bool, Convert]] = {}
+        self._non_nullable: tuple[str, ...] = tuple(
+            f.name
+            for f in descriptor.fields
+            if f"{descriptor.full_name}.{f.name}" in NON_NULLABLE_FIELDS
+        )
+        for field in descriptor.fields:
+            repeated = bool(field.is_repeated)
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                sub_type = field.message_type
+                assert sub_type is not None
+                sub_builder = MessageBuilder(sub_type, _message_class_of(message_class, field))
+                self._fields[field.name] = (repeated, True, sub_builder.build)
+            else:
+                self._fields[field.name] = (repeated, False, _scalar_converter(field))
+
+    def build(self, data: Any) -> Message:
+        if not isinstance(data, dict):
+            raise FastParseError("not an object")
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            spec = self._fields.get(key)
+            if spec is None:
+                raise FastParseError(f"unknown field {key!r}")
+            if value is None:
+                continue  # null: unset (the schema said where null may stand)
+            repeated, _, convert = spec
+            if repeated:
+                if not isinstance(value, list):
+                    raise FastParseError("not a list")
+                kwargs[key] = [convert(v) for v in value]
+            else:
+                kwargs[key] = convert(value)
+        built = self._class(**kwargs)
+        for name in self._non_nullable:
+            if name not in kwargs:
+                getattr(built, name).SetInParent()
+        return built
+
+
+def _message_class_of(owner: type[Message], field: FieldDescriptor) -> type[Message]:
+    """The generated class of a message field's values (singular or repeated)."""
+    value = getattr(owner(), field.name)
+    if field.is_repeated:
+        value = value.add()
+    return type(value)
+
+
+_BUILDERS: dict[type[Message], MessageBuilder] = {}
+
+
+def get_builder(message_class: type[Message]) -> MessageBuilder:
+    """The (cached) builder of ``message_class``."""
+    builder = _BUILDERS.get(message_class)
+    if builder is None:
+        builder = MessageBuilder(message_class.DESCRIPTOR, message_class)
+        _BUILDERS[message_class] = builder
+    return builder
