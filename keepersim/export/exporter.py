@@ -1,57 +1,58 @@
-"""Export a node's data over its REST API into a trace (``docs/trace-format.md``).
+"""Export a node's data over its REST API into a trace (``docs/trace-format.md``,
+``docs/export.md``).
 
-``keepersim export --node URL --epochs A-B --out TRACE`` reads, from a Gonka node (or
-``keepersim serve``):
+``keepersim export --node URL --epochs A-B --out TRACE`` reads, from a gonka node (a host root,
+where the proxy's ``/chain-api`` is detected, or a URL ending in ``/chain-api``; or
+``keepersim serve``), with the routes of :mod:`keepersim.types.rest_routes`:
 
-* ``/cosmos/base/tendermint/v1beta1/node_info`` (chain id), ``.../params`` (the chain's params),
-  keepersim's ``/keepersim/v1/params`` (its extension params; asked only of a node whose
-  ``node_info`` says it is keepersim, other nodes get keepersim's defaults), ``.../epoch_info``
-  (height and latest epoch), ``.../epoch_group_data/{e}`` (each epoch's first height) and epoch
-  A's model groups ``.../epoch_group_data/{A}?model_id=m`` (who serves which model with which ML
-  nodes) -- the *snapshot*, taken once and kept for a resumed run;
-* ``.../participant`` and ``.../inference``, page by page following ``pagination.next_key``
-  (a listing is sequential: each page's key comes from the previous page);
-* ``.../epoch_performance_summary/{e}`` for every settled epoch in A..B (and, from ``keepersim
-  serve``, its declines ``/keepersim/v1/declines/{e}``: the line's ``epoch_declines``, one per
-  summary; a chain node counts none, and its lines have no ``epoch_declines``).
+* the *snapshot*, taken once and kept for a resumed run: ``epoch_info`` (unpinned: the height it
+  answers at, ``Grpc-Metadata-X-Cosmos-Block-Height``, becomes the pin of every later query;
+  the chain's full Params; the latest epoch E), ``node_info`` (the chain id; a node without it
+  gets ``--chain-id`` or :data:`DEFAULT_CHAIN_ID`), keepersim's ``/keepersim/v1/params`` (only
+  from ``keepersim serve``; others get keepersim's defaults), each epoch's parent group
+  ``epoch_group_data/{e}`` for A..min(B+1, E) (``effective_block_height``: epoch e is in effect
+  from it to the block before e+1's) and each epoch's model groups ``?model_id=`` per
+  ``sub_group_models`` (the members' models and ML nodes; weights and reputation come from the
+  parent). Epochs 1..E-T (T = ``inference_pruning_epoch_threshold``) are refused naming the
+  earliest exportable epoch E-T+1 (a chain node prunes their inferences; keepersim never does);
+* ``participant`` and ``inference``, page by page following ``pagination.next_key``, pinned. The
+  inference listing has no epoch filter and is keyed by id, so it is paged whole once for the
+  range (no page can be skipped) and filtered on ``epoch_id``: an inference belongs to its
+  epoch, also when it started in the next epoch's PoC window. The deprecated payload fields are
+  cleared (empty anyway on v0.2.14 nodes; the gateway has no field mask to avoid downloading
+  them);
+* ``epoch_performance_summary/{e}`` for every settled epoch but a mid-chain A (whose counts hold
+  epoch A-1's late outcomes, which the trace lacks), with keepersim's declines from ``keepersim
+  serve``. An older node without the route (501, gRPC code 12) gives a trace without summaries,
+  and the result says so (``summaries_available``, ``notes``).
 
-The trace: ``header`` (source ``export``, ``first_height`` = first height of epoch A + 1,
-``last_height`` = the settlement height of B, or the node's height if B is the current epoch),
-``params`` (the chain's params and ``extension_params``: the node's from ``keepersim serve``,
-keepersim's defaults from a chain node) and ``participants`` (the node's current values: a node
-serves no history of them; ``participant_nodes``, the models and ML nodes of each member of
-epoch A's group, come from epoch A's groups: the model sub-groups a member belongs to, and the ML
-nodes of its validation weights there) at the first height of A, the ``inference`` lines of
-epochs A..B (``epoch_id``; started at or before the snapshot height) ordered by
-(``start_block_height``, ``inference_id``), and one
-``epoch_summary`` per settled epoch at its settlement height, in the TraceWriter's order
-(by height; at one height: params, epoch_summary, participants, inferences). Every object is
-re-encoded through the protobuf types, so lines are byte-identical to ``keepersim simulate
---trace-out``'s for the same records. Node JSON is read by
+The trace is written through the trace writer (:mod:`keepersim.export.trace_io`): header
+(``first_height`` = effective height of A, ``last_height`` = the block before B+1 takes effect,
+or the pinned height when B is current), params at A's formation height (effective - 1), one
+participants line per epoch at its formation height (the group's members with the group's
+weights, statuses as listed, RAMPING included, and their ``participant_nodes``), the summaries
+at the next epoch's formation height, and the inferences. Node JSON is read by
 :func:`~keepersim.types.chain_json.parse_chain_json` with ``ignore_unknown``: fields keepersim's
-protos do not know (a newer chain's) are left out of the trace and listed by path, per record
-kind, in the result's ``unknown_fields`` (``validation_weights[].ml_nodes[].new_field``); a bad
-value stops the export naming the URL and the field.
+protos do not know (a newer chain's) are left out and listed by path, per record kind, in the
+result's ``unknown_fields``; a bad value stops the export naming the URL and the field.
 
-Fetching (the export back-off fix, :mod:`keepersim.export.fetch`): ``concurrency`` worker
-threads (default 4: the two listings and the per-epoch summaries run in parallel), a 60 s
-timeout, at most 3 attempts retried only on timeout / transport error / 429 / 5xx / a 2xx body
-that is not JSON (a truncated answer); a 4xx (or another non-2xx status) stops the export at once
-with an :class:`ExportError` naming the URL, and so do retries that run out; every retryable
-failure pauses *all* workers (one :class:`~keepersim.export.backoff.BackoffGate`,
-``base * 2**(n-1)`` s, base 5, cap 120).
+Fetching (:mod:`keepersim.export.fetch`): ``concurrency`` worker threads, a 60 s timeout, at
+most 3 attempts retried only on timeout / transport error / 429 / 5xx but 501 / a 2xx body that
+is not JSON; a 4xx or 501 stops at once naming the URL; every retryable failure pauses all
+workers (one :class:`~keepersim.export.backoff.BackoffGate`, ``base * 2**(n-1)`` s with jitter,
+at least ``Retry-After``).
 
-Resuming: ``OUT.progress.json`` records the snapshot and every finished unit (each listing page
-with its start and next key, each epoch's summaries); each unit's records are in a part file in
-``OUT.parts/`` written atomically (a temporary file, then ``os.replace``) *before* the progress
-file names it. A rerun with the same node and epochs skips finished units and continues each
-listing from its last recorded ``next_key``: no record is fetched into the trace twice or lost.
-The trace is assembled from the part files and written atomically; the progress file and the
-parts are removed after success.
+Resuming: ``OUT.progress.json`` records the snapshot (with its pinned height) and every finished
+unit (each listing page with its start and next key, each epoch's summaries); each unit's
+records are in a part file in ``OUT.parts/`` written atomically *before* the progress file names
+it. A rerun with the same node and epochs skips finished units and continues each listing from
+its last recorded ``next_key``, pinned to the same height. The trace is assembled from the part
+files and written atomically; the progress file and the parts are removed after success.
 
-Limits: the snapshot fixes the height range, not the records: if the node's chain advances
-during an export, inferences listed later show their later status (export from a halted node or
-accept this); the assembly sorts the inference lines in memory.
+Limits: a pinned height needs a node that keeps state there (the latest height always works);
+participants are the node's at the pinned height (a node serves no history of them but by
+pinning); reputations have no place in the trace (format v2) and are in the result only; the
+assembly holds the range's inferences in memory.
 """
 
 from __future__ import annotations

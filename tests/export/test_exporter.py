@@ -582,3 +582,20 @@ def test_a_bad_value_stops_the_export_naming_the_field(node: Node, tmp_path: Pat
     message = str(info.value)
     assert message.startswith(f"GET {url}{SUMMARY_1}: inference_count: expected a uint64")
     assert message.endswith("(as EpochPerformanceSummary)")
+
+
+@pytest.mark.parametrize("epochs", [(0, 3), (1, 2)])
+def test_an_export_from_keepersim_serve_replays_with_no_mismatch(
+    healthy: str, tmp_path: Path, epochs: tuple[int, int]
+) -> None:
+    """As-recorded replay of an export from ``keepersim serve``: from genesis (every summary
+    compared) and mid-chain (the first epoch's summary is left out, the next one compared)."""
+    from keepersim.replay.as_recorded import replay_as_recorded
+
+    out = tmp_path / "t.jsonl"
+    assert export_trace(healthy, epochs, out, options=FAST).ok
+    report = replay_as_recorded(out, policies=["gonka"])
+    assert report.ok and report.summary_mismatch_count == 0
+    assert report.status_mismatches.count == 0
+    expected = [e for e in range(epochs[0], epochs[1] + 1) if e < 3 and (e == 0 or e > epochs[0])]
+    assert len(report.summaries_checked) == len(expected) > 0
