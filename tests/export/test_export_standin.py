@@ -300,3 +300,17 @@ def test_retries_have_jitter() -> None:
     assert [gate.pause(1), gate.pause(1), gate.pause(2)] == pytest.approx([2.0, 2.5, 4 * 1.4995])
     steady = BackoffGate(2.0, 100.0, clock=fake.clock, sleep=fake.sleep, jitter=0.5, rng=lambda: 0)
     assert steady.pause(1, at_least=30.0) == 30.0 and steady.pause(1, at_least=0.5) == 2.0
+
+
+def test_height_pins_an_earlier_snapshot(
+    current_node: StandinNode,  # noqa: F811
+    chain_history: ChainHistory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    height = chain_history.heights[3]  # epoch 3's effective height: latest epoch 3 there
+    out = tmp_path / "t.jsonl"
+    result = export(current_node.api_url, (0, 0), out, height=height)
+    assert result.ok and result.pinned_height == height
+    assert {r.height_header for r in current_node.requests[1:]} == {str(height)}
+    with pytest.raises(ExportError, match="the node is at height"):
+        export(current_node.api_url, (0, 0), tmp_path / "u.jsonl", height=10**6)
