@@ -13,7 +13,7 @@ where the proxy's ``/chain-api`` is detected, or a URL ending in ``/chain-api``;
   ``epoch_group_data/{e}`` for A..min(B+1, E) (``effective_block_height``: epoch e is in effect
   from it to the block before e+1's) and each epoch's model groups ``?model_id=`` per
   ``sub_group_models`` (the members' models and ML nodes; weights and reputation come from the
-  parent). Epochs 1..E-T (T = ``inference_pruning_epoch_threshold``) are refused naming the
+  parent), and each epoch's ``excluded_participants/{e}`` (into the result). Epochs 1..E-T (T = ``inference_pruning_epoch_threshold``) are refused naming the
   earliest exportable epoch E-T+1 (a chain node prunes their inferences; keepersim never does);
 * ``participant`` and ``inference``, page by page following ``pagination.next_key``, pinned. The
   inference listing has no epoch filter and is keyed by id, so it is paged whole once for the
@@ -104,6 +104,7 @@ from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import (
     EpochGroupData,
     EpochPerformanceSummary,
+    ExcludedParticipant,
     Inference,
     Params,
     Participant,
@@ -117,6 +118,7 @@ from keepersim.types.rest_routes import (
     EPOCH_GROUP_DATA,
     EPOCH_INFO,
     EPOCH_PERFORMANCE_SUMMARY,
+    EXCLUDED_PARTICIPANTS,
     EXTENSION_PARAMS,
     HEIGHT_REQUEST_HEADER,
     INFERENCE_ALL,
@@ -200,6 +202,7 @@ class ExportResult:
     shared_pages: dict[str, int] = field(default_factory=dict)
     requests_by_route: dict[str, int] = field(default_factory=dict)
     reputations: dict[str, dict[str, int]] = field(default_factory=dict)
+    excluded: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     members_not_listed: list[str] = field(default_factory=list)
     payloads_dropped: int = 0
     summaries_omitted: dict[str, str] = field(default_factory=dict)
@@ -240,6 +243,7 @@ class ExportResult:
             "shared_pages": dict(self.shared_pages),
             "requests_by_route": dict(sorted(self.requests_by_route.items())),
             "reputations": self.reputations,
+            "excluded": self.excluded,
             "members_not_listed": list(self.members_not_listed),
             "payloads_dropped": self.payloads_dropped,
             "summaries_omitted": dict(self.summaries_omitted),
@@ -505,7 +509,19 @@ class _Exporter:
             "reputations": members.reputations,
             "nodes": [message_to_json(n) for n in members.nodes],
             "group_requests": 1 + len(subgroups),
+            "excluded": [message_to_json(x) for x in self.get_excluded(epoch)],
         }
+
+    def get_excluded(self, epoch: int) -> list[ExcludedParticipant]:
+        """The epoch's exclusions (``items``; with ``exclusion_block_height``). Epoch 0 cannot
+        be asked: ``excluded_participants/0`` is the effective epoch's."""
+        if epoch == 0:
+            return []
+        url = self.url(EXCLUDED_PARTICIPANTS, epoch_index=epoch)
+        items = self.field(self.get(EXCLUDED_PARTICIPANTS, epoch_index=epoch), "items", url)
+        if not isinstance(items, list):
+            raise ExportError(f"GET {url}: 'items' is not a list")
+        return [self.parse(x, ExcludedParticipant, url, "ExcludedParticipant") for x in items]
 
     def take_snapshot(self, pool: ThreadPoolExecutor) -> dict[str, Any]:
         a, b = self.epochs
@@ -933,6 +949,7 @@ class _Exporter:
             per_epoch[key] = {
                 "epoch_group_data": int(snap["members"][key]["group_requests"]),
                 "epoch_performance_summary": 1 if key in data["summaries"] else 0,
+                "excluded_participants": 1 if epoch > 0 else 0,
                 "inference_pages_with_records": sum(
                     1 for p in inference_pages if p.get("epochs", {}).get(key)
                 ),
@@ -979,6 +996,9 @@ class _Exporter:
                 "recorded; reputations (per epoch, from the groups) are in this result only"
             )
         result.notes = notes
+        result.excluded = {
+            e: snap["members"][e].get("excluded", []) for e in sorted(snap["members"], key=int)
+        }
         result.reputations = {
             e: dict(sorted(snap["members"][e]["reputations"].items()))
             for e in sorted(snap["members"], key=int)

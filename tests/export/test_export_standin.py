@@ -185,6 +185,9 @@ def test_pages_per_epoch_and_request_counts(
     assert counts["EpochPerformanceSummary"] == sum(
         p["epoch_performance_summary"] for p in per_epoch.values()
     )
+    assert counts["ExcludedParticipants"] == sum(
+        p["excluded_participants"] for p in per_epoch.values()
+    )
     assert result.fetch_requests == sum(counts.values())
     assert "<unrouted>" in counts  # node_info: the stand-in, like a proxy, has none
     assert result.chain_id_source == "default"
@@ -314,3 +317,24 @@ def test_height_pins_an_earlier_snapshot(
     assert {r.height_header for r in current_node.requests[1:]} == {str(height)}
     with pytest.raises(ExportError, match="the node is at height"):
         export(current_node.api_url, (0, 0), tmp_path / "u.jsonl", height=10**6)
+
+
+def test_exclusions_come_with_their_height(
+    current_node: StandinNode,  # noqa: F811
+    chain_history: ChainHistory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The stand-in's sprt run excludes a participant ("downtime"); each epoch's exclusions are
+    in the result with ``exclusion_block_height``."""
+    result = export(current_node.url, LAST_TWO, tmp_path / "t.jsonl")
+    for epoch in ("3", "4"):
+        expected = [
+            (x.address, x.reason, str(x.exclusion_block_height))
+            for x in chain_history.latest.excluded
+            if x.epoch_index == int(epoch)
+        ]
+        got = [
+            (x["address"], x["reason"], x["exclusion_block_height"]) for x in result.excluded[epoch]
+        ]
+        assert sorted(got) == sorted(expected)
+    assert any(result.excluded.values())

@@ -89,7 +89,7 @@ def count_extra_fetches(chain: Chain, epochs: tuple[int, int]) -> int:
     """Requests of an export from ``keepersim serve`` besides its pages and summaries (counted in
     ``pages_fetched``): epoch_info (params included), node_info and keepersim's extension params,
     one parent group per epoch up to the current one, each epoch's model groups (participant
-    nodes) and one declines request per summary (the settled epochs, but a mid-chain A's)."""
+    nodes) and exclusions (but epoch 0's), and one declines request per summary (the settled epochs, but a mid-chain A's)."""
     a, b = epochs
     with chain.read() as k:
         latest = k.get_effective_epoch_index()
@@ -100,7 +100,8 @@ def count_extra_fetches(chain: Chain, epochs: tuple[int, int]) -> int:
             subgroups += len(group.sub_group_models)
     groups = min(b + 1, latest) + 1 - a
     summaries = sum(1 for e in range(a, b + 1) if e < latest and (e == 0 or e > a))
-    return 3 + groups + subgroups + summaries
+    excluded = sum(1 for e in range(a, b + 1) if e > 0)  # excluded_participants/0: the current
+    return 3 + groups + subgroups + summaries + excluded
 
 
 def lines_of(data: bytes, *types: str) -> list[str]:
