@@ -4,12 +4,17 @@ A retryable fetch failure (timeout, transport error, HTTP 429 or 5xx) pauses
 *every* worker, not just the one that failed, so the exporter stops adding load
 to a struggling server instead of refilling its queue. After the n-th
 consecutive retryable failure of a request, all workers hold off until
-``now + base * 2**(n-1)`` seconds (capped at ``cap``). A pause only ever
-extends the current deadline, never shortens it.
+``now + base * 2**(n-1)`` seconds (capped at ``cap``), stretched by up to
+``jitter`` of itself at random (so clients that failed together do not come
+back together; 0 by default, the exporter uses :data:`DEFAULT_JITTER`), and at
+least the server's ``Retry-After``. A pause only ever extends the current
+deadline, never shortens it. (Wall-clock pacing of a client, not chain state:
+the randomness never reaches a trace.)
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -17,12 +22,15 @@ from collections.abc import Callable
 __all__ = [
     "DEFAULT_BACKOFF_BASE_SECONDS",
     "DEFAULT_BACKOFF_CAP_SECONDS",
+    "DEFAULT_JITTER",
     "BackoffGate",
     "compute_backoff_delay",
 ]
 
 DEFAULT_BACKOFF_BASE_SECONDS = 5.0
 DEFAULT_BACKOFF_CAP_SECONDS = 120.0
+#: The exporter's jitter: a pause is ``delay * (1 + U[0, 0.25))``.
+DEFAULT_JITTER = 0.25
 
 
 def compute_backoff_delay(
@@ -58,6 +66,8 @@ class BackoffGate:
         clock: monotonic time source.
         sleep: blocks the calling thread for the given number of seconds
             (injected by tests together with ``clock``).
+        jitter: a pause is stretched by ``U[0, jitter)`` of itself.
+        rng: the jitter's random source (``random.random`` by default).
     """
 
     def __init__(
@@ -67,9 +77,14 @@ class BackoffGate:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        jitter: float = 0.0,
+        rng: Callable[[], float] = random.random,
     ) -> None:
         _check_non_negative("base", base)
         _check_non_negative("cap", cap)
+        _check_non_negative("jitter", jitter)
+        self._jitter = float(jitter)
+        self._rng = rng
         self._base = float(base)
         self._cap = float(cap)
         self._clock = clock
@@ -103,13 +118,18 @@ class BackoffGate:
         with self._lock:
             return max(0.0, self._paused_until - self._clock())
 
-    def pause(self, n: int) -> float:
+    def pause(self, n: int, *, at_least: float | None = None) -> float:
         """Pause all workers after the n-th consecutive retryable failure.
 
-        The shared deadline becomes ``max(current deadline, now + delay)``.
-        Returns the delay computed for ``n``.
+        The delay is the back-off for ``n`` with jitter, and at least ``at_least`` (a
+        ``Retry-After``); the shared deadline becomes ``max(current deadline, now + delay)``.
+        Returns the delay.
         """
         delay = compute_backoff_delay(n, self._base, self._cap)
+        if self._jitter:
+            delay *= 1.0 + self._jitter * self._rng()
+        if at_least is not None:
+            delay = max(delay, at_least)
         with self._lock:
             self._pauses += 1
             self._paused_until = max(self._paused_until, self._clock() + delay)

@@ -10,6 +10,7 @@ from typing import Any
 from keepersim.argtypes import get_float_type, get_int_type
 from keepersim.outputs import check_output_file, write_text_atomic
 from keepersim.progress import PROGRESS_HELP
+from keepersim.types.rest_routes import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 
 __all__ = ["add_export_command", "run_export"]
 
@@ -27,14 +28,21 @@ def add_export_command(subparsers: Any) -> None:
         "export",
         help="export a node's epochs (REST API) into a trace",
         description=(
-            "Fetch params, epoch info, participants, inferences and epoch summaries of epochs "
-            "A..B from a node's REST API into a trace (docs/trace-format.md). Resumable: rerun "
-            "the same command after a failure to continue (state in OUT.progress.json). "
-            "Prints the result JSON (fetch counts, errors, fetch_backoff_pauses, records "
-            "written, duration); exit status 1 when the export stopped."
+            "Fetch params, epoch groups (weights, models, ML nodes), participants, inferences "
+            "and epoch summaries of epochs A..B from a node's REST API (a chain node, a host "
+            "root or .../chain-api, or keepersim serve), every query pinned to one height, "
+            "into a trace (docs/trace-format.md, docs/export.md). Resumable: rerun the same "
+            "command after a failure to continue (state in OUT.progress.json). Prints the "
+            "result JSON (fetch counts, pages per epoch, notes); exit status 1 when the export "
+            "stopped."
         ),
     )
-    parser.add_argument("--node", required=True, metavar="URL", help="node REST base URL")
+    parser.add_argument(
+        "--node",
+        required=True,
+        metavar="URL",
+        help="node REST URL: a host root (/chain-api is detected) or a URL ending in /chain-api",
+    )
     parser.add_argument("--epochs", required=True, metavar="A-B", help="epoch range, e.g. 3-5")
     parser.add_argument("--out", required=True, metavar="TRACE", help="trace file to write")
     parser.add_argument(
@@ -68,7 +76,19 @@ def add_export_command(subparsers: Any) -> None:
         help="longest pause, s (120)",
     )
     parser.add_argument(
-        "--page-limit", type=get_int_type(1, 1000), default=100, help="pagination.limit (100)"
+        "--page-limit",
+        type=get_int_type(1, MAX_PAGE_LIMIT),
+        default=DEFAULT_PAGE_LIMIT,
+        help=f"pagination.limit ({DEFAULT_PAGE_LIMIT})",
+    )
+    parser.add_argument(
+        "--height",
+        type=get_int_type(1),
+        default=None,
+        help="pin the snapshot to this height (default: the node's latest)",
+    )
+    parser.add_argument(
+        "--chain-id", default=None, help="the trace's chain id when the node serves no node_info"
     )
     parser.add_argument("--restart", action="store_true", help="ignore a previous run's progress")
     parser.add_argument("--result", default="-", help="write the result JSON here ('-': stdout)")
@@ -109,6 +129,8 @@ def run_export(args: argparse.Namespace) -> int:
             page_limit=args.page_limit,
             progress=args.progress is not False,
             restart=args.restart,
+            chain_id=args.chain_id,
+            height=args.height,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -125,4 +147,11 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"keepersim: error: {exc}", file=sys.stderr)
         return 1
     _write_result(args.result, result.to_dict())
+    if not result.summaries_available:
+        print(
+            "keepersim: note: the node has no epoch_performance_summary/{epoch_index} route "
+            "(501, gRPC code 12: older than v0.2.6); the trace has no epoch_summary lines, so a "
+            "replay compares inference outcomes only",
+            file=sys.stderr,
+        )
     return 0

@@ -1,57 +1,58 @@
-"""Export a node's data over its REST API into a trace (``docs/trace-format.md``).
+"""Export a node's data over its REST API into a trace (``docs/trace-format.md``,
+``docs/export.md``).
 
-``keepersim export --node URL --epochs A-B --out TRACE`` reads, from a Gonka node (or
-``keepersim serve``):
+``keepersim export --node URL --epochs A-B --out TRACE`` reads, from a gonka node (a host root,
+where the proxy's ``/chain-api`` is detected, or a URL ending in ``/chain-api``; or
+``keepersim serve``), with the routes of :mod:`keepersim.types.rest_routes`:
 
-* ``/cosmos/base/tendermint/v1beta1/node_info`` (chain id), ``.../params`` (the chain's params),
-  keepersim's ``/keepersim/v1/params`` (its extension params; asked only of a node whose
-  ``node_info`` says it is keepersim, other nodes get keepersim's defaults), ``.../epoch_info``
-  (height and latest epoch), ``.../epoch_group_data/{e}`` (each epoch's first height) and epoch
-  A's model groups ``.../epoch_group_data/{A}?model_id=m`` (who serves which model with which ML
-  nodes) -- the *snapshot*, taken once and kept for a resumed run;
-* ``.../participant`` and ``.../inference``, page by page following ``pagination.next_key``
-  (a listing is sequential: each page's key comes from the previous page);
-* ``.../epoch_performance_summary/{e}`` for every settled epoch in A..B (and, from ``keepersim
-  serve``, its declines ``/keepersim/v1/declines/{e}``: the line's ``epoch_declines``, one per
-  summary; a chain node counts none, and its lines have no ``epoch_declines``).
+* the *snapshot*, taken once and kept for a resumed run: ``epoch_info`` (unpinned: the height it
+  answers at, ``Grpc-Metadata-X-Cosmos-Block-Height``, becomes the pin of every later query;
+  the chain's full Params; the latest epoch E), ``node_info`` (the chain id; a node without it
+  gets ``--chain-id`` or :data:`DEFAULT_CHAIN_ID`), keepersim's ``/keepersim/v1/params`` (only
+  from ``keepersim serve``; others get keepersim's defaults), each epoch's parent group
+  ``epoch_group_data/{e}`` for A..min(B+1, E) (``effective_block_height``: epoch e is in effect
+  from it to the block before e+1's) and each epoch's model groups ``?model_id=`` per
+  ``sub_group_models`` (the members' models and ML nodes; weights and reputation come from the
+  parent), and each epoch's ``excluded_participants/{e}`` (into the result). Epochs 1..E-T (T = ``inference_pruning_epoch_threshold``) are refused naming the
+  earliest exportable epoch E-T+1 (a chain node prunes their inferences; keepersim never does);
+* ``participant`` and ``inference``, page by page following ``pagination.next_key``, pinned. The
+  inference listing has no epoch filter and is keyed by id, so it is paged whole once for the
+  range (no page can be skipped) and filtered on ``epoch_id``: an inference belongs to its
+  epoch, also when it started in the next epoch's PoC window. The deprecated payload fields are
+  cleared (empty anyway on v0.2.14 nodes; the gateway has no field mask to avoid downloading
+  them);
+* ``epoch_performance_summary/{e}`` for every settled epoch but a mid-chain A (whose counts hold
+  epoch A-1's late outcomes, which the trace lacks), with keepersim's declines from ``keepersim
+  serve``. An older node without the route (501, gRPC code 12) gives a trace without summaries,
+  and the result says so (``summaries_available``, ``notes``).
 
-The trace: ``header`` (source ``export``, ``first_height`` = first height of epoch A + 1,
-``last_height`` = the settlement height of B, or the node's height if B is the current epoch),
-``params`` (the chain's params and ``extension_params``: the node's from ``keepersim serve``,
-keepersim's defaults from a chain node) and ``participants`` (the node's current values: a node
-serves no history of them; ``participant_nodes``, the models and ML nodes of each member of
-epoch A's group, come from epoch A's groups: the model sub-groups a member belongs to, and the ML
-nodes of its validation weights there) at the first height of A, the ``inference`` lines of
-epochs A..B (``epoch_id``; started at or before the snapshot height) ordered by
-(``start_block_height``, ``inference_id``), and one
-``epoch_summary`` per settled epoch at its settlement height, in the TraceWriter's order
-(by height; at one height: params, epoch_summary, participants, inferences). Every object is
-re-encoded through the protobuf types, so lines are byte-identical to ``keepersim simulate
---trace-out``'s for the same records. Node JSON is read by
+The trace is written through the trace writer (:mod:`keepersim.export.trace_io`): header
+(``first_height`` = effective height of A, ``last_height`` = the block before B+1 takes effect,
+or the pinned height when B is current), params at A's formation height (effective - 1), one
+participants line per epoch at its formation height (the group's members with the group's
+weights, statuses as listed, RAMPING included, and their ``participant_nodes``), the summaries
+at the next epoch's formation height, and the inferences. Node JSON is read by
 :func:`~keepersim.types.chain_json.parse_chain_json` with ``ignore_unknown``: fields keepersim's
-protos do not know (a newer chain's) are left out of the trace and listed by path, per record
-kind, in the result's ``unknown_fields`` (``validation_weights[].ml_nodes[].new_field``); a bad
-value stops the export naming the URL and the field.
+protos do not know (a newer chain's) are left out and listed by path, per record kind, in the
+result's ``unknown_fields``; a bad value stops the export naming the URL and the field.
 
-Fetching (the export back-off fix, :mod:`keepersim.export.fetch`): ``concurrency`` worker
-threads (default 4: the two listings and the per-epoch summaries run in parallel), a 60 s
-timeout, at most 3 attempts retried only on timeout / transport error / 429 / 5xx / a 2xx body
-that is not JSON (a truncated answer); a 4xx (or another non-2xx status) stops the export at once
-with an :class:`ExportError` naming the URL, and so do retries that run out; every retryable
-failure pauses *all* workers (one :class:`~keepersim.export.backoff.BackoffGate`,
-``base * 2**(n-1)`` s, base 5, cap 120).
+Fetching (:mod:`keepersim.export.fetch`): ``concurrency`` worker threads, a 60 s timeout, at
+most 3 attempts retried only on timeout / transport error / 429 / 5xx but 501 / a 2xx body that
+is not JSON; a 4xx or 501 stops at once naming the URL; every retryable failure pauses all
+workers (one :class:`~keepersim.export.backoff.BackoffGate`, ``base * 2**(n-1)`` s with jitter,
+at least ``Retry-After``).
 
-Resuming: ``OUT.progress.json`` records the snapshot and every finished unit (each listing page
-with its start and next key, each epoch's summaries); each unit's records are in a part file in
-``OUT.parts/`` written atomically (a temporary file, then ``os.replace``) *before* the progress
-file names it. A rerun with the same node and epochs skips finished units and continues each
-listing from its last recorded ``next_key``: no record is fetched into the trace twice or lost.
-The trace is assembled from the part files and written atomically; the progress file and the
-parts are removed after success.
+Resuming: ``OUT.progress.json`` records the snapshot (with its pinned height) and every finished
+unit (each listing page with its start and next key, each epoch's summaries); each unit's
+records are in a part file in ``OUT.parts/`` written atomically *before* the progress file names
+it. A rerun with the same node and epochs skips finished units and continues each listing from
+its last recorded ``next_key``, pinned to the same height. The trace is assembled from the part
+files and written atomically; the progress file and the parts are removed after success.
 
-Limits: the snapshot fixes the height range, not the records: if the node's chain advances
-during an export, inferences listed later show their later status (export from a halted node or
-accept this); the assembly sorts the inference lines in memory.
+Limits: a pinned height needs a node that keeps state there (the latest height always works);
+participants are the node's at the pinned height (a node serves no history of them but by
+pinning); reputations have no place in the trace (format v2) and are in the result only; the
+assembly holds the range's inferences in memory.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ import re
 import shutil
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -69,12 +71,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from keepersim.export.backoff import (
     DEFAULT_BACKOFF_BASE_SECONDS,
     DEFAULT_BACKOFF_CAP_SECONDS,
+    DEFAULT_JITTER,
     BackoffGate,
+)
+from keepersim.export.chain_api import (
+    EpochMembers,
+    compute_api_bases,
+    compute_earliest_exportable_epoch,
+    compute_epoch_members,
+    compute_epoch_participants,
+    compute_pruned_epochs,
+    get_response_height,
 )
 from keepersim.export.fetch import (
     DEFAULT_CONCURRENCY,
@@ -82,34 +95,41 @@ from keepersim.export.fetch import (
     DEFAULT_TIMEOUT_SECONDS,
     ExportFetchError,
     Fetcher,
+    JsonResponse,
 )
-from keepersim.outputs import write_text_atomic
-from keepersim.trace.format import (
-    build_header_line,
-    build_inference_line,
-    build_params_line,
-    build_participants_line,
-    build_summary_line,
-    encode_line,
-    encode_message,
-    get_line_rank,
-)
+from keepersim.export.trace_io import TraceWriter, message_to_json
+from keepersim.outputs import get_atomic_path, write_text_atomic
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import (
     EpochGroupData,
     EpochPerformanceSummary,
+    ExcludedParticipant,
     Inference,
-    MLNodeInfo,
     Params,
     Participant,
 )
 from keepersim.types.params import get_default_extension_params
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
 from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
+from keepersim.types.rest_routes import (
+    DECLINES,
+    DEFAULT_PAGE_LIMIT,
+    EPOCH_GROUP_DATA,
+    EPOCH_INFO,
+    EPOCH_PERFORMANCE_SUMMARY,
+    EXCLUDED_PARTICIPANTS,
+    EXTENSION_PARAMS,
+    HEIGHT_REQUEST_HEADER,
+    INFERENCE_ALL,
+    MAX_PAGE_LIMIT,
+    NODE_INFO,
+    PARTICIPANT_ALL,
+    compute_route_path,
+)
 
 __all__ = [
-    "CHAIN_PREFIX",
+    "DEFAULT_CHAIN_ID",
     "DEFAULT_PAGE_LIMIT",
     "ExportError",
     "ExportOptions",
@@ -118,15 +138,15 @@ __all__ = [
     "parse_epoch_range",
 ]
 
-CHAIN_PREFIX = "/productscience/inference/inference"
-NODE_INFO_PATH = "/cosmos/base/tendermint/v1beta1/node_info"
-#: keepersim's extension params and declines (``keepersim serve``; a chain node has neither).
-EXTENSION_PARAMS_PATH = "/keepersim/v1/params"
-DECLINES_PATH = "/keepersim/v1/declines"
 #: ``node_info.application_version.app_name`` of ``keepersim serve``.
 KEEPERSIM_APP_NAME = "keepersim"
-DEFAULT_PAGE_LIMIT = 100
-PROGRESS_VERSION = 2  # 2: the snapshot holds extension params and participant nodes
+#: The trace's chain id when the node serves no node_info and ``--chain-id`` is not given.
+DEFAULT_CHAIN_ID = "unknown-chain"
+#: google.golang.org/grpc/codes Unimplemented: the gateway's answer to an unknown route.
+GRPC_UNIMPLEMENTED = 12
+#: The deprecated payload fields (inference.proto 4, 6, 31), empty since v0.2.6.
+PAYLOAD_FIELDS = ("prompt_payload", "response_payload", "original_prompt")
+PROGRESS_VERSION = 3  # 3: pinned height, per-epoch members, summaries_unavailable
 
 M = TypeVar("M", bound=Message)
 _LIST_INDEX = re.compile(r"\[\d+\]")
@@ -152,12 +172,19 @@ class ExportOptions:
     page_limit: int = DEFAULT_PAGE_LIMIT
     progress: bool = False
     restart: bool = False
+    #: the trace's chain id when the node serves no node_info
+    chain_id: str | None = None
+    #: the height to pin the snapshot to (default: the node's latest)
+    height: int | None = None
+    jitter: float = DEFAULT_JITTER
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        if not 1 <= self.page_limit <= 1000:
-            raise ValueError(f"page limit must be in [1, 1000], got {self.page_limit}")
+        if not 1 <= self.page_limit <= MAX_PAGE_LIMIT:
+            raise ValueError(f"page limit must be in [1, {MAX_PAGE_LIMIT}], got {self.page_limit}")
+        if self.height is not None and self.height < 1:
+            raise ValueError(f"--height must be >= 1, got {self.height}")
 
 
 @dataclass
@@ -166,8 +193,20 @@ class ExportResult:
     out: str
     epochs: tuple[int, int]
     chain_id: str = ""
+    chain_id_source: str = ""
     first_height: int = 0
     last_height: int = 0
+    pinned_height: int = 0
+    summaries_available: bool = True
+    pages_per_epoch: dict[str, dict[str, int]] = field(default_factory=dict)
+    shared_pages: dict[str, int] = field(default_factory=dict)
+    requests_by_route: dict[str, int] = field(default_factory=dict)
+    reputations: dict[str, dict[str, int]] = field(default_factory=dict)
+    excluded: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    members_not_listed: list[str] = field(default_factory=list)
+    payloads_dropped: int = 0
+    summaries_omitted: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
     fetch_requests: int = 0
     fetch_retries: int = 0
     fetch_errors: int = 0
@@ -195,8 +234,20 @@ class ExportResult:
             "out": self.out,
             "epochs": list(self.epochs),
             "chain_id": self.chain_id,
+            "chain_id_source": self.chain_id_source,
             "first_height": self.first_height,
             "last_height": self.last_height,
+            "pinned_height": self.pinned_height,
+            "summaries_available": self.summaries_available,
+            "pages_per_epoch": self.pages_per_epoch,
+            "shared_pages": dict(self.shared_pages),
+            "requests_by_route": dict(sorted(self.requests_by_route.items())),
+            "reputations": self.reputations,
+            "excluded": self.excluded,
+            "members_not_listed": list(self.members_not_listed),
+            "payloads_dropped": self.payloads_dropped,
+            "summaries_omitted": dict(self.summaries_omitted),
+            "notes": list(self.notes),
             "fetches": self.fetch_requests,
             "fetch_retries": self.fetch_retries,
             "fetch_errors": self.fetch_errors,
@@ -228,6 +279,33 @@ def parse_epoch_range(text: str) -> tuple[int, int]:
     if a < 0 or b < a:
         raise ValueError(f"--epochs: need 0 <= A <= B, got {text!r}")
     return a, b
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _drop_payloads(inference: Inference) -> int:
+    """Clear the deprecated payload fields keepersim never reads; how many were non-empty."""
+    dropped = 0
+    for name in PAYLOAD_FIELDS:
+        if getattr(inference, name):
+            setattr(inference, name, "")
+            dropped += 1
+    return dropped
+
+
+def _get_summary_epochs(epochs: tuple[int, int], latest_epoch: int) -> list[int]:
+    """The epochs whose summaries a trace of ``epochs`` holds: the settled ones, except the
+    first of a trace that starts mid-chain (its stats count the previous epoch's inferences
+    that resolved in it, and those are not in the trace)."""
+    a, b = epochs
+    return [e for e in range(a, b + 1) if e < latest_epoch and (e == 0 or e > a)]
+
+
+def _ranges(epochs: list[int]) -> str:
+    """``[1, 2, 3]`` -> ``"1-3"``, ``[4]`` -> ``"4"`` (epochs are consecutive here)."""
+    return str(epochs[0]) if len(epochs) == 1 else f"{epochs[0]}-{epochs[-1]}"
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -276,8 +354,10 @@ class _Progress:
                 "inferences": {"pages": [], "complete": False},
             },
             "summaries": {},
+            "summaries_unavailable": False,
             "unknown_fields": {},
             "skipped_inferences": 0,
+            "payloads_dropped": 0,
         }
         progress = cls(path, data)
         progress.save()
@@ -309,6 +389,7 @@ class _Exporter:
         on_unit: UnitHook | None,
     ) -> None:
         self.node = node.rstrip("/")
+        self.base = self.node
         self.epochs = epochs
         self.out = out
         self.options = options
@@ -318,17 +399,32 @@ class _Exporter:
         self.progress_path = out.with_name(out.name + ".progress.json")
         self.stop = threading.Event()
         self.pages_fetched = 0
+        self.requests_by_route: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self.bar: Any = None
         self.snapshot: dict[str, Any] = {}
 
     # fetching ------------------------------------------------------------------------------
 
-    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        return self.fetcher.get_json(self.node + path, params)
+    @property
+    def pin(self) -> dict[str, str] | None:
+        height = self.snapshot.get("pin_height")
+        return None if height is None else {HEIGHT_REQUEST_HEADER: str(height)}
 
-    def url(self, path: str) -> str:
-        return self.node + path
+    def get(self, template: str, params: dict[str, Any] | None = None, **values: Any) -> Any:
+        """GET a route (``template`` filled with ``values``) pinned to the snapshot's height."""
+        return self.get_response(template, params, **values).body
+
+    def get_response(
+        self, template: str, params: dict[str, Any] | None = None, **values: Any
+    ) -> JsonResponse:
+        with self._count_lock:
+            self.requests_by_route[template] += 1
+        path = compute_route_path(template, **values)
+        return self.fetcher.get_response(self.base + path, params, self.pin)
+
+    def url(self, template: str, **values: Any) -> str:
+        return self.base + compute_route_path(template, **values)
 
     def parse(self, data: Any, cls: type[M], url: str, kind: str) -> M:
         if not isinstance(data, dict):
@@ -356,102 +452,148 @@ class _Exporter:
 
     # snapshot ------------------------------------------------------------------------------
 
+    def find_api(self) -> JsonResponse:
+        """``epoch_info`` (unpinned: its height becomes the pin) at the first base that serves
+        it: ``--node`` as given, or with the proxy's ``/chain-api`` (never doubled)."""
+        bases = compute_api_bases(self.node)
+        for i, base in enumerate(bases):
+            self.base = base
+            try:
+                return self.get_response(EPOCH_INFO)
+            except ExportFetchError as exc:
+                # a 404 that is not the gateway's (a proxy's page, a router's): try the next base
+                if i + 1 < len(bases) and exc.status_code == 404 and exc.grpc_code is None:
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def get_chain_id(self) -> tuple[str, str, Any]:
+        """The chain id, where it came from, and node_info (None when the node has none)."""
+        try:
+            info = self.get(NODE_INFO)
+        except ExportFetchError as exc:
+            if exc.status_code not in (404, 501):
+                raise
+            info = None
+        node_info = info.get("default_node_info") if isinstance(info, dict) else None
+        network = node_info.get("network") if isinstance(node_info, dict) else None
+        if isinstance(network, str) and network:
+            return network, "node_info", info
+        if self.options.chain_id:
+            return self.options.chain_id, "--chain-id", info
+        return DEFAULT_CHAIN_ID, "default", info
+
     def get_extension_params(self, info: Any) -> tuple[ExtensionParams, bool]:
         """keepersim's extension params: the node's if it is ``keepersim serve`` (its
         ``node_info`` says so), else keepersim's defaults; and whether they are the node's."""
         app = info.get("application_version") if isinstance(info, dict) else None
         if not isinstance(app, dict) or app.get("app_name") != KEEPERSIM_APP_NAME:
             return get_default_extension_params(), False
-        url = self.url(EXTENSION_PARAMS_PATH)
-        body = self.field(self.get(EXTENSION_PARAMS_PATH), "extension_params", url)
+        url = self.url(EXTENSION_PARAMS)
+        body = self.field(self.get(EXTENSION_PARAMS), "extension_params", url)
         return self.parse(body, ExtensionParams, url, "ExtensionParams"), True
 
-    def get_participant_nodes(self, epoch: int, group: Any) -> list[ParticipantNodes]:
-        """Each member's models and ML nodes in epoch ``epoch``, from its groups (``group`` is
-        the parent's JSON): the model sub-groups it is a member of (``sub_group_models``), and
-        the ML nodes of its validation weights in them (by node id, first seen first; the
-        parent group's for a member of no sub-group). Address order."""
-        path = f"{CHAIN_PREFIX}/epoch_group_data/{epoch}"
-        url = self.url(path)
-        parent = self.parse(group, EpochGroupData, url, "EpochGroupData")
-        models: dict[str, list[str]] = {}
-        ml_nodes: dict[str, dict[str, MLNodeInfo]] = {}
-        for model in parent.sub_group_models:
-            body = self.get(path, {"model_id": model})
-            sub = self.parse(
-                self.field(body, "epoch_group_data", url), EpochGroupData, url, "EpochGroupData"
-            )
-            for weight in sub.validation_weights:
-                models.setdefault(weight.member_address, []).append(model)
-                nodes = ml_nodes.setdefault(weight.member_address, {})
-                for node in weight.ml_nodes:
-                    nodes.setdefault(node.node_id, node)
-        for weight in parent.validation_weights:
-            nodes = ml_nodes.setdefault(weight.member_address, {})
-            if weight.member_address not in models:
-                for node in weight.ml_nodes:
-                    nodes.setdefault(node.node_id, node)
-        return [
-            ParticipantNodes(
-                address=address,
-                models=models.get(address, []),
-                ml_nodes=list(ml_nodes[address].values()),
-            )
-            for address in sorted(ml_nodes)
-        ]
+    def get_group(self, epoch: int, model: str = "") -> EpochGroupData:
+        params = {"model_id": model} if model else None
+        url = self.url(EPOCH_GROUP_DATA, epoch_index=epoch)
+        body = self.get(EPOCH_GROUP_DATA, params, epoch_index=epoch)
+        data = self.field(body, "epoch_group_data", url)
+        return self.parse(data, EpochGroupData, url, "EpochGroupData")
+
+    def get_members(self, pool: ThreadPoolExecutor, epoch: int, parent: EpochGroupData) -> Any:
+        """Epoch ``epoch``'s members from its parent group and its model sub-groups."""
+        subgroups = list(pool.map(lambda m: self.get_group(epoch, m), parent.sub_group_models))
+        members = compute_epoch_members(parent, subgroups)
+        return {
+            "weights": members.weights,
+            "reputations": members.reputations,
+            "nodes": [message_to_json(n) for n in members.nodes],
+            "group_requests": 1 + len(subgroups),
+            "excluded": [message_to_json(x) for x in self.get_excluded(epoch)],
+        }
+
+    def get_excluded(self, epoch: int) -> list[ExcludedParticipant]:
+        """The epoch's exclusions (``items``; with ``exclusion_block_height``). Epoch 0 cannot
+        be asked: ``excluded_participants/0`` is the effective epoch's."""
+        if epoch == 0:
+            return []
+        url = self.url(EXCLUDED_PARTICIPANTS, epoch_index=epoch)
+        items = self.field(self.get(EXCLUDED_PARTICIPANTS, epoch_index=epoch), "items", url)
+        if not isinstance(items, list):
+            raise ExportError(f"GET {url}: 'items' is not a list")
+        return [self.parse(x, ExcludedParticipant, url, "ExcludedParticipant") for x in items]
 
     def take_snapshot(self, pool: ThreadPoolExecutor) -> dict[str, Any]:
         a, b = self.epochs
-        info = self.get(NODE_INFO_PATH)
-        node_info = self.field(info, "default_node_info", self.url(NODE_INFO_PATH))
-        chain_id = node_info.get("network", "") if isinstance(node_info, dict) else ""
-        url = self.url(CHAIN_PREFIX + "/params")
-        params = self.parse(
-            self.field(self.get(CHAIN_PREFIX + "/params"), "params", url), Params, url, "Params"
-        )
-        extension_params, from_node = self.get_extension_params(info)
-        url = self.url(CHAIN_PREFIX + "/epoch_info")
-        body = self.get(CHAIN_PREFIX + "/epoch_info")
+        answer = self.find_api()
+        url = self.url(EPOCH_INFO)
+        body = answer.body
         try:
-            height = int(self.field(body, "block_height", url))
+            body_height = int(self.field(body, "block_height", url))
             latest = int(self.field(body, "latest_epoch", url).get("index", 0))
         except (TypeError, ValueError, AttributeError) as exc:
             raise ExportError(f"GET {url}: malformed epoch info: {exc}") from exc
+        height = get_response_height(answer.headers) or body_height
+        if self.options.height is not None:
+            if self.options.height > height:
+                raise ExportError(f"--height {self.options.height}: the node is at height {height}")
+            height = self.options.height
+        self.snapshot = {"pin_height": height}
+        if self.options.height is not None:  # the latest epoch at the asked height
+            body = self.get(EPOCH_INFO)
+            latest = int(self.field(body, "latest_epoch", url).get("index", 0))
+        params = self.parse(self.field(body, "params", url), Params, url, "Params")
+        chain_id, chain_id_source, info = self.get_chain_id()
+        extension_params, from_node = self.get_extension_params(info)
         if b > latest:
             raise ExportError(
                 f"epochs {a}-{b}: epoch {b} is beyond the node's latest epoch {latest} "
                 f"(height {height})"
             )
+        threshold = params.epoch_params.inference_pruning_epoch_threshold
+        if not from_node:  # keepersim serve never prunes
+            pruned = compute_pruned_epochs((a, b), latest, threshold)
+            if pruned:
+                earliest = compute_earliest_exportable_epoch(latest, threshold)
+                raise ExportError(
+                    f"epochs {a}-{b}: the node has pruned the inferences of epoch"
+                    f"{'s' if len(pruned) > 1 else ''} {_ranges(pruned)} "
+                    f"(epoch_params.inference_pruning_epoch_threshold {threshold}, latest epoch "
+                    f"{latest}); the earliest exportable epoch is {earliest}"
+                )
         wanted = list(range(a, min(b + 1, latest) + 1))
-
-        def get_group(epoch: int) -> tuple[int, Any]:
-            path = f"{CHAIN_PREFIX}/epoch_group_data/{epoch}"
-            return epoch, self.field(self.get(path), "epoch_group_data", self.url(path))
-
-        groups = dict(pool.map(get_group, wanted))
-        starts: dict[int, int] = {}
-        for epoch, group in groups.items():
-            try:
-                starts[epoch] = int(group.get("poc_start_block_height", 0))
-            except (TypeError, ValueError, AttributeError) as exc:
-                url = self.url(f"{CHAIN_PREFIX}/epoch_group_data/{epoch}")
-                raise ExportError(f"GET {url}: malformed epoch group: {exc}") from exc
-        last_height = starts[b + 1] if b < latest else height
-        if starts[a] + 1 > last_height:
+        parents = dict(zip(wanted, pool.map(self.get_group, wanted), strict=True))
+        epochs: dict[str, dict[str, Any]] = {}
+        for epoch, group in parents.items():
+            effective = group.effective_block_height
+            epochs[str(epoch)] = {
+                "effective_block_height": effective,
+                "last_block_height": group.last_block_height,
+                "poc_start_block_height": group.poc_start_block_height,
+                # keepersim forms an epoch in the end block before it takes effect
+                "formed_at": max(effective - 1, 0),
+            }
+        first_height = max(epochs[str(a)]["effective_block_height"], 1)
+        # epoch N is in effect up to the block before N+1 takes effect (its last_block_height)
+        last_height = epochs[str(b + 1)]["effective_block_height"] - 1 if b < latest else height
+        if first_height > last_height:
             raise ExportError(
-                f"epochs {a}-{b}: no block committed in them yet (epoch {a} starts after height "
-                f"{starts[a]}, the node is at height {height})"
+                f"epochs {a}-{b}: no block committed in them yet (epoch {a} takes effect at "
+                f"height {first_height}, the node is at height {height})"
             )
-        nodes = self.get_participant_nodes(a, groups[a])
+        members = {str(e): self.get_members(pool, e, parents[e]) for e in range(a, b + 1)}
         return {
+            "base": self.base,
+            "pin_height": height,
             "chain_id": chain_id,
-            "params": encode_message(params),
-            "extension_params": encode_message(extension_params),
-            "participant_nodes": [encode_message(n) for n in nodes],
-            "height": height,
+            "chain_id_source": chain_id_source,
+            "params": message_to_json(params),
+            "extension_params": message_to_json(extension_params),
             "latest_epoch": latest,
-            "epoch_starts": {str(e): s for e, s in sorted(starts.items())},
-            "first_height": starts[a] + 1,
+            "pruning_threshold": threshold,
+            "epochs": epochs,
+            "members": members,
+            "first_height": first_height,
             "last_height": last_height,
             "policy": extension_params.health_params.policy if from_node else "",
             "keepersim_node": from_node,
@@ -466,15 +608,19 @@ class _Exporter:
         if self.on_unit is not None:
             self.on_unit(kind, detail)
 
-    def advance_bar(self, records: int) -> None:
+    def advance_bar(self, records: int, page: bool = True) -> None:
         with self._count_lock:
-            self.pages_fetched += 1
+            if page:
+                self.pages_fetched += 1
             if self.bar is not None:
                 self.bar.update(records)
 
     def run_listing(self, name: str) -> None:
-        """Fetch a listing page by page from where the progress left it."""
-        path = f"{CHAIN_PREFIX}/{'participant' if name == 'participants' else 'inference'}"
+        """Fetch a listing page by page from where the progress left it. The inference listing
+        has no epoch filter and is keyed by id (not by epoch or height), so it is paged whole,
+        once for the range, and no page can be skipped; each page's records are filtered on
+        ``epoch_id`` and the page notes how many it held per epoch."""
+        template = PARTICIPANT_ALL if name == "participants" else INFERENCE_ALL
         field_name = "participant" if name == "participants" else "inference"
         with self.progress.lock:
             listing = self.progress.data["listings"][name]
@@ -491,8 +637,8 @@ class _Exporter:
                 params["pagination.key"] = key
             elif index == 0:
                 params["pagination.count_total"] = "true"
-            body = self.get(path, params)
-            url = self.url(path)
+            body = self.get(template, params)
+            url = self.url(template)
             items = self.field(body, field_name, url)
             pagination = self.field(body, "pagination", url)
             if not isinstance(items, list) or not isinstance(pagination, dict):
@@ -509,13 +655,12 @@ class _Exporter:
                     self.bar.total = (self.bar.total or 0) + total
                     self.bar.refresh()
             lines: list[str] = []
-            skipped = 0
+            skipped = dropped = 0
+            per_epoch: Counter[str] = Counter()
             for item in items:
                 if name == "participants":
                     lines.append(
-                        encode_line(
-                            encode_message(self.parse(item, Participant, url, "Participant"))
-                        )
+                        _dumps(message_to_json(self.parse(item, Participant, url, "Participant")))
                     )
                     continue
                 inference = self.parse(item, Inference, url, "Inference")
@@ -526,18 +671,30 @@ class _Exporter:
                 ):
                     skipped += 1
                     continue
-                lines.append(encode_line(build_inference_line(encode_message(inference))))
+                dropped += _drop_payloads(inference)
+                per_epoch[str(inference.epoch_id)] += 1
+                lines.append(_dumps(message_to_json(inference)))
             file_name = f"{name}-{index:06d}.jsonl"
             _write_atomic(self.parts / file_name, "".join(line + "\n" for line in lines))
-            page = {"key": key, "next_key": next_key, "records": len(lines), "file": file_name}
+            page = {
+                "key": key,
+                "next_key": next_key,
+                "records": len(lines),
+                "file": file_name,
+                "epochs": dict(sorted(per_epoch.items())),
+            }
 
             def update(
-                data: dict[str, Any], page: dict[str, Any] = page, skipped: int = skipped
+                data: dict[str, Any],
+                page: dict[str, Any] = page,
+                skipped: int = skipped,
+                dropped: int = dropped,
             ) -> None:
                 listing = data["listings"][name]
                 listing["pages"].append(page)
                 listing["complete"] = page["next_key"] is None
                 data["skipped_inferences"] += skipped
+                data["payloads_dropped"] += dropped
 
             self.record_unit(name, f"page {index}", update)
             self.advance_bar(len(items))
@@ -546,41 +703,58 @@ class _Exporter:
             key = next_key
             index += 1
 
+    def run_summaries(self) -> None:
+        """Each settled epoch's summaries, in epoch order; an older node without the route
+        (501, gRPC code 12) stops them: the trace is written without summaries."""
+        for epoch in _get_summary_epochs(self.epochs, self.snapshot["latest_epoch"]):
+            with self.progress.lock:
+                if str(epoch) in self.progress.data["summaries"]:
+                    continue
+                if self.progress.data["summaries_unavailable"]:
+                    return
+            if self.stop.is_set():
+                return
+            self.run_summary(epoch)
+
     def run_summary(self, epoch: int) -> None:
-        if self.stop.is_set():
-            return
-        path = f"{CHAIN_PREFIX}/epoch_performance_summary/{epoch}"
-        url = self.url(path)
-        items = self.field(self.get(path), "epochPerformanceSummary", url)
+        url = self.url(EPOCH_PERFORMANCE_SUMMARY, epoch_index=epoch)
+        try:
+            body = self.get(EPOCH_PERFORMANCE_SUMMARY, epoch_index=epoch)
+        except ExportFetchError as exc:
+            if exc.status_code == 501 and exc.grpc_code == GRPC_UNIMPLEMENTED:
+
+                def unavailable(data: dict[str, Any]) -> None:
+                    data["summaries_unavailable"] = True
+
+                self.record_unit("summary", f"epoch {epoch} (no route)", unavailable)
+                return
+            raise
+        items = self.field(body, "epochPerformanceSummary", url)
         if not isinstance(items, list):
             raise ExportError(f"GET {url}: 'epochPerformanceSummary' is not a list")
         parsed = [
             self.parse(s, EpochPerformanceSummary, url, "EpochPerformanceSummary") for s in items
         ]
-        summaries = [encode_message(s) for s in parsed]
-        height = self.snapshot["epoch_starts"][str(epoch + 1)]
-        declines = (
-            [encode_message(d) for d in self.get_declines(epoch, parsed)]
-            if self.snapshot.get("keepersim_node")
-            else None
-        )
-        line = encode_line(build_summary_line(epoch, height, summaries, declines))
-        file_name = f"summary-{epoch:06d}.jsonl"
-        _write_atomic(self.parts / file_name, line + "\n")
+        record: dict[str, Any] = {"summaries": [message_to_json(s) for s in parsed]}
+        if self.snapshot.get("keepersim_node"):
+            record["epoch_declines"] = [
+                message_to_json(d) for d in self.get_declines(epoch, parsed)
+            ]
+        file_name = f"summary-{epoch:06d}.json"
+        _write_atomic(self.parts / file_name, _dumps(record) + "\n")
 
         def update(data: dict[str, Any]) -> None:
-            data["summaries"][str(epoch)] = {"file": file_name, "records": len(summaries)}
+            data["summaries"][str(epoch)] = {"file": file_name, "records": len(parsed)}
 
         self.record_unit("summary", f"epoch {epoch}", update)
-        self.advance_bar(len(summaries))
+        self.advance_bar(len(parsed))
 
     def get_declines(
         self, epoch: int, summaries: list[EpochPerformanceSummary]
     ) -> list[EpochDeclines]:
         """keepersim's declines of ``epoch`` (``keepersim serve``), one per summary (0 too)."""
-        path = f"{DECLINES_PATH}/{epoch}"
-        url = self.url(path)
-        counts = self.field(self.get(path), "declines", url)
+        url = self.url(DECLINES, epoch_index=epoch)
+        counts = self.field(self.get(DECLINES, epoch_index=epoch), "declines", url)
         if not isinstance(counts, dict) or not all(
             type(n) is int and 0 <= n < 2**64 for n in counts.values()
         ):
@@ -608,68 +782,85 @@ class _Exporter:
                 f"part file {path} named by {self.progress_path} is missing; rerun with --restart"
             ) from None
 
+    def read_messages(self, file_name: str, cls: type[M]) -> Iterator[M]:
+        for line in self.read_part(file_name):
+            yield json_format.ParseDict(json.loads(line), cls())
+
     def assemble(self, result: ExportResult) -> None:
+        """Write the trace through the trace writer: params at epoch A's formation height, a
+        participants line per epoch (members of its group, the group's weights, their models
+        and ML nodes) at its formation height, each settled epoch's summaries at the next
+        epoch's formation height, and the inferences."""
         snap = self.snapshot
         data = self.progress.data
-        a, _ = self.epochs
-        start_a = snap["epoch_starts"][str(a)]
-        participants: list[Any] = []
+        a, b = self.epochs
+        listed: list[Participant] = []
         for page in data["listings"]["participants"]["pages"]:
-            participants.extend(json.loads(line) for line in self.read_part(page["file"]))
-        listed = {p.get("address") for p in participants}
-        nodes = [n for n in snap["participant_nodes"] if n.get("address") in listed]
-        entries: list[tuple[int, int, str, str]] = [
-            (
-                start_a,
-                get_line_rank("params"),
-                "",
-                encode_line(build_params_line(start_a, snap["params"], snap["extension_params"])),
-            ),
-            (
-                start_a,
-                get_line_rank("participants"),
-                "",
-                encode_line(build_participants_line(a, start_a, participants, nodes)),
-            ),
-        ]
-        summaries = 0
-        for epoch_text, unit in sorted(data["summaries"].items(), key=lambda kv: int(kv[0])):
-            height = snap["epoch_starts"][str(int(epoch_text) + 1)]
-            for line in self.read_part(unit["file"]):
-                entries.append(
-                    (height, get_line_rank("epoch_summary"), f"{int(epoch_text):020d}", line)
-                )
-                summaries += 1
-        inferences = 0
+            listed.extend(self.read_messages(page["file"], Participant))
+        inferences: list[Inference] = []
         for page in data["listings"]["inferences"]["pages"]:
-            for line in self.read_part(page["file"]):
-                obj = json.loads(line)
-                entries.append(
-                    (
-                        int(obj["start_block_height"]),
-                        get_line_rank("inference"),
-                        obj["inference_id"],
-                        line,
-                    )
-                )
-                inferences += 1
-        entries.sort(key=lambda e: (e[0], e[1], e[2]))
-        header = build_header_line(
-            chain_id=snap["chain_id"],
-            source="export",
-            first_height=snap["first_height"],
-            last_height=snap["last_height"],
-            policy=snap.get("policy") or None,
+            inferences.extend(self.read_messages(page["file"], Inference))
+        params = ModuleParams(
+            params=json_format.ParseDict(snap["params"], Params()),
+            extension_params=json_format.ParseDict(snap["extension_params"], ExtensionParams()),
         )
-        text = "".join(line + "\n" for line in [encode_line(header), *(e[3] for e in entries)])
-        _write_atomic(self.out, text)
-        result.records = {
-            "params": 1,
-            "participants": len(participants),
-            "inferences": inferences,
-            "epoch_summaries": summaries,
-        }
-        result.records_written = 1 + len(entries)
+        counts = {"params": 1, "participants": 0, "inferences": len(inferences)}
+        summaries_written = 0
+        missing: list[str] = []
+        with get_atomic_path(self.out) as tmp:
+            writer = TraceWriter(
+                tmp,
+                chain_id=snap["chain_id"],
+                first_height=snap["first_height"],
+                last_height=snap["last_height"],
+                policy=snap["policy"] or None,
+                source="export",
+            )
+            try:
+                writer.add_params(snap["epochs"][str(a)]["formed_at"], params)
+                for epoch in range(a, b + 1):
+                    members = snap["members"][str(epoch)]
+                    epoch_members = EpochMembers(
+                        weights={k: int(v) for k, v in members["weights"].items()},
+                        reputations={k: int(v) for k, v in members["reputations"].items()},
+                        nodes=[
+                            json_format.ParseDict(n, ParticipantNodes()) for n in members["nodes"]
+                        ],
+                    )
+                    participants, lacking = compute_epoch_participants(listed, epoch_members)
+                    missing.extend(lacking)
+                    listed_addresses = {p.address for p in participants}
+                    nodes = [n for n in epoch_members.nodes if n.address in listed_addresses]
+                    writer.add_participants(
+                        epoch, snap["epochs"][str(epoch)]["formed_at"], participants, nodes
+                    )
+                    counts["participants"] += len(participants)
+                for epoch_text, unit in sorted(
+                    data["summaries"].items(), key=lambda kv: int(kv[0])
+                ):
+                    epoch = int(epoch_text)
+                    (line,) = [json.loads(x) for x in self.read_part(unit["file"])]
+                    summaries = [
+                        json_format.ParseDict(s, EpochPerformanceSummary())
+                        for s in line["summaries"]
+                    ]
+                    declines = None
+                    if "epoch_declines" in line:
+                        declines = [
+                            json_format.ParseDict(d, EpochDeclines())
+                            for d in line["epoch_declines"]
+                        ]
+                    height = snap["epochs"][str(epoch + 1)]["formed_at"]
+                    writer.add_epoch_summary(epoch, height, summaries, declines)
+                    summaries_written += len(summaries)
+                writer.close(in_flight=inferences)
+            except BaseException:
+                writer.abort()
+                raise
+            result.records_written = writer.lines
+        counts["epoch_summaries"] = summaries_written
+        result.records = counts
+        result.members_not_listed = sorted(set(missing))
 
     # main ------------------------------------------------------------------------------------
 
@@ -697,7 +888,12 @@ class _Exporter:
             ) as pool:
                 snapshot = self.progress.data["snapshot"]
                 if snapshot is None:
-                    snapshot = self.take_snapshot(pool)
+                    try:
+                        snapshot = self.take_snapshot(pool)
+                    except BaseException:  # nothing done yet: leave nothing to resume
+                        self.progress_path.unlink(missing_ok=True)
+                        shutil.rmtree(self.parts, ignore_errors=True)
+                        raise
 
                     def set_snapshot(data: dict[str, Any], s: dict[str, Any] = snapshot) -> None:
                         data["snapshot"] = s
@@ -705,17 +901,15 @@ class _Exporter:
                     self.snapshot = snapshot
                     self.record_unit("snapshot", "snapshot", set_snapshot)
                 self.snapshot = snapshot
+                self.base = snapshot["base"]
                 result.chain_id = snapshot["chain_id"]
                 result.first_height = snapshot["first_height"]
                 result.last_height = snapshot["last_height"]
-                a, b = self.epochs
-                settled = [e for e in range(a, b + 1) if e < snapshot["latest_epoch"]]
-                with self.progress.lock:
-                    pending = [e for e in settled if str(e) not in self.progress.data["summaries"]]
+                result.pinned_height = snapshot["pin_height"]
                 futures: list[Future[None]] = [
                     pool.submit(self.run_listing, "participants"),
                     pool.submit(self.run_listing, "inferences"),
-                    *(pool.submit(self.run_summary, e) for e in pending),
+                    pool.submit(self.run_summaries),
                 ]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 failed = [f for f in done if f.exception() is not None]
@@ -730,6 +924,85 @@ class _Exporter:
             self.bar.close()
         self.progress_path.unlink(missing_ok=True)
         shutil.rmtree(self.parts, ignore_errors=True)
+
+    def fill_result(self, result: ExportResult) -> None:
+        """The snapshot's and the listings' figures: summaries, pages per epoch, notes."""
+        progress = getattr(self, "progress", None)
+        if progress is None:
+            return
+        data = progress.data
+        result.skipped_inferences = int(data.get("skipped_inferences", 0))
+        result.payloads_dropped = int(data.get("payloads_dropped", 0))
+        result.unknown_fields = {k: list(v) for k, v in data.get("unknown_fields", {}).items()}
+        snap = data.get("snapshot")
+        if not snap:
+            return
+        a, b = self.epochs
+        settled = _get_summary_epochs(self.epochs, snap["latest_epoch"])
+        result.chain_id_source = snap["chain_id_source"]
+        result.summaries_available = not data["summaries_unavailable"]
+        inference_pages = data["listings"]["inferences"]["pages"]
+        participant_pages = data["listings"]["participants"]["pages"]
+        per_epoch: dict[str, dict[str, int]] = {}
+        for epoch in range(a, b + 1):
+            key = str(epoch)
+            per_epoch[key] = {
+                "epoch_group_data": int(snap["members"][key]["group_requests"]),
+                "epoch_performance_summary": 1 if key in data["summaries"] else 0,
+                "excluded_participants": 1 if epoch > 0 else 0,
+                "inference_pages_with_records": sum(
+                    1 for p in inference_pages if p.get("epochs", {}).get(key)
+                ),
+                "inferences": sum(int(p.get("epochs", {}).get(key, 0)) for p in inference_pages),
+            }
+        result.pages_per_epoch = per_epoch
+        result.shared_pages = {
+            "inference": len(inference_pages),
+            "participant": len(participant_pages),
+        }
+        notes = [
+            "the inference listing has no epoch filter and is keyed by inference id: it was "
+            f"paged whole once for epochs {a}-{b} ({len(inference_pages)} pages, shared) and "
+            "filtered on epoch_id",
+            "the gateway has no field mask, so inference pages arrive whole; prompt_payload, "
+            "response_payload and original_prompt are empty on v0.2.14 nodes (not stored since "
+            "v0.2.6) and are left empty in the trace",
+            f"every query of the snapshot was pinned to height {snap['pin_height']} "
+            f"(x-cosmos-block-height); participants are the node's at that height",
+        ]
+        if data["summaries_unavailable"]:
+            notes.append(
+                "the node has no epoch_performance_summary/{epoch_index} route (501, gRPC code "
+                "12: a node older than v0.2.6): the trace has no epoch_summary lines, so a "
+                "replay compares inference outcomes only"
+            )
+        elif not settled:
+            notes.append(f"no epoch_summary lines: no epoch of {a}-{b} is settled and complete")
+        if a > 0 and a < snap["latest_epoch"]:
+            result.summaries_omitted = {
+                str(a): f"counts the outcomes of epoch {a - 1}'s inferences that resolved in "
+                f"epoch {a}, which are outside the trace (a replay would report them as "
+                "mismatches)"
+            }
+            notes.append(f"epoch {a}'s summary is not written: {result.summaries_omitted[str(a)]}")
+        if snap["chain_id_source"] != "node_info":
+            notes.append(
+                f"the node serves no node_info: chain id {snap['chain_id']!r} "
+                f"(from {snap['chain_id_source']})"
+            )
+        if not snap["keepersim_node"]:
+            notes.append(
+                "a chain node: extension_params are keepersim's defaults and declines are not "
+                "recorded; reputations (per epoch, from the groups) are in this result only"
+            )
+        result.notes = notes
+        result.excluded = {
+            e: snap["members"][e].get("excluded", []) for e in sorted(snap["members"], key=int)
+        }
+        result.reputations = {
+            e: dict(sorted(snap["members"][e]["reputations"].items()))
+            for e in sorted(snap["members"], key=int)
+        }
 
 
 def export_trace(
@@ -755,7 +1028,8 @@ def export_trace(
         raise ExportError(f"epochs: need 0 <= A <= B, got {a}-{b}")
     out_path = Path(out)
     result = ExportResult(node=node, out=os.fspath(out_path), epochs=(a, b))
-    gate = gate if gate is not None else BackoffGate(options.backoff_base, options.backoff_cap)
+    if gate is None:
+        gate = BackoffGate(options.backoff_base, options.backoff_cap, jitter=options.jitter)
     own_client = client is None
     if client is None:
         limits = httpx.Limits(
@@ -786,12 +1060,8 @@ def export_trace(
         result.gave_up = stats.gave_up
         result.fetch_backoff_pauses = stats.backoff_pauses
         result.pages_fetched = exporter.pages_fetched
-        progress = getattr(exporter, "progress", None)
-        if progress is not None:
-            result.skipped_inferences = int(progress.data.get("skipped_inferences", 0))
-            result.unknown_fields = {
-                k: list(v) for k, v in progress.data.get("unknown_fields", {}).items()
-            }
+        result.requests_by_route = dict(exporter.requests_by_route)
+        exporter.fill_result(result)
         if own_client:
             client.close()
     return result

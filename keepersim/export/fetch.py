@@ -5,13 +5,15 @@ Semantics (from the export back-off fix):
 * client timeout 60 s by default (a short timeout abandons requests that keep
   running server-side, and the next request piles more load on);
 * at most ``max_attempts`` (3) attempts, retried only on timeout, transport
-  error, HTTP 429, HTTP 5xx and a 2xx answer whose body is not valid JSON (a
-  truncated body: the answer of an overloaded proxy or a cut connection, worth
-  asking again like a transport error);
-* any other non-2xx status (4xx: the request itself is wrong) fails at once;
+  error, HTTP 429, HTTP 5xx except 501 and a 2xx answer whose body is not valid
+  JSON (a truncated body: the answer of an overloaded proxy or a cut connection,
+  worth asking again like a transport error);
+* any other non-2xx status (4xx: the request itself is wrong; 501: the gateway's
+  "no such route", gRPC code 12, which no retry changes) fails at once, with the
+  gateway's gRPC ``code`` when the body is ``{"code", "message", "details"}``;
 * every retryable failure pauses all workers sharing the
-  :class:`~keepersim.export.backoff.BackoffGate`, and every attempt first
-  waits for the gate.
+  :class:`~keepersim.export.backoff.BackoffGate` (at least as long as the
+  answer's ``Retry-After`` says), and every attempt first waits for the gate.
 
 A :class:`Fetcher` is meant to be shared by the exporter's worker threads
 (``DEFAULT_CONCURRENCY`` of them by default); its counters are thread-safe.
@@ -19,8 +21,10 @@ A :class:`Fetcher` is meant to be shared by the exporter's worker threads
 
 from __future__ import annotations
 
+import email.utils
 import json
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -37,8 +41,10 @@ __all__ = [
     "ExportFetchError",
     "FetchStats",
     "Fetcher",
+    "JsonResponse",
     "QueryParams",
     "is_retryable_status",
+    "parse_retry_after",
 ]
 
 DEFAULT_CONCURRENCY = 4
@@ -52,8 +58,25 @@ QueryParams = Mapping[str, QueryValue | Sequence[QueryValue]]
 
 
 def is_retryable_status(status_code: int) -> bool:
-    """HTTP 429 and 5xx are worth retrying; every other status is final."""
-    return status_code == 429 or 500 <= status_code <= 599
+    """HTTP 429 and 5xx are worth retrying, except 501 (the gateway's unknown route: no retry
+    makes it known); every other status is final."""
+    return status_code == 429 or (500 <= status_code <= 599 and status_code != 501)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds: delta-seconds or an HTTP date (None when absent or bad)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 class ExportFetchError(Exception):
@@ -66,6 +89,8 @@ class ExportFetchError(Exception):
         attempts: attempts made.
         retryable: whether the last failure was of a retryable kind (so the
             request gave up after ``attempts`` attempts).
+        grpc_code: the gateway's gRPC code from a JSON error body, if any
+            (12: Unimplemented, an unknown route).
     """
 
     def __init__(
@@ -76,6 +101,7 @@ class ExportFetchError(Exception):
         status_code: int | None = None,
         attempts: int = 1,
         retryable: bool = False,
+        grpc_code: int | None = None,
     ) -> None:
         if retryable:
             message = f"GET {url} failed after {attempts} attempt(s): {reason}"
@@ -87,6 +113,15 @@ class ExportFetchError(Exception):
         self.status_code = status_code
         self.attempts = attempts
         self.retryable = retryable
+        self.grpc_code = grpc_code
+
+
+@dataclass(frozen=True, slots=True)
+class JsonResponse:
+    """A decoded 2xx body and the answer's headers (names lower-cased)."""
+
+    body: Any
+    headers: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +150,18 @@ class FetchStats:
 
 class _RetryableFailure(Exception):
     def __init__(
-        self, reason: str, status_code: int | None = None, *, bad_body: bool = False
+        self,
+        reason: str,
+        status_code: int | None = None,
+        *,
+        bad_body: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status_code = status_code
         self.bad_body = bad_body
+        self.retry_after = retry_after
 
 
 class Fetcher:
@@ -181,11 +222,21 @@ class Fetcher:
                 on every one of ``max_attempts`` attempts. The message names
                 the full URL and the cause.
         """
+        return self.get_response(url, params).body
+
+    def get_response(
+        self,
+        url: str,
+        params: QueryParams | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> JsonResponse:
+        """As :meth:`get_json`, sending ``headers`` (e.g. a height pin), with the answer's
+        headers."""
         attempt = 1
         while True:
             self._gate.wait()
             request = self._client.build_request(
-                "GET", url, params=params, timeout=httpx.Timeout(self._timeout)
+                "GET", url, params=params, headers=headers, timeout=httpx.Timeout(self._timeout)
             )
             full_url = str(request.url)
             self._count(requests=1, retries=1 if attempt > 1 else 0)
@@ -193,7 +244,7 @@ class Fetcher:
                 return self._attempt(request, full_url)
             except _RetryableFailure as failure:
                 self._count(errors=1, bad_bodies=1 if failure.bad_body else 0)
-                self._gate.pause(attempt)
+                self._gate.pause(attempt, at_least=failure.retry_after)
                 if attempt >= self._max_attempts:
                     self._count(gave_up=1)
                     raise ExportFetchError(
@@ -240,7 +291,7 @@ class Fetcher:
 
     # -- internals ------------------------------------------------------------
 
-    def _attempt(self, request: httpx.Request, full_url: str) -> Any:
+    def _attempt(self, request: httpx.Request, full_url: str) -> JsonResponse:
         """One attempt: the decoded body, or _RetryableFailure / ExportFetchError (a 4xx or
         another non-2xx status)."""
         try:
@@ -253,11 +304,20 @@ class Fetcher:
             raise _RetryableFailure(f"transport error: {type(exc).__name__}: {exc}") from exc
         status = response.status_code
         if is_retryable_status(status):
-            raise _RetryableFailure(_describe_status(response), status_code=status)
+            raise _RetryableFailure(
+                _describe_status(response),
+                status_code=status,
+                retry_after=parse_retry_after(response.headers.get("retry-after")),
+            )
         if not response.is_success:
-            raise ExportFetchError(full_url, _describe_status(response), status_code=status)
+            raise ExportFetchError(
+                full_url,
+                _describe_status(response),
+                status_code=status,
+                grpc_code=_get_grpc_code(response),
+            )
         try:
-            return json.loads(response.content)
+            body = json.loads(response.content)
         except json.JSONDecodeError as exc:
             raise _RetryableFailure(
                 f"invalid JSON in HTTP {status} response: {exc.msg} at line {exc.lineno} "
@@ -272,6 +332,7 @@ class Fetcher:
                 status_code=status,
                 bad_body=True,
             ) from exc
+        return JsonResponse(body, {k.lower(): v for k, v in response.headers.items()})
 
     def _count(
         self,
@@ -290,6 +351,16 @@ class Fetcher:
             self._fatal_errors += fatal_errors
             self._gave_up += gave_up
             self._bad_bodies += bad_bodies
+
+
+def _get_grpc_code(response: httpx.Response) -> int | None:
+    """The ``code`` of the gateway's error body ``{"code", "message", "details"}``."""
+    try:
+        body = json.loads(response.content)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    code = body.get("code") if isinstance(body, dict) else None
+    return code if type(code) is int else None
 
 
 def _describe_status(response: httpx.Response) -> str:

@@ -104,7 +104,7 @@ from keepersim.server.faults import FaultInjector, FaultMiddleware
 from keepersim.server.metrics import CONTENT_TYPE, ServerMetrics
 from keepersim.server.runner import BlockSink, Runner
 from keepersim.store.kv import prefix_end
-from keepersim.types import keys
+from keepersim.types import keys, rest_routes
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.errors import (
     BlockError,
@@ -127,6 +127,14 @@ from keepersim.types.pb.keepersim.v1.tx_pb2 import (
     MsgRegisterParticipant,
     MsgUpdateExtensionParams,
 )
+from keepersim.types.rest_routes import (
+    CHAIN_PREFIX,
+    DEFAULT_PAGE_LIMIT,
+    GATEWAY_HEIGHT_HEADER,
+    HEIGHT_HEADER,
+    MAX_PAGE_LIMIT,
+    compute_route_path,
+)
 
 __all__ = [
     "CHAIN_PREFIX",
@@ -141,12 +149,6 @@ __all__ = [
     "parse_block_json",
 ]
 
-CHAIN_PREFIX = "/productscience/inference/inference"
-HEIGHT_HEADER = "X-Cosmos-Block-Height"
-#: The same, as the chain's grpc-gateway forwards the gRPC header (``Grpc-Metadata-`` prefix).
-GATEWAY_HEIGHT_HEADER = "Grpc-Metadata-X-Cosmos-Block-Height"
-DEFAULT_PAGE_LIMIT = 100
-MAX_PAGE_LIMIT = 1000
 
 # gRPC status codes used in error bodies (the gateway's mapping).
 _GRPC_CODES = {400: 3, 404: 5, 409: 9, 429: 8, 500: 13, 503: 14}
@@ -890,27 +892,30 @@ def create_app(
             if runner is not None and start_runner:
                 await run_in_threadpool(runner.stop, 10.0)
 
-    p = CHAIN_PREFIX
+    r = rest_routes
+    epoch = "{epoch}"  # the endpoints' path parameter for an epoch index
     routes = [
-        Route(f"{p}/get_random_executor", random_executor_endpoint),
-        Route(f"{p}/participant", participants_endpoint),
-        Route(f"{p}/participant/{{index}}", participant_endpoint),
-        Route(f"{p}/inference", inferences_endpoint),
-        Route(f"{p}/inference/{{index}}", inference_endpoint),
-        Route(f"{p}/epoch_performance_summary/{{epoch}}", summaries_endpoint),
-        Route(f"{p}/epoch_group_data/{{epoch}}", epoch_group_endpoint),
-        Route(f"{p}/excluded_participants/{{epoch}}", excluded_endpoint),
-        Route(f"{p}/params", params_endpoint),
-        Route(f"{p}/epoch_info", epoch_info_endpoint),
-        Route("/cosmos/base/tendermint/v1beta1/node_info", node_info_endpoint),
-        Route("/keepersim/v1/policy/{address}", policy_endpoint),
-        Route("/keepersim/v1/selection", selection_endpoint),
-        Route("/keepersim/v1/reputation/{epoch}", reputation_endpoint),
-        Route("/keepersim/v1/params", keepersim_params_endpoint),
-        Route("/keepersim/v1/participant_nodes/{address}", participant_nodes_endpoint),
-        Route("/keepersim/v1/declines/{epoch}", declines_endpoint),
-        Route("/keepersim/v1/status", status_endpoint),
-        Route("/keepersim/v1/blocks", post_block_endpoint, methods=["POST"]),
+        Route(r.GET_RANDOM_EXECUTOR, random_executor_endpoint),
+        Route(r.PARTICIPANT_ALL, participants_endpoint),
+        Route(r.PARTICIPANT, participant_endpoint),
+        Route(r.INFERENCE_ALL, inferences_endpoint),
+        Route(r.INFERENCE, inference_endpoint),
+        Route(
+            compute_route_path(r.EPOCH_PERFORMANCE_SUMMARY, epoch_index=epoch), summaries_endpoint
+        ),
+        Route(compute_route_path(r.EPOCH_GROUP_DATA, epoch_index=epoch), epoch_group_endpoint),
+        Route(compute_route_path(r.EXCLUDED_PARTICIPANTS, epoch_index=epoch), excluded_endpoint),
+        Route(r.PARAMS, params_endpoint),
+        Route(r.EPOCH_INFO, epoch_info_endpoint),
+        Route(r.NODE_INFO, node_info_endpoint),
+        Route(r.POLICY, policy_endpoint),
+        Route(r.SELECTION, selection_endpoint),
+        Route(compute_route_path(r.REPUTATION, epoch_index=epoch), reputation_endpoint),
+        Route(r.EXTENSION_PARAMS, keepersim_params_endpoint),
+        Route(r.PARTICIPANT_NODES, participant_nodes_endpoint),
+        Route(compute_route_path(r.DECLINES, epoch_index=epoch), declines_endpoint),
+        Route(r.KEEPERSIM_STATUS, status_endpoint),
+        Route(r.KEEPERSIM_BLOCKS, post_block_endpoint, methods=["POST"]),
         Route("/metrics", metrics_endpoint),
     ]
     middleware = []

@@ -88,17 +88,21 @@ def baseline(node: Node, healthy: str, tmp_path_factory: pytest.TempPathFactory)
 
 def count_extra_fetches(chain: Chain, epochs: tuple[int, int]) -> int:
     """Requests of an export from ``keepersim serve`` besides its pages and summaries (counted in
-    ``pages_fetched``): node_info, params, keepersim's extension params and epoch_info, one
-    parent group per epoch up to the current one, epoch A's model groups (participant nodes) and
-    one declines request per settled epoch."""
+    ``pages_fetched``): epoch_info (params included), node_info and keepersim's extension params,
+    one parent group per epoch up to the current one, each epoch's model groups (participant
+    nodes) and exclusions (but epoch 0's), and one declines request per summary (the settled epochs, but a mid-chain A's)."""
     a, b = epochs
     with chain.read() as k:
         latest = k.get_effective_epoch_index()
-        group = k.get_epoch_group(a, "")
-    assert group is not None
+        subgroups = 0
+        for epoch in range(a, b + 1):
+            group = k.get_epoch_group(epoch, "")
+            assert group is not None
+            subgroups += len(group.sub_group_models)
     groups = min(b + 1, latest) + 1 - a
-    settled = sum(1 for e in range(a, b + 1) if e < latest)
-    return 4 + groups + len(group.sub_group_models) + settled
+    summaries = sum(1 for e in range(a, b + 1) if e < latest and (e == 0 or e > a))
+    excluded = sum(1 for e in range(a, b + 1) if e > 0)  # excluded_participants/0: the current
+    return 3 + groups + subgroups + summaries + excluded
 
 
 def lines_of(data: bytes, *types: str) -> list[str]:
@@ -128,8 +132,8 @@ def test_export_has_the_simulators_records(node: Node, baseline: bytes, tmp_path
 def test_export_writes_the_chains_shapes_and_keepersims_extension(
     node: Node, baseline: bytes
 ) -> None:
-    """The params line carries the node's chain Params and keepersim's extension params; the
-    participants line the models and ML nodes of epoch 0's members, derived from its groups (they
+    """The params line carries the node's chain Params and keepersim's extension params; epoch
+    0's participants line the models and ML nodes of its members, derived from its groups (they
     match what the participants registered); each summary line the node's declines."""
     lines = {t: [json.loads(x) for x in lines_of(baseline, t)] for t in ("params", "participants")}
     (params,) = lines["params"]
@@ -142,7 +146,9 @@ def test_export_writes_the_chains_shapes_and_keepersims_extension(
         declines = {(d.epoch_index, d.address): d.declined_requests for d in k.iterate_declines()}
     assert params["params"] == message_to_json(module.params)
     assert params["extension_params"] == message_to_json(module.extension_params)
-    (participants,) = lines["participants"]
+    # one participants line per epoch (0..3), each at the epoch's formation height
+    assert [p["epoch_index"] for p in lines["participants"]] == ["0", "1", "2", "3"]
+    participants = lines["participants"][0]
     assert members and participants["participant_nodes"] == [message_to_json(n) for n in registered]
     summaries = [json.loads(x) for x in lines_of(baseline, "epoch_summary")]
     assert summaries
@@ -169,8 +175,12 @@ def test_declines_come_from_keepersims_route(node: Node, tmp_path: Path) -> None
         json.dumps(counts).encode(),
     )
     out = tmp_path / "t.jsonl"
-    assert export_trace(node.serve(app), (1, 1), out, options=FAST).ok
-    (line,) = [json.loads(x) for x in lines_of(out.read_bytes(), "epoch_summary")]
+    assert export_trace(node.serve(app), (0, 1), out, options=FAST).ok
+    (line,) = [
+        json.loads(x)
+        for x in lines_of(out.read_bytes(), "epoch_summary")
+        if json.loads(x)["epoch_index"] == "1"
+    ]
     got = {d["address"]: int(d["declined_requests"]) for d in line["epoch_declines"]}
     assert got == {a: 4 if a == addresses[1] else 0 for a in addresses}
     assert {d["epoch_index"] for d in line["epoch_declines"]} == {"1"}
@@ -181,7 +191,8 @@ def test_a_chain_node_gets_keepersims_defaults_and_no_keepersim_request(
 ) -> None:
     """A node that is not ``keepersim serve`` (its node_info says another app) is asked nothing
     under /keepersim/: the params line has keepersim's default extension params, the header no
-    policy and the summary lines no epoch_declines."""
+    policy and the summary lines no epoch_declines. (Epoch 0 only: a chain node prunes epochs
+    1 .. latest - inference_pruning_epoch_threshold, and keepersim's data are such epochs.)"""
     info = {
         "default_node_info": {"network": node.chain.chain_id},
         "application_version": {"name": "inference", "app_name": "inferenced"},
@@ -197,7 +208,9 @@ def test_a_chain_node_gets_keepersims_defaults_and_no_keepersim_request(
         404,
     )
     out = tmp_path / "t.jsonl"
-    assert export_trace(node.serve(app), (0, 3), out, options=FAST).ok
+    with pytest.raises(ExportError, match="the earliest exportable epoch is 2"):
+        export_trace(node.serve(app), (0, 3), out, options=FAST)
+    assert export_trace(node.serve(app), (0, 0), out, options=FAST).ok
     assert not any(k.startswith("/keepersim/") for k in app.seen)
     data = out.read_bytes()
     header = json.loads(data.decode().splitlines()[0])
@@ -237,7 +250,9 @@ def test_faulty_node_gives_a_byte_identical_trace(
 
 @pytest.mark.parametrize(
     ("epochs", "first", "last", "summaries"),
-    [((1, 2), 101, 300, [1, 2]), ((2, 2), 201, 300, [2]), ((3, 3), 301, 300, [])],
+    # a mid-chain export has no summary of its first epoch (it counts the previous epoch's
+    # inferences that resolved in it, which the trace lacks)
+    [((1, 2), 101, 300, [2]), ((2, 2), 201, 300, []), ((3, 3), 301, 300, [])],
 )
 def test_epoch_ranges(
     node: Node,
@@ -430,7 +445,7 @@ def test_the_documented_fault_mix_exports_in_one_run(
 
 
 def test_retries_are_bounded(node: Node, tmp_path: Path) -> None:
-    rule = Rule(create_app(node.chain), lambda path, query: path.endswith("/params"), 503)
+    rule = Rule(create_app(node.chain), lambda path, query: path.endswith("/epoch_info"), 503)
     url = node.serve(rule)
     with pytest.raises(ExportError) as info:
         export_trace(url, (0, 3), tmp_path / "t.jsonl", options=FAST)
@@ -438,7 +453,7 @@ def test_retries_are_bounded(node: Node, tmp_path: Path) -> None:
     result = info.value.result
     assert result is not None
     assert (result.gave_up, result.fetch_errors, result.fetch_backoff_pauses) == (1, 3, 3)
-    assert rule.seen["/productscience/inference/inference/params?"] == 3
+    assert rule.seen["/productscience/inference/inference/epoch_info?"] == 3
 
 
 class RecordingGate(BackoffGate):
@@ -451,8 +466,8 @@ class RecordingGate(BackoffGate):
         self.pausers: set[str] = set()
         self.sleepers: set[str] = set()
 
-    def pause(self, n: int) -> float:
-        delay = super().pause(n)
+    def pause(self, n: int, *, at_least: float | None = None) -> float:
+        delay = super().pause(n, at_least=at_least)
         with self.lock:
             self.delays.append(delay)
             self.pausers.add(threading.current_thread().name)
@@ -513,9 +528,13 @@ def test_a_newer_chains_fields_are_listed_by_path_not_dropped_silently(
     """A node of a newer chain answers fields keepersim's protos do not have, nested ones and
     ones inside lists too: the export goes on and the result names each one by path, per record
     kind (list indices as ``[]``)."""
+    with node.chain.read() as k:
+        group = k.get_epoch_group(0, "")
+    assert group is not None and group.validation_weights[0].ml_nodes
+    member = group.validation_weights[0].member_address  # the participants line: members only
     participant = {
-        "index": "gonka1new",
-        "address": "gonka1new",
+        "index": member,
+        "address": member,
         "weight": 10,
         "status": "ACTIVE",
         "coin_balance": "5",  # the chain's own field: known
@@ -523,9 +542,6 @@ def test_a_newer_chains_fields_are_listed_by_path_not_dropped_silently(
         "hardware_nodes": [{"node_id": "a", "hardware": "H100"}],
     }
     body = {"participant": [participant], "pagination": {"next_key": None, "total": "1"}}
-    with node.chain.read() as k:
-        group = k.get_epoch_group(0, "")
-    assert group is not None and group.validation_weights[0].ml_nodes
     group_json = compute_chain_json(group)
     for weight in group_json["validation_weights"]:
         for ml_node in weight["ml_nodes"]:
@@ -550,7 +566,7 @@ def test_a_newer_chains_fields_are_listed_by_path_not_dropped_silently(
     }
     text = out.read_text()
     line = next(line for line in text.splitlines() if '"participants"' in line[:40])
-    assert '"gonka1new"' in line and '"coin_balance":"5"' in line
+    assert f'"{member}"' in line and '"coin_balance":"5"' in line
     assert "H100" not in text and "A100" not in text and "future_stat" not in text
 
 
@@ -568,3 +584,20 @@ def test_a_bad_value_stops_the_export_naming_the_field(node: Node, tmp_path: Pat
     message = str(info.value)
     assert message.startswith(f"GET {url}{SUMMARY_1}: inference_count: expected a uint64")
     assert message.endswith("(as EpochPerformanceSummary)")
+
+
+@pytest.mark.parametrize("epochs", [(0, 3), (1, 2)])
+def test_an_export_from_keepersim_serve_replays_with_no_mismatch(
+    healthy: str, tmp_path: Path, epochs: tuple[int, int]
+) -> None:
+    """As-recorded replay of an export from ``keepersim serve``: from genesis (every summary
+    compared) and mid-chain (the first epoch's summary is left out, the next one compared)."""
+    from keepersim.replay.as_recorded import replay_as_recorded
+
+    out = tmp_path / "t.jsonl"
+    assert export_trace(healthy, epochs, out, options=FAST).ok
+    report = replay_as_recorded(out, policies=["gonka"])
+    assert report.ok and report.summary_mismatch_count == 0
+    assert report.status_mismatches.count == 0
+    expected = [e for e in range(epochs[0], epochs[1] + 1) if e < 3 and (e == 0 or e > epochs[0])]
+    assert len(report.summaries_checked) == len(expected) > 0

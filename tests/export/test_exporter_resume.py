@@ -193,6 +193,8 @@ def test_cli_export_success_and_failure(
         ["export", "--node", url + "/nope", "--epochs", "0-2", "--out", str(tmp_path / "x")]
     )
     captured = capsys.readouterr()
-    assert status == 1 and "HTTP 404" in captured.err and f"{url}/nope/cosmos" in captured.err
+    assert (
+        status == 1 and "HTTP 404" in captured.err and f"{url}/nope/productscience" in captured.err
+    )
     assert json.loads(captured.out)["ok"] is False
     assert main(["export", "--node", url, "--epochs", "2-1", "--out", "x"]) == 2
