@@ -51,7 +51,8 @@ files and written atomically; the progress file and the parts are removed after 
 
 Limits: a pinned height needs a node that keeps state there (the latest height always works);
 participants are the node's at the pinned height (a node serves no history of them but by
-pinning); reputations have no place in the trace (format v2) and are in the result only; the
+pinning); the group's weights and reputations are the participants line's
+``validation_weights`` (and in the result); the
 assembly holds the range's inferences in memory.
 """
 
@@ -108,6 +109,7 @@ from keepersim.types.messages import (
     Inference,
     Params,
     Participant,
+    ValidationWeight,
 )
 from keepersim.types.params import get_default_extension_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
@@ -832,7 +834,11 @@ class _Exporter:
                     listed_addresses = {p.address for p in participants}
                     nodes = [n for n in epoch_members.nodes if n.address in listed_addresses]
                     writer.add_participants(
-                        epoch, snap["epochs"][str(epoch)]["formed_at"], participants, nodes
+                        epoch,
+                        snap["epochs"][str(epoch)]["formed_at"],
+                        participants,
+                        nodes,
+                        compute_group_weights(epoch_members, participants, nodes),
                     )
                     counts["participants"] += len(participants)
                 for epoch_text, unit in sorted(
@@ -993,7 +999,8 @@ class _Exporter:
         if not snap["keepersim_node"]:
             notes.append(
                 "a chain node: extension_params are keepersim's defaults and declines are not "
-                "recorded; reputations (per epoch, from the groups) are in this result only"
+                "recorded; reputations (per epoch, from the groups) are in the participants lines' "
+                "validation_weights and in this result"
             )
         result.notes = notes
         result.excluded = {
@@ -1065,3 +1072,21 @@ def export_trace(
         if own_client:
             client.close()
     return result
+
+
+def compute_group_weights(
+    members: EpochMembers, participants: list[Participant], nodes: list[ParticipantNodes]
+) -> list[ValidationWeight]:
+    """The epoch group's members among ``participants`` as the chain's ValidationWeight: the
+    group's weight and reputation, and the member's ML nodes."""
+    ml_nodes = {n.address: n.ml_nodes for n in nodes}
+    return [
+        ValidationWeight(
+            member_address=p.address,
+            weight=members.weights[p.address],
+            reputation=members.reputations.get(p.address, 0),
+            ml_nodes=ml_nodes.get(p.address, ()),
+        )
+        for p in participants
+        if p.address in members.weights
+    ]

@@ -95,6 +95,7 @@ from typing import Any, Literal
 import numpy as np
 
 from keepersim.chain import BlockResult, Chain, Selection
+from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import BUILTIN_POLICIES, PolicyFactory
 from keepersim.keeper.selection import SelectionTable, get_selection_rule
 from keepersim.module.genesis import compute_genesis
@@ -141,6 +142,7 @@ from keepersim.types.messages import (
     Inference,
     MLNodeInfo,
     Participant,
+    ValidationWeight,
 )
 from keepersim.types.params import (
     GOV_AUTHORITY,
@@ -978,7 +980,11 @@ class _Run:
             trace.add_params(0, self.params)
             with chain.read() as k:
                 trace.add_participants(
-                    0, 0, list(k.iterate_participants()), list(k.iterate_participant_nodes())
+                    0,
+                    0,
+                    list(k.iterate_participants()),
+                    list(k.iterate_participant_nodes()),
+                    get_group_weights(k, 0),
                 )
             trace.flush(0)
         bar = make_progress(
@@ -1052,6 +1058,7 @@ class _Run:
                             height,
                             list(k.iterate_participants()),
                             list(k.iterate_participant_nodes()),
+                            get_group_weights(k, e.new_epoch),
                         )
             elif isinstance(e, ParamsUpdated) and trace is not None:
                 with self.chain.read() as k:
@@ -1102,6 +1109,12 @@ height order (same height: file order), each to the params in force after the pr
 Every resulting pair is validated before the run starts; an invalid entry fails with the rule it
 breaks. The signer is the x/gov module account (not a param), and health_params.policy takes a
 chain policy only (the oracle is the simulator's baseline, not a param)."""
+
+
+def get_group_weights(keeper: Keeper, epoch_index: int) -> list[ValidationWeight]:
+    """The epoch's group members (weight, reputation, ML nodes) for the trace."""
+    group = keeper.get_epoch_group(epoch_index, "")
+    return [] if group is None else list(group.validation_weights)
 
 
 def compute_governance_txs(params: ModuleParams, authority: str) -> list[Any]:

@@ -133,16 +133,21 @@ def build_participants_line(
     height: int,
     participants: list[dict[str, Any]],
     participant_nodes: list[dict[str, Any]],
+    validation_weights: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A ``participants`` line from the chain's Participant JSON and keepersim's
-    ParticipantNodes JSON."""
-    return {
+    ParticipantNodes JSON; ``validation_weights``: the epoch group's ValidationWeight JSON (weight,
+    reputation, ML nodes), left out when None."""
+    line: dict[str, Any] = {
         "type": "participants",
         "epoch_index": str(epoch_index),
         "height": str(height),
         "participants": participants,
         "participant_nodes": participant_nodes,
     }
+    if validation_weights is not None:
+        line["validation_weights"] = validation_weights
+    return line
 
 
 def build_inference_line(inference: dict[str, Any]) -> dict[str, Any]:

@@ -77,7 +77,13 @@ from keepersim.trace.records import (
 from keepersim.trace.validate import check_line, describe
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.errors import ChainJsonError, InvalidParamsError
-from keepersim.types.messages import EpochPerformanceSummary, Inference, Params, Participant
+from keepersim.types.messages import (
+    EpochPerformanceSummary,
+    Inference,
+    Params,
+    Participant,
+    ValidationWeight,
+)
 from keepersim.types.params import validate_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
 from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
@@ -272,9 +278,22 @@ class _Reader:
                 "participants.height",
                 f"{height} is after the trace's last height {self.header.last_height}",
             )
+        weights = []
+        members: set[str] = set()
+        for i, item in enumerate(data.get("validation_weights", ())):
+            where = f"participants.validation_weights[{i}]"
+            w = _parse_message(item, ValidationWeight, where, self.path, line)
+            if w.member_address in members:
+                raise self.error(
+                    line, f"{where}.member_address", f"duplicate address {w.member_address!r}"
+                )
+            members.add(w.member_address)
+            weights.append(w)
         self.last_participants = (epoch_index, height)
         self.have_participants = True
-        return ParticipantsRecord(line, epoch_index, height, tuple(participants), tuple(nodes))
+        return ParticipantsRecord(
+            line, epoch_index, height, tuple(participants), tuple(nodes), tuple(weights)
+        )
 
     def require_prologue(self, line: int, record_type: str) -> None:
         if not (self.have_params and self.have_participants):

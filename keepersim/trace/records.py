@@ -13,6 +13,7 @@ from keepersim.types.messages import (
     Inference,
     InferenceStatus,
     Participant,
+    ValidationWeight,
 )
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
@@ -104,6 +105,8 @@ class ParticipantsRecord:
     participants: tuple[Participant, ...]
     # keepersim's registration of their models and ML nodes (by address; absent: none)
     nodes: tuple[ParticipantNodes, ...] = ()
+    # The epoch group's members as recorded (weight, reputation, ML nodes); empty: not recorded
+    weights: tuple[ValidationWeight, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

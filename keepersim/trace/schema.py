@@ -32,6 +32,7 @@ from keepersim.types.messages import (
     Inference,
     Params,
     Participant,
+    ValidationWeight,
 )
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
@@ -178,6 +179,7 @@ def build_trace_schema() -> dict[str, Any]:
         ExtensionParams,
         Participant,
         ParticipantNodes,
+        ValidationWeight,
         Inference,
         EpochPerformanceSummary,
         EpochDeclines,
@@ -236,6 +238,11 @@ def build_trace_schema() -> dict[str, Any]:
                 "title": "a list of keepersim.v1.ParticipantNodes objects",
                 "type": "array",
                 "items": {"$ref": "#/$defs/pb.ParticipantNodes"},
+            },
+            "validation_weights": {
+                "title": "a list of ValidationWeight objects",
+                "type": "array",
+                "items": {"$ref": "#/$defs/pb.ValidationWeight"},
             },
         },
         ["epoch_index", "height", "participants", "participant_nodes"],

@@ -44,6 +44,7 @@ from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
     Participant,
+    ValidationWeight,
 )
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
@@ -126,13 +127,16 @@ class TraceWriter:
         height: int,
         participants: Iterable[Participant],
         nodes: Iterable[ParticipantNodes] = (),
+        weights: Iterable[ValidationWeight] | None = None,
     ) -> None:
-        """``nodes``: keepersim's registration of the participants' models and ML nodes."""
+        """``nodes``: keepersim's registration of the participants' models and ML nodes;
+        ``weights``: the epoch's group members (weight, reputation, ML nodes), if known."""
         line = build_participants_line(
             epoch_index,
             height,
             [encode_message(p) for p in participants],
             [encode_message(n) for n in nodes],
+            None if weights is None else [encode_message(w) for w in weights],
         )
         self._push(height, _RANK_PARTICIPANTS, line)
 

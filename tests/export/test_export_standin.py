@@ -117,6 +117,13 @@ def test_participants_carry_models_ml_nodes_weights_and_reputation(
         assert all(m.poc_weight > 0 for n in line.nodes for m in n.ml_nodes)
         reputations = {w.member_address: w.reputation for w in parent.validation_weights}
         assert result.reputations[str(line.epoch_index)] == reputations
+        # The trace itself carries the group's members: weight and reputation as the group has
+        # them, and the member's ML nodes.
+        assert {w.member_address: w.reputation for w in line.weights} == reputations
+        assert {w.member_address: w.weight for w in line.weights} == weights
+        assert {w.member_address: {m.node_id for m in w.ml_nodes} for w in line.weights} == {
+            a: expected_nodes.get(a, set()) for a in weights
+        }
     assert any(r > 0 for r in result.reputations["4"].values())
 
 

@@ -374,3 +374,36 @@ def test_not_utf8(tmp_trace: Path) -> None:
     with pytest.raises(TraceError, match=r":4: <line>: not UTF-8"):
         list(iterate_trace(tmp_trace))
     assert json.loads(tmp_trace.read_bytes().splitlines()[0])["type"] == "header"
+
+
+def test_participants_lines_carry_the_groups_weights_and_reputations(tmp_path: Path) -> None:
+    """simulate writes each epoch's group members (the chain's ValidationWeight) on its
+    participants line, and the reader gives them back as recorded; a duplicate is an error."""
+    import dataclasses
+
+    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.suite import get_builtin_scenario
+    from keepersim.trace.reader import iterate_trace
+    from keepersim.trace.records import ParticipantsRecord
+
+    base = get_builtin_scenario("sparse", 1)
+    scenario = dataclasses.replace(base, blocks=base.epoch_length + 5)
+    out = tmp_path / "t.jsonl"
+    run_scenario(scenario, "none", store="memory", trace_out=out)
+    lines = [r for r in iterate_trace(out) if isinstance(r, ParticipantsRecord)]
+    assert len(lines) >= 2
+    for line in lines:
+        assert {w.member_address for w in line.weights} == {p.address for p in line.participants}
+        assert {w.member_address: w.weight for w in line.weights} == {
+            p.address: p.weight for p in line.participants
+        }
+        assert all(0 <= w.reputation <= 100 for w in line.weights)
+    text = out.read_text().splitlines()
+    i = next(n for n, t in enumerate(text) if '"type":"participants"' in t.replace(" ", ""))
+    data = json.loads(text[i])
+    data["validation_weights"].append(data["validation_weights"][0])
+    text[i] = json.dumps(data)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(text) + "\n")
+    with pytest.raises(TraceError, match=r"validation_weights\[\d+\]\.member_address.*duplicate"):
+        list(iterate_trace(bad))
