@@ -157,8 +157,8 @@ def compute_metric_comparisons(
     """``(scenario, current run, proposed run)`` per seed -> one comparison per scenario and
     numeric metric (metrics in the runs' key order)."""
     by_scenario: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
-    for label, cur, prop in pairs:
-        by_scenario.setdefault(label, []).append((cur, prop))
+    for label, cur_run, prop_run in pairs:
+        by_scenario.setdefault(label, []).append((cur_run, prop_run))
     out: list[MetricComparison] = []
     for label, runs in by_scenario.items():
         names = [
@@ -184,7 +184,7 @@ def compute_metric_comparisons(
     return out
 
 
-def _scenario_tasks(
+def scenario_tasks(
     source: ScenarioSource,
     proposal: Proposal,
     seeds: int,
@@ -310,7 +310,7 @@ def compare_proposal(
     changed: dict[str, list[str]] = {}
     tasks: list[RunTask] = []
     for source in resolve_scenarios(scenarios):
-        tasks.extend(_scenario_tasks(source, proposal, seeds, policy, at_height, blocks, changed))
+        tasks.extend(scenario_tasks(source, proposal, seeds, policy, at_height, blocks, changed))
     records = execute_runs(tasks, jobs, progress, desc="proposal") if tasks else []
     pairs: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     for i in range(0, len(records), 2):

@@ -90,7 +90,9 @@ def format_table(report: ProposalComparison) -> str:
         seeds = max((m.seeds for m in report.metrics if m.scenario == scenario), default=0)
         lines.append(f"{scenario} ({seeds} paired seeds)")
         for row in [header, *rows]:
-            cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+            cells = [row[0].ljust(widths[0])] + [
+                c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+            ]
             lines.append("  " + "  ".join(cells).rstrip())
         lines.append("")
     return "\n".join(lines)

@@ -10,10 +10,11 @@ and gives the same app hash.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from keepersim.chain import Chain
 from keepersim.sim.driver import (
     STORE_KINDS,
     StoreKind,
@@ -173,9 +174,10 @@ def compute_task_params(task: RunTask, scenario: Scenario) -> ModuleParams | Non
     return compute_params_with_changes(base, task.params, where)
 
 
-def run_task(task: RunTask) -> dict[str, Any]:
+def run_task(task: RunTask, on_block: Callable[[Chain, int], None] | None = None) -> dict[str, Any]:
     """Run the task in this process (in memory by default); its run record: the run's
-    ``to_dict()`` with ``scenario`` set to the task's label and ``scenario_name`` added."""
+    ``to_dict()`` with ``scenario`` set to the task's label and ``scenario_name`` added.
+    ``on_block``: ``run_scenario``'s hook (in-process callers only: it does not ship)."""
     if task.trace is not None:
         raise TaskError("task: what-if runs on a trace are not wired yet ('trace' must be null)")
     scenario = get_task_scenario(task)
@@ -188,6 +190,7 @@ def run_task(task: RunTask) -> dict[str, Any]:
         store=task.store,
         params=params,
         governance=governance,
+        on_block=on_block,
     )
     record = result.to_dict()
     record["scenario"] = task.get_label()
