@@ -43,9 +43,9 @@ from keepersim.runs.task import RunTask, run_task
 from keepersim.sim.driver import build_genesis, build_params
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.suite import get_builtin_scenario
-from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.params import get_default_params, params_from_dict
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 
 __all__ = [
     "GovernanceRun",

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "governance_tests" / "stricter-breaker.json"
+EXAMPLE = (
+    Path(__file__).resolve().parents[2] / "examples" / "governance_tests" / "stricter-breaker.json"
+)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from keepersim.proposal.compare import (
     compute_metric_comparisons,
 )
 from keepersim.proposal.report import CSV_COLUMNS, format_verdicts
-from keepersim.runs import RunTask, run_task
+from keepersim.runs import RunTask
 from keepersim.sim.driver import build_params, run_scenario
 from keepersim.sim.suite import get_builtin_scenario
 from keepersim.testing import run_proposal
@@ -36,9 +36,15 @@ def test_a_valid_proposal_writes_the_report(example_proposal, tmp_path, capsys):
     assert "miss_rate (pts)" in stdout
     data = json.loads((out / "proposal.json").read_text())
     miss = next(m for m in data["metrics"] if m["metric"] == "miss_rate")
-    assert miss["seeds"] == 2 and miss["low"] is not None and miss["low"] <= miss["diff"] <= miss["high"]
+    assert (
+        miss["seeds"] == 2
+        and miss["low"] is not None
+        and miss["low"] <= miss["diff"] <= miss["high"]
+    )
     assert data["verdicts"] and data["verdicts"][-1] in stdout
-    assert data["changed_fields"]["steady_degraded"] == ["extension_params.cb_miss_threshold_pct: '25' -> '10'"]
+    assert data["changed_fields"]["steady_degraded"] == [
+        "extension_params.cb_miss_threshold_pct: '25' -> '10'"
+    ]
     assert [r["arm"] for r in data["runs"]] == list(ARMS) * 2
     rows = list(csv.DictReader((out / "proposal.csv").open()))
     assert tuple(rows[0]) == CSV_COLUMNS and {r["metric"] for r in rows} >= {"miss_rate", "misses"}
@@ -54,7 +60,10 @@ def test_paired_runs_match_direct_runs(example_proposal):
     current = build_params(scenario, "gonka")
     proposed = params_from_dict(params_to_dict(current))
     proposed.extension_params.cb_miss_threshold_pct = 10
-    direct = [run_scenario(scenario, "gonka", seed=1, store="memory", params=p) for p in (current, proposed)]
+    direct = [
+        run_scenario(scenario, "gonka", seed=1, store="memory", params=p)
+        for p in (current, proposed)
+    ]
     assert [r["app_hash"] for r in report.runs] == [d.app_hash for d in direct]
     assert direct[0].app_hash != direct[1].app_hash
 
@@ -62,10 +71,20 @@ def test_paired_runs_match_direct_runs(example_proposal):
 def test_task_with_params_and_governance_round_trips():
     scenario = get_builtin_scenario("steady_degraded", 2)
     data = params_to_dict(build_params(scenario, "gonka"))
-    task = RunTask("steady_degraded", "gonka", 2, label="s", initial_params=data, governance=[[5, data]])
+    task = RunTask(
+        "steady_degraded", "gonka", 2, label="s", initial_params=data, governance=[[5, data]]
+    )
     assert RunTask.from_dict(json.loads(json.dumps(task.to_dict()))) == task
     plain = RunTask("steady_degraded", "gonka", 2)
-    assert set(plain.to_dict()) == {"scenario", "label", "policy", "seed", "params", "store", "trace"}
+    assert set(plain.to_dict()) == {
+        "scenario",
+        "label",
+        "policy",
+        "seed",
+        "params",
+        "store",
+        "trace",
+    }
 
 
 def test_at_height_sends_the_update_at_h(example_proposal):
@@ -89,7 +108,9 @@ def test_at_height_outside_the_run_is_an_error(example_proposal, tmp_path, capsy
 
 def _comparison(diffs_by_seed):
     pairs = [("s", {"miss_rate": 0.02}, {"miss_rate": 0.02 + d}) for d in diffs_by_seed]
-    return ProposalComparison("t", [], None, "gonka", len(diffs_by_seed), compute_metric_comparisons(pairs))
+    return ProposalComparison(
+        "t", [], None, "gonka", len(diffs_by_seed), compute_metric_comparisons(pairs)
+    )
 
 
 @pytest.mark.parametrize(

@@ -44,10 +44,14 @@ def test_unknown_type(proposal_doc, write_proposal, tmp_path, capsys):
     "authority",
     [compute_module_address("gov", "cosmos"), compute_module_address("distribution"), "", None],
 )
-def test_wrong_authority_names_the_gov_account(proposal_doc, write_proposal, tmp_path, capsys, authority):
+def test_wrong_authority_names_the_gov_account(
+    proposal_doc, write_proposal, tmp_path, capsys, authority
+):
     proposal_doc["messages"][1]["authority"] = authority
     line = _run_invalid(write_proposal(proposal_doc), tmp_path, capsys)
-    assert "messages[1] (/keepersim.v1.MsgUpdateExtensionParams).authority: invalid authority" in line
+    assert (
+        "messages[1] (/keepersim.v1.MsgUpdateExtensionParams).authority: invalid authority" in line
+    )
     assert f"expected the x/gov module account {GOV_AUTHORITY}" in line
     if authority and authority.startswith("cosmos"):
         assert "the chain's is 'gonka'" in line
@@ -61,7 +65,9 @@ def test_wrong_authority_names_the_gov_account(proposal_doc, write_proposal, tmp
         (1, ("health_params", "policy"), "nope", "one of ("),
     ],
 )
-def test_invalid_params_name_the_rule(proposal_doc, write_proposal, tmp_path, capsys, message, path, value, rule):
+def test_invalid_params_name_the_rule(
+    proposal_doc, write_proposal, tmp_path, capsys, message, path, value, rule
+):
     key = "params" if message == 0 else "extension_params"
     target = proposal_doc["messages"][message][key]
     for name in path[:-1]:
@@ -106,7 +112,9 @@ def test_submit_proposal_basics(proposal_doc, write_proposal, tmp_path, capsys, 
 
 def test_a_part_updated_twice_is_rejected(proposal_doc):
     proposal_doc["messages"].append(proposal_doc["messages"][1])
-    with pytest.raises(ProposalError, match=r"messages\[2\]: a second /keepersim.v1.MsgUpdateExtensionParams"):
+    with pytest.raises(
+        ProposalError, match=r"messages\[2\]: a second /keepersim.v1.MsgUpdateExtensionParams"
+    ):
         parse_proposal(proposal_doc, "p.json")
 
 
@@ -124,14 +132,23 @@ def test_each_message_replaces_its_part_only(proposal_doc):
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=12,
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from(["messages", "title", "summary", "deposit", "expedited", "metadata"]), value=_JSON)
-def test_any_value_is_accepted_or_a_proposal_error(proposal_doc: dict[str, Any], field: str, value: Any) -> None:
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    field=st.sampled_from(["messages", "title", "summary", "deposit", "expedited", "metadata"]),
+    value=_JSON,
+)
+def test_any_value_is_accepted_or_a_proposal_error(
+    proposal_doc: dict[str, Any], field: str, value: Any
+) -> None:
     doc = json.loads(json.dumps(proposal_doc))
     doc[field] = value
     try:
