@@ -72,6 +72,8 @@ _NOT_METRICS = frozenset(
         "wall_seconds",
         "inferences_per_second",
         "blocks_per_second",
+        "first_height",
+        "last_height",
     }
 )
 

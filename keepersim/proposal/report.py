@@ -61,7 +61,7 @@ def _fmt(value: float | None, metric: str, signed: bool = False) -> str:
         return "-"
     if is_rate(metric):
         return f"{value * 100:+.3f}" if signed else f"{value * 100:.3f}"
-    return f"{value:+.4g}" if signed else f"{value:.4g}"
+    return f"{value:+.6g}" if signed else f"{value:.6g}"
 
 
 def _ci(m: MetricComparison) -> str:

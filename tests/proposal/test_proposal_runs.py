@@ -133,3 +133,20 @@ def test_paired_difference_and_interval():
     assert m.diff == pytest.approx(0.002) and m.current == pytest.approx(0.02)
     # t(0.975, 2) = 4.302653, sd = 0.001
     assert m.high - m.diff == pytest.approx(4.302653 * 0.001 / 3**0.5, rel=1e-5)
+
+
+def test_a_trace_runs_what_if_under_both_arms(example_proposal, tmp_path, capsys):
+    scenario = dataclasses.replace(get_builtin_scenario("steady_degraded", 1), blocks=60)
+    trace = tmp_path / "t.jsonl"
+    run_scenario(scenario, "gonka", store="memory", trace_out=trace)
+    out = tmp_path / "o"
+    argv = ["proposal", str(example_proposal), "--trace", str(trace), "--seeds", "2"]
+    assert main([*argv, "--at-height", "30", "--out", str(out), "--no-progress"]) == 0
+    data = json.loads((out / "proposal.json").read_text())
+    assert [(r["scenario"], r["arm"], r["seed"]) for r in data["runs"]] == [
+        ("t.jsonl", arm, seed) for seed in (1, 2) for arm in ARMS
+    ]
+    assert "first_height" not in {m["metric"] for m in data["metrics"]}
+    assert "t.jsonl (2 paired seeds)" in capsys.readouterr().out
+    assert main([*argv, "--at-height", "61", "--out", str(out), "--no-progress"]) == 2
+    assert "--at-height 61: trace 't.jsonl' has blocks 1..60" in capsys.readouterr().err
