@@ -10,10 +10,11 @@ and gives the same app hash.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from keepersim.chain import Chain
 from keepersim.sim.driver import (
     STORE_KINDS,
     StoreKind,
@@ -24,6 +25,7 @@ from keepersim.sim.driver import (
 from keepersim.sim.scenario import Scenario, dump_scenario, parse_scenario
 from keepersim.sim.suite import get_builtin_scenario
 from keepersim.types.errors import KeepersimError
+from keepersim.types.params import params_from_dict
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 __all__ = [
@@ -36,7 +38,17 @@ __all__ = [
     "run_task_data",
 ]
 
-_KEYS = ("scenario", "label", "policy", "seed", "params", "store", "trace")
+_KEYS = (
+    "scenario",
+    "label",
+    "policy",
+    "seed",
+    "params",
+    "store",
+    "trace",
+    "initial_params",
+    "governance",
+)
 
 
 class TaskError(KeepersimError):
@@ -48,7 +60,10 @@ class RunTask:
     """One run. ``scenario``: a built-in name (built with ``seed``) or a scenario's JSON
     (:func:`~keepersim.sim.scenario.dump_scenario`); ``label`` names it in records (default: the
     scenario's name); ``params``: ``{dotted path: value}`` set on the run's default params;
-    ``trace``: reserved for what-if runs on a trace (not wired yet: must be None)."""
+    ``trace``: reserved for what-if runs on a trace (not wired yet: must be None).
+    ``initial_params``: whole params the run starts with (``params_to_dict`` JSON; None: the
+    run's defaults); ``governance``: ``[height, params JSON]`` pairs sent as governance updates
+    (``run_scenario``'s ``governance``). Both are left out of :meth:`to_dict` when unset."""
 
     scenario: str | dict[str, Any]
     policy: str
@@ -57,6 +72,8 @@ class RunTask:
     params: dict[str, Any] = field(default_factory=dict)
     store: StoreKind = "memory"
     trace: str | None = None
+    initial_params: dict[str, Any] | None = None
+    governance: list[list[Any]] = field(default_factory=list)
 
     def get_label(self) -> str:
         if self.label:
@@ -67,7 +84,7 @@ class RunTask:
 
     def to_dict(self) -> dict[str, Any]:
         """The task as JSON-able data (what engines ship)."""
-        return {
+        out: dict[str, Any] = {
             "scenario": self.scenario,
             "label": self.get_label(),
             "policy": self.policy,
@@ -76,6 +93,11 @@ class RunTask:
             "store": self.store,
             "trace": self.trace,
         }
+        if self.initial_params is not None:
+            out["initial_params"] = self.initial_params
+        if self.governance:
+            out["governance"] = [list(entry) for entry in self.governance]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunTask:
@@ -94,6 +116,14 @@ class RunTask:
         params = data.get("params") or {}
         if not isinstance(params, dict):
             raise TaskError("task: 'params' must be an object {dotted path: value}")
+        initial = data.get("initial_params")
+        if initial is not None and not isinstance(initial, dict):
+            raise TaskError("task: 'initial_params' must be a params object or null")
+        governance = data.get("governance") or []
+        if not isinstance(governance, list) or not all(
+            isinstance(e, list) and len(e) == 2 and isinstance(e[1], dict) for e in governance
+        ):
+            raise TaskError("task: 'governance' must be a list of [height, params object]")
         return cls(
             scenario=scenario,
             policy=str(data.get("policy")),
@@ -102,6 +132,8 @@ class RunTask:
             params=dict(params),
             store=store,
             trace=data.get("trace"),
+            initial_params=initial,
+            governance=[list(e) for e in governance],
         )
 
 
@@ -129,21 +161,37 @@ def get_task_scenario(task: RunTask) -> Scenario:
 def compute_task_params(task: RunTask, scenario: Scenario) -> ModuleParams | None:
     """The run's params: its default params with the task's override set (None without one:
     the run builds its defaults itself). Raises GovernanceError naming the path or rule."""
+    if task.initial_params is not None:
+        initial = params_from_dict(task.initial_params)
+        if not task.params:
+            return initial
     if not task.params:
         return None
-    base = build_params(scenario, task.policy)
+    base = build_params(
+        scenario, task.policy, params=None if task.initial_params is None else initial
+    )
     where = f"{task.get_label()}/{task.policy}/seed {task.seed}: params"
     return compute_params_with_changes(base, task.params, where)
 
 
-def run_task(task: RunTask) -> dict[str, Any]:
+def run_task(task: RunTask, on_block: Callable[[Chain, int], None] | None = None) -> dict[str, Any]:
     """Run the task in this process (in memory by default); its run record: the run's
-    ``to_dict()`` with ``scenario`` set to the task's label and ``scenario_name`` added."""
+    ``to_dict()`` with ``scenario`` set to the task's label and ``scenario_name`` added.
+    ``on_block``: ``run_scenario``'s hook (in-process callers only: it does not ship)."""
     if task.trace is not None:
         raise TaskError("task: what-if runs on a trace are not wired yet ('trace' must be null)")
     scenario = get_task_scenario(task)
     params = compute_task_params(task, scenario)
-    result = run_scenario(scenario, task.policy, seed=task.seed, store=task.store, params=params)
+    governance = [(int(h), params_from_dict(p)) for h, p in task.governance]
+    result = run_scenario(
+        scenario,
+        task.policy,
+        seed=task.seed,
+        store=task.store,
+        params=params,
+        governance=governance,
+        on_block=on_block,
+    )
     record = result.to_dict()
     record["scenario"] = task.get_label()
     record["scenario_name"] = scenario.name
