@@ -61,7 +61,9 @@ def _fmt(value: float | None, metric: str, signed: bool = False) -> str:
         return "-"
     if is_rate(metric):
         return f"{value * 100:+.3f}" if signed else f"{value * 100:.3f}"
-    return f"{value:+.6g}" if signed else f"{value:.6g}"
+    # Counts with one decimal (a mean over seeds), small quantities with four.
+    places = 1 if abs(value) >= 1 or value == 0 else 4
+    return f"{value:+.{places}f}" if signed else f"{value:.{places}f}"
 
 
 def _ci(m: MetricComparison) -> str:
