@@ -18,7 +18,9 @@ SHA-256 only: the same on every machine.
 
 Not modelled: capacity (load does not change a participant's miss rate), pushback (recorded
 declines are requests like any other; outcomes are miss or success), and the selection bias of
-the recording (see the estimator). Recorded params changes, participant changes and the
+the recording (see the estimator). Every report states the estimator's calibration error against
+``simulate`` (:mod:`keepersim.replay.calibration`, docs/what-if.md) and flags a run the
+calibration does not cover (other estimator settings, a capacity-limited recording). Recorded params changes, participant changes and the
 governance schedule are applied as in the as-recorded replay, with ``policy`` kept in force.
 
 Memory: the estimator (participants x windows), the pending finishes (in flight), one block's
@@ -39,6 +41,7 @@ from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain
 from keepersim.keeper.selection import get_candidates
+from keepersim.replay.calibration import compute_calibration_note
 from keepersim.replay.common import (
     BlockFeeder,
     Governance,
@@ -60,7 +63,12 @@ from keepersim.replay.common import (
     schedule_record,
     start_schedule,
 )
-from keepersim.replay.estimator import BehaviourEstimator, BetaPrior, estimate_trace
+from keepersim.replay.estimator import (
+    DEFAULT_METHOD,
+    BehaviourEstimator,
+    BetaPrior,
+    estimate_trace,
+)
 from keepersim.replay.trace import (
     FINISHED_LIKE,
     BadLines,
@@ -362,6 +370,7 @@ def replay_what_if(
     policy: str,
     *,
     seed: int,
+    method: str = DEFAULT_METHOD,
     window_blocks: int = 1000,
     prior: BetaPrior | tuple[float, float] = (1.0, 30.0),
     store: StoreKind = "memory",
@@ -392,6 +401,7 @@ def replay_what_if(
     if estimator is None:
         _, estimator = estimate_trace(
             trace_path,
+            method=method,
             window_blocks=window_blocks,
             prior=prior,
             skip_bad=skip_bad,
@@ -402,14 +412,12 @@ def replay_what_if(
     header = prologue.header
     fingerprint = None
     if store == "leveldb" and (resumable or resume):
-        a, b = prior if isinstance(prior, tuple) else (prior.a, prior.b)
         fingerprint = compute_replay_fingerprint(
             trace_path,
             mode="what-if",
             policy=policy,
             seed=seed,
-            window_blocks=window_blocks,
-            prior=[a, b],
+            estimator=estimator.get_settings(),
             governance=[[h, params_to_dict(p)] for h, p in governance or ()],
             skip_bad=skip_bad,
             max_listed=max_listed,
@@ -532,6 +540,9 @@ def replay_what_if(
         "late_scheduled": schedule.late.to_dict(),
         "bad_lines": bad.to_dict(),
         "estimator": estimator.to_dict(),
+        "calibration": compute_calibration_note(
+            estimator.get_settings(), policy, header.scenario, estimator.declines
+        ),
         "stats": {
             "max_pending": run.max_pending,
             "elapsed_seconds": round(time.perf_counter() - started, 3),
