@@ -47,7 +47,9 @@ TOLERANCE = 0.15
 QUICK_SCENARIOS = ("steady_degraded", "sudden_outage")
 # Scenarios a what-if over a none-trace cannot reproduce: load (capacity) changes the miss rates.
 CAPACITY_SCENARIOS = ("overload", "overload_pushback")
-Z95 = 1.959963984540054
+
+
+from keepersim.replay.calibration import compute_rank_agreement, compute_wilson  # noqa: E402
 
 
 def _scenario(name: str, seed: int, blocks: int | None) -> Any:
@@ -108,37 +110,6 @@ def run_what_if(
     data = {"runs": runs, "cpu_seconds": round(time.process_time() - started, 2)}
     _write_json(Path(out), data)
     return data
-
-
-def compute_wilson(misses: int, n: int) -> tuple[float, float]:
-    """The 95% Wilson interval of a binomial rate."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = misses / n
-    z2 = Z95 * Z95
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return (centre - half, centre + half)
-
-
-def compute_rank_agreement(
-    real: dict[str, dict[str, Any]], what_if: dict[str, dict[str, Any]]
-) -> dict[str, Any]:
-    """Pairs whose simulate intervals separate, and whether what-if orders them the same way."""
-    separated = []
-    disagree = []
-    names = [p for p in real if p in what_if]
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            lo_a, hi_a = compute_wilson(real[a]["misses"], real[a]["inferences"])
-            lo_b, hi_b = compute_wilson(real[b]["misses"], real[b]["inferences"])
-            if hi_a < lo_b or hi_b < lo_a:
-                separated.append([a, b])
-                real_order = real[a]["miss_rate"] < real[b]["miss_rate"]
-                wi_order = what_if[a]["miss_rate"] < what_if[b]["miss_rate"]
-                if real_order != wi_order:
-                    disagree.append([a, b])
-    return {"separated_pairs": len(separated), "disagreements": disagree}
 
 
 def _settings_key(settings: dict[str, Any]) -> str:

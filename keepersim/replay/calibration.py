@@ -14,13 +14,21 @@ recording cannot reproduce them.
 from __future__ import annotations
 
 import json
+import math
 from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["CALIBRATION_PATH", "compute_calibration_note", "get_calibration"]
+__all__ = [
+    "CALIBRATION_PATH",
+    "compute_calibration_note",
+    "compute_rank_agreement",
+    "compute_wilson",
+    "get_calibration",
+]
 
 CALIBRATION_PATH: Final = Path(__file__).with_name("calibration.json")
+_Z95: Final = 1.959963984540054
 
 
 @cache
@@ -83,3 +91,34 @@ def compute_calibration_note(
         "per_policy": per_policy if policy is None else {policy: per_policy.get(policy)},
         "warnings": warnings,
     }
+
+
+def compute_wilson(misses: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson interval of a binomial rate."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = misses / n
+    z2 = _Z95 * _Z95
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = _Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return (centre - half, centre + half)
+
+
+def compute_rank_agreement(
+    real: dict[str, dict[str, Any]], what_if: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Pairs whose simulate intervals separate, and whether what-if orders them the same way."""
+    separated = []
+    disagree = []
+    names = [p for p in real if p in what_if]
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            lo_a, hi_a = compute_wilson(real[a]["misses"], real[a]["inferences"])
+            lo_b, hi_b = compute_wilson(real[b]["misses"], real[b]["inferences"])
+            if hi_a < lo_b or hi_b < lo_a:
+                separated.append([a, b])
+                real_order = real[a]["miss_rate"] < real[b]["miss_rate"]
+                wi_order = what_if[a]["miss_rate"] < what_if[b]["miss_rate"]
+                if real_order != wi_order:
+                    disagree.append([a, b])
+    return {"separated_pairs": len(separated), "disagreements": disagree}

@@ -3,9 +3,8 @@ prior, latency histograms, and the calibration note every report carries."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
