@@ -97,15 +97,15 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--estimator",
         choices=("segments", "windows"),
-        default="segments",
-        help="what-if estimator: change-point segments per participant (default, calibrated; "
-        "docs/what-if.md) or fixed --window-blocks windows",
+        default=None,
+        help="what-if estimator: change-point segments per participant (the default, "
+        "calibrated: docs/what-if.md) or fixed windows (the default with --window-blocks)",
     )
     parser.add_argument(
         "--window-blocks",
         type=get_int_type(1),
-        default=1000,
-        help="what-if estimator window (blocks; --estimator windows)",
+        default=None,
+        help="what-if estimator window (blocks; --estimator windows, default 1000)",
     )
     parser.add_argument(
         "--prior", default="1,30", help="what-if Beta prior a,b of miss probabilities"
@@ -240,10 +240,14 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             )
         return 0 if report.ok else 1
     prior = _parse_prior(args.prior)
+    method = args.estimator or ("windows" if args.window_blocks is not None else "segments")
+    if method == "segments" and args.window_blocks is not None:
+        raise ReplayError("--window-blocks applies to --estimator windows only")
+    window_blocks = args.window_blocks or 1000
     header, estimator = estimate_trace(
         args.trace,
-        method=args.estimator,
-        window_blocks=args.window_blocks,
+        method=method,
+        window_blocks=window_blocks,
         prior=prior,
         skip_bad=args.skip_bad,
     )
@@ -253,8 +257,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             args.trace,
             policy,
             seed=seed,
-            method=args.estimator,
-            window_blocks=args.window_blocks,
+            method=method,
+            window_blocks=window_blocks,
             prior=prior,
             store=args.store,
             store_dir=store_dir,

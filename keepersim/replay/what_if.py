@@ -29,6 +29,7 @@ requests, and the exclusion intervals.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
 import os
@@ -49,6 +50,7 @@ from keepersim.replay.common import (
     Listed,
     ParamsPart,
     ParticipantTracker,
+    Prologue,
     Schedule,
     StoreKind,
     build_scheduled_msg,
@@ -89,6 +91,8 @@ from keepersim.types.events import HealthTransition, InferenceExpired, Inference
 from keepersim.types.messages import EXPIRED
 from keepersim.types.params import params_to_dict
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
 
 __all__ = ["FALSE_EXCLUSION_P", "compute_keyed_int", "replay_what_if"]
 
@@ -104,6 +108,26 @@ def compute_keyed_int(seed: int, inference_id: str, executor: str, purpose: str)
     """A 64-bit integer from (seed, request, executor, purpose): the pairing key of outcomes."""
     data = "\x00".join(("keepersim/what-if/v1", str(seed), inference_id, executor, purpose))
     return int.from_bytes(hashlib.sha256(data.encode()).digest()[:8], "big")
+
+
+def get_policy_prologue(prologue: Prologue, policy: str) -> Prologue:
+    """The prologue with ``policy``'s mechanisms in force (see :func:`apply_run_mechanisms`)."""
+    if policy != "sprt" or prologue.params.params.extension_params.sprt_enabled:
+        return prologue
+    params = ModuleParams()
+    params.CopyFrom(prologue.params.params)
+    params.extension_params.sprt_enabled = True
+    return dataclasses.replace(prologue, params=dataclasses.replace(prologue.params, params=params))
+
+
+def apply_run_mechanisms(msg: Message, policy: str) -> Message:
+    """A scheduled params message with ``policy``'s mechanisms: the ``sprt`` policy is the
+    chain's SPRT deactivation alone, so a what-if of it turns ``sprt_enabled`` on, as
+    ``simulate``'s sprt runs do (:func:`keepersim.sim.driver.build_params`); other policies keep
+    the recorded setting."""
+    if policy == "sprt" and isinstance(msg, MsgUpdateExtensionParams):
+        msg.extension_params.sprt_enabled = True
+    return msg
 
 
 def _draw_outcome(
@@ -217,7 +241,7 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         chain = self.chain
         expiration = chain.get_params().params.validation_params.expiration_blocks
         msgs: list[Message] = [
-            build_scheduled_msg(part, chain, self.policy, False)
+            apply_run_mechanisms(build_scheduled_msg(part, chain, self.policy, False), self.policy)
             if isinstance(part, ParamsPart)
             else part
             for item in self.schedule.pop_due(height)
@@ -410,6 +434,7 @@ def replay_what_if(
     cursor = TraceCursor()
     prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor)
     header = prologue.header
+    prologue = get_policy_prologue(prologue, policy)
     fingerprint = None
     if store == "leveldb" and (resumable or resume):
         fingerprint = compute_replay_fingerprint(

@@ -140,3 +140,43 @@ def test_what_if_matches_simulate(tmp_path: Path) -> None:
         separated += rank["separated_pairs"]
         assert what_if["none"]["calibration"]["available"]
     assert separated >= 2  # simulate's intervals do separate policies here: ranks are tested
+
+
+def test_cli_report_states_the_calibration_error(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from keepersim.replay.cli import main
+
+    out = tmp_path / "out"
+    args = ["replay", str(trace), "--mode", "what-if", "--policies", "none,windowed"]
+    assert main([*args, "--store", "memory", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "calib_err_med" in printed and "calibration (what-if vs simulate" in printed
+    report = json.loads((out / "report.json").read_text())
+    calibration = report["calibration"]
+    assert calibration["available"] and set(calibration["per_policy"]) >= {"none", "windowed"}
+    assert report["runs"]["windowed"]["calibration"]["per_policy"].keys() == {"windowed"}
+    assert report["estimator"]["method"] == "segments"
+    # The windows estimator is not what was calibrated: the report says so.
+    assert main([*args, "--store", "memory", "--window-blocks", "100"]) == 0
+    assert "differ from the calibrated" in capsys.readouterr().out
+    assert main([*args, "--estimator", "segments", "--window-blocks", "100"]) == 2
+    assert "--window-blocks applies to --estimator windows only" in capsys.readouterr().err
+
+
+def test_sprt_what_if_runs_the_chains_sprt(trace: Path) -> None:
+    """The sprt policy is the chain's SPRT deactivation alone: as simulate's sprt runs, a what-if
+    of it turns sprt_enabled on (the recording, made under gonka, had it off)."""
+    from keepersim.replay.common import open_trace
+    from keepersim.replay.trace import BadLines
+
+    prologue, _ = open_trace(trace, skip_bad=False, bad_lines=BadLines())
+    assert not prologue.params.params.extension_params.sprt_enabled
+    sprt = replay_what_if(trace, "sprt", seed=3)
+    none = replay_what_if(trace, "none", seed=3)
+    # SPRT deactivates the 80%-miss participant (out of the candidates, not a table exclusion).
+    p1_sprt = sprt["per_participant"]["p1"]["inferences"]
+    assert p1_sprt < none["per_participant"]["p1"]["inferences"]
+    assert sprt["misses"] < none["misses"]
