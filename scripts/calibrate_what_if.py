@@ -91,23 +91,22 @@ def run_simulate(
 
 
 def run_what_if(
-    trace: str, seed: int, policies: Sequence[str], settings: dict[str, Any], out: str
+    trace: str, seed: int, policy: str, settings: dict[str, Any], out: str
 ) -> dict[str, Any]:
     from keepersim.replay.estimator import estimate_trace
     from keepersim.replay.what_if import replay_what_if
 
     started = time.process_time()
     _, estimator = estimate_trace(trace, **settings)
-    runs = {}
-    for policy in policies:
-        run = replay_what_if(trace, policy, seed=seed, estimator=estimator, store="memory")
-        runs[policy] = {
-            "inferences": run["inferences"],
-            "misses": run["misses"],
-            "miss_rate": run["miss_rate"],
-            "recorded_miss_rate": run["recorded"]["miss_rate"],
-        }
-    data = {"runs": runs, "cpu_seconds": round(time.process_time() - started, 2)}
+    run = replay_what_if(trace, policy, seed=seed, estimator=estimator, store="memory")
+    data = {
+        "policy": policy,
+        "inferences": run["inferences"],
+        "misses": run["misses"],
+        "miss_rate": run["miss_rate"],
+        "recorded_miss_rate": run["recorded"]["miss_rate"],
+        "cpu_seconds": round(time.process_time() - started, 2),
+    }
     _write_json(Path(out), data)
     return data
 
@@ -155,8 +154,8 @@ def run_calibration(
     def trace_path(name: str, seed: int) -> Path:
         return work / f"trace-{name}-s{seed}-{tag}.jsonl"
 
-    def wi_path(name: str, seed: int) -> Path:
-        return work / f"whatif-{name}-s{seed}-{tag}-{key}.json"
+    def wi_path(name: str, seed: int, policy: str) -> Path:
+        return work / f"whatif-{name}-s{seed}-{tag}-{key}-{policy}.json"
 
     cells = [(name, seed) for name in scenarios for seed in seeds]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -173,27 +172,28 @@ def run_calibration(
             sims[(name, seed, policy)] = pool.submit(
                 run_simulate, name, seed, policy, blocks, trace, str(path)
             )
-        wis: dict[tuple[str, int], Future[dict[str, Any]]] = {}
+        wis: dict[tuple[str, int, str], Future[dict[str, Any]]] = {}
         for name, seed in cells:
-            if wi_path(name, seed).exists():
-                continue
             recording = sims.get((name, seed, "none"))
             if recording is not None:
                 recording.result()
-            wis[(name, seed)] = pool.submit(
-                run_what_if,
-                str(trace_path(name, seed)),
-                seed,
-                list(policies),
-                settings,
-                str(wi_path(name, seed)),
-            )
+            for policy in policies:
+                if wi_path(name, seed, policy).exists():
+                    continue
+                wis[(name, seed, policy)] = pool.submit(
+                    run_what_if,
+                    str(trace_path(name, seed)),
+                    seed,
+                    policy,
+                    settings,
+                    str(wi_path(name, seed, policy)),
+                )
         for future in [*sims.values(), *wis.values()]:
             future.result()
     results = []
     for name, seed in cells:
         real = {p: json.loads(sim_path(name, seed, p).read_text()) for p in policies}
-        what_if = json.loads(wi_path(name, seed).read_text())["runs"]
+        what_if = {p: json.loads(wi_path(name, seed, p).read_text()) for p in policies}
         errors = {
             p: (what_if[p]["miss_rate"] - real[p]["miss_rate"]) / real[p]["miss_rate"]
             if real[p]["miss_rate"]
