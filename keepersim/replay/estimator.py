@@ -1,40 +1,39 @@
 """Empirical behaviour of each participant, estimated from a trace (the what-if replay's model).
 
-Miss probability per (participant, window of ``window_blocks`` heights), by the arrival (start)
-height of the inference. Outcomes: EXPIRED is a miss; FINISHED (and VALIDATED / INVALIDATED /
-VOTING) a success; declined (capacity pushback: STARTED with an end height) and still-STARTED
-inferences are not samples.
+Outcomes, by the arrival (start) height of the inference: EXPIRED is a miss; FINISHED (and
+VALIDATED / INVALIDATED / VOTING) a success; declined (capacity pushback: STARTED with an end
+height) and still-STARTED inferences are not samples.
 
-Estimate: the posterior mean of a Beta-Binomial model with a hierarchical (empirical-Bayes) prior
+``segments`` (the default; chosen by the calibration against ``simulate``, docs/what-if.md):
+each participant's outcome sequence is cut at change points (binary segmentation, a split kept
+when it raises the Bernoulli log-likelihood by more than ``penalty * ln(n)``, at least
+``min_segment`` samples a side), and each segment's rate is shrunk a little to the
+participant's own whole-trace rate, itself shrunk to the fleet's:
 
-    p(i, w) = (m_iw + s * mu_w) / (n_iw + s),        s = a + b
-    mu_w    = (M_w + a) / (N_w + a + b)
+    p_seg = (m_seg + k * p_i) / (n_seg + k),   p_i = (m_i + s * mu) / (n_i + s),
+    mu = (M + a) / (N + a + b),                s = a + b,  k = segment_strength
 
-where n_iw, m_iw are participant i's samples and misses in window w, and N_w, M_w the fleet's.
-The prior of a participant's window is a Beta(s * mu_w, s * (1 - mu_w)): as strong as ``a + b``
-pseudo-observations (default (1, 30): 31 samples), centred on the fleet-wide miss rate of that
-window, which is itself shrunk towards the global prior mean a / (a + b) (1/31 ~ 3.2%, close to
-the live network's 3.25%). So:
+So a small participant keeps its own rate (the fixed windows shrank its few samples per window
+to the fleet's rate: a degraded small node looked healthy and what-if understated every
+policy's gain), and an outage, a flap or a ramp gets its own segment instead of being smeared
+over a window.
 
-* a participant with many samples in a window gets its own rate (the prior's weight is
-  s / (n + s), under 3% past 1,000 samples);
-* a sparse (participant, window) - few requests, or none because it was kept out - falls back to
-  what the whole fleet did in that window, which captures fleet-wide events (a mass outage shows
-  in every participant's estimate) rather than a fixed guess;
-* a window with little traffic overall falls back to the global prior mean.
+``windows`` (``--estimator windows``): the posterior mean per (participant, window of
+``window_blocks`` heights) with a hierarchical prior centred on the fleet's rate of the window,
 
-Known bias: the recording's own policy decided who got traffic. A participant the recorded policy
-kept out has few samples in those windows, so its estimate there leans on the fleet's rate, which
-is optimistic for a participant that was kept out for being bad. The report lists the sample
-counts so sparse estimates can be seen.
+    p(i, w) = (m_iw + s * mu_w) / (n_iw + s),        mu_w = (M_w + a) / (N_w + a + b)
+
+Known bias (both): the recording's own policy decided who got traffic. A participant the
+recorded policy kept out has few samples then, and its estimate there is carried over from its
+neighbouring segment (or the fleet's window rate). Traces recorded under ``none`` do not have it.
 
 Latency: per participant, the exact histogram of recorded ``end - start`` of its finished
 inferences (0 for a finish recorded before its start); values are bounded by the expiry, so the
 histogram has at most ``expiration_blocks + 1`` bins. A participant with no finishes uses the
 fleet's histogram; an empty trace uses ``DEFAULT_LATENCY_BLOCKS``.
 
-Memory: counts per (participant, window with data) plus one histogram per participant -
-participants x windows, independent of the number of inferences.
+Memory: segments keep one start height (8 bytes) and one outcome byte per sample, the windows
+counts per (participant, window with data), plus one histogram per participant.
 """
 
 from __future__ import annotations
@@ -58,7 +57,15 @@ from keepersim.replay.trace import (
 )
 from keepersim.types.messages import EXPIRED, Inference
 
-__all__ = ["DEFAULT_LATENCY_BLOCKS", "BehaviourEstimator", "BetaPrior", "estimate_trace"]
+__all__ = [
+    "DEFAULT_LATENCY_BLOCKS",
+    "DEFAULT_METHOD",
+    "METHODS",
+    "BehaviourEstimator",
+    "BetaPrior",
+    "compute_change_points",
+    "estimate_trace",
+]
 
 DEFAULT_LATENCY_BLOCKS: Final = 2
 
