@@ -346,19 +346,40 @@ def plot(results: Sequence[dict[str, Any]], policies: Sequence[str], path: Path)
     fig, ax = plt.subplots(figsize=(7, 7))
     markers = "os^vD<>"
     for marker, p in zip(markers, policies, strict=False):
-        xs = [r["simulate"][p]["miss_rate"] * 100 for r in results]
-        ys = [r["what_if"][p] * 100 for r in results]
-        ax.scatter(xs, ys, marker=marker, label=p, alpha=0.7, s=22)
-    top = max([r["simulate"][p]["miss_rate"] * 100 for r in results for p in policies] + [1.0])
-    top = max(top, max(r["what_if"][p] * 100 for r in results for p in policies)) * 1.05
-    ax.plot([0, top], [0, top], color="k", lw=0.8)
-    ax.plot([0, top], [0, top * (1 + TOLERANCE)], color="k", lw=0.5, ls="--")
-    ax.plot([0, top], [0, top * (1 - TOLERANCE)], color="k", lw=0.5, ls="--")
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
+        for capacity in (False, True):
+            chosen = [r for r in results if r["capacity_limited"] == capacity]
+            xs = [max(r["simulate"][p]["miss_rate"], 1e-4) * 100 for r in chosen]
+            ys = [max(r["what_if"][p], 1e-4) * 100 for r in chosen]
+            ax.scatter(
+                xs,
+                ys,
+                marker=marker,
+                label=None if capacity else p,
+                alpha=0.75,
+                s=22,
+                facecolors="none" if capacity else None,
+                edgecolors=f"C{policies.index(p)}",
+                color=None if capacity else f"C{policies.index(p)}",
+            )
+    values = [r["simulate"][p]["miss_rate"] for r in results for p in policies]
+    values += [r["what_if"][p] for r in results for p in policies]
+    lo = max(min(v for v in values if v > 0) * 100 / 1.3, 1e-2)
+    hi = max(values) * 100 * 1.3
+    line = [lo, hi]
+    ax.plot(line, line, color="k", lw=0.8)
+    ax.plot(line, [v * (1 + TOLERANCE) for v in line], color="k", lw=0.5, ls="--")
+    ax.plot(line, [v * (1 - TOLERANCE) for v in line], color="k", lw=0.5, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
     ax.set_xlabel("simulate miss rate (%)")
     ax.set_ylabel("what-if miss rate (%) on the none-trace")
-    ax.set_title(f"what-if vs simulate, every scenario x seed x policy (dashed: ±{TOLERANCE:.0%})")
+    ax.set_title(
+        f"what-if vs simulate per scenario x seed x policy (dashed: ±{TOLERANCE:.0%};\n"
+        "hollow: capacity-limited, not calibratable)",
+        fontsize=10,
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")

@@ -68,7 +68,7 @@ def compute_calibration_note(
         warnings.append(
             f"estimator settings {json.dumps(settings, sort_keys=True)} differ from the "
             f"calibrated {json.dumps(calibration.get('estimator'), sort_keys=True)}: the "
-            "calibration error below does not apply"
+            "calibration error stated does not apply"
         )
     not_calibratable = list(calibration.get("not_calibratable", []))
     if _is_capacity_limited(scenario, declines, not_calibratable):
