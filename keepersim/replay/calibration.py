@@ -83,6 +83,7 @@ def compute_calibration_note(
         "source": calibration.get("source", "docs/results/what-if-calibration"),
         "tolerance": calibration.get("tolerance"),
         "share_within": calibration.get("calibratable_share_within"),
+        "cells": calibration.get("calibratable_cells"),
         "share_within_all": calibration.get("share_within"),
         "rank_disagreements": calibration.get("calibratable_rank_disagreements"),
         "separated_pairs": calibration.get("calibratable_separated_pairs"),

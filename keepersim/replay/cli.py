@@ -400,7 +400,8 @@ def print_calibration(calibration: dict[str, Any], out: TextIO) -> None:
         print(
             "calibration (what-if vs simulate on none-recorded traces, "
             f"{calibration.get('source')}): calib_err = |what-if / simulate - 1| of the miss "
-            f"rate; {_format_error(share)} of cells within {_format_error(tolerance)}, "
+            f"rate; {_format_error(share)} of {calibration.get('cells')} cells (seeds "
+            f"{calibration.get('seeds')}) within {_format_error(tolerance)}, "
             f"{calibration.get('rank_disagreements')} rank disagreements in "
             f"{calibration.get('separated_pairs')} separated pairs",
             file=out,
