@@ -2,6 +2,10 @@
 batched put measured in the same run (these machines are noisy, ratios are what to compare).
 
     python scripts/bench.py [--quick] [--only NAME ...]
+
+Accuracy benchmark (not run here, minutes to hours): the what-if calibration against simulate,
+scripts/calibrate_what_if.py; its figure is docs/results/what-if-calibration/ (table.md,
+results.json, plot.png), described in docs/what-if.md.
 """
 
 from __future__ import annotations

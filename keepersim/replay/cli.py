@@ -95,10 +95,17 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", default=None, help="folder for report.json and exclusions.png")
     parser.add_argument(
+        "--estimator",
+        choices=("segments", "windows"),
+        default=None,
+        help="what-if estimator: change-point segments per participant (the default, "
+        "calibrated: docs/what-if.md) or fixed windows (the default with --window-blocks)",
+    )
+    parser.add_argument(
         "--window-blocks",
         type=get_int_type(1),
-        default=1000,
-        help="what-if estimator window (blocks)",
+        default=None,
+        help="what-if estimator window (blocks; --estimator windows, default 1000)",
     )
     parser.add_argument(
         "--prior", default="1,30", help="what-if Beta prior a,b of miss probabilities"
@@ -185,6 +192,7 @@ def run_replay_command(args: argparse.Namespace, stdout: TextIO | None = None) -
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     from keepersim.replay.as_recorded import replay_as_recorded
+    from keepersim.replay.calibration import compute_calibration_note
     from keepersim.replay.common import ReplayError
     from keepersim.replay.estimator import estimate_trace
     from keepersim.replay.what_if import replay_what_if
@@ -232,8 +240,16 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             )
         return 0 if report.ok else 1
     prior = _parse_prior(args.prior)
+    method = args.estimator or ("windows" if args.window_blocks is not None else "segments")
+    if method == "segments" and args.window_blocks is not None:
+        raise ReplayError("--window-blocks applies to --estimator windows only")
+    window_blocks = args.window_blocks or 1000
     header, estimator = estimate_trace(
-        args.trace, window_blocks=args.window_blocks, prior=prior, skip_bad=args.skip_bad
+        args.trace,
+        method=method,
+        window_blocks=window_blocks,
+        prior=prior,
+        skip_bad=args.skip_bad,
     )
     seed = args.seed if args.seed is not None else (header.seed or 0)
     runs = {
@@ -241,7 +257,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             args.trace,
             policy,
             seed=seed,
-            window_blocks=args.window_blocks,
+            method=method,
+            window_blocks=window_blocks,
             prior=prior,
             store=args.store,
             store_dir=store_dir,
@@ -262,9 +279,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         "trace": args.trace,
         "seed": seed,
         "estimator": estimate,
+        "calibration": compute_calibration_note(
+            estimator.get_settings(), None, header.scenario, estimator.declines
+        ),
         "runs": runs,
     }
-    print_what_if(runs, out)
+    print_what_if(runs, out, data["calibration"])
     if out_dir is not None:
         _write_json(out_dir / "report.json", data)
         plot_exclusions(
@@ -326,7 +346,9 @@ def print_as_recorded(report: ReplayReport, out: TextIO) -> None:
         print(note, file=out)
 
 
-def print_what_if(runs: dict[str, dict[str, Any]], out: TextIO) -> None:
+def print_what_if(
+    runs: dict[str, dict[str, Any]], out: TextIO, calibration: dict[str, Any] | None = None
+) -> None:
     first = next(iter(runs.values()))
     rec = first["recorded"]
     print(
@@ -334,8 +356,21 @@ def print_what_if(runs: dict[str, dict[str, Any]], out: TextIO) -> None:
         f"recorded miss rate {rec['miss_rate']:.4f}",
         file=out,
     )
-    rows = [("policy", "inferences", "misses", "miss_rate", "fallback", "false_excl_share")]
+    rows = [
+        (
+            "policy",
+            "inferences",
+            "misses",
+            "miss_rate",
+            "fallback",
+            "false_excl_share",
+            "calib_err_med",
+            "calib_err_p90",
+        )
+    ]
+    per_policy = (calibration or {}).get("per_policy") or {}
     for policy, run in runs.items():
+        error = per_policy.get(policy) or {}
         rows.append(
             (
                 policy,
@@ -344,9 +379,35 @@ def print_what_if(runs: dict[str, dict[str, Any]], out: TextIO) -> None:
                 f"{run['miss_rate']:.4f}",
                 str(run["fallback_selections"]),
                 f"{run['false_exclusion_weight_share']:.4f}",
+                _format_error(error.get("median_abs_relative_error")),
+                _format_error(error.get("p90_abs_relative_error")),
             )
         )
     _print_table(rows, out)
+    if calibration is not None:
+        print_calibration(calibration, out)
+
+
+def _format_error(value: object) -> str:
+    return f"{value:.1%}" if isinstance(value, int | float) else "-"
+
+
+def print_calibration(calibration: dict[str, Any], out: TextIO) -> None:
+    """The estimator's calibration error against simulate, and where it does not apply."""
+    if calibration.get("available"):
+        share = calibration.get("share_within")
+        tolerance = calibration.get("tolerance")
+        print(
+            "calibration (what-if vs simulate on none-recorded traces, "
+            f"{calibration.get('source')}): calib_err = |what-if / simulate - 1| of the miss "
+            f"rate; {_format_error(share)} of {calibration.get('cells')} cells (seeds "
+            f"{calibration.get('seeds')}) within {_format_error(tolerance)}, "
+            f"{calibration.get('rank_disagreements')} rank disagreements in "
+            f"{calibration.get('separated_pairs')} separated pairs",
+            file=out,
+        )
+    for warning in calibration.get("warnings", ()):
+        print(textwrap.fill(f"* {warning}", 100, subsequent_indent="  "), file=out)
 
 
 def _print_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:

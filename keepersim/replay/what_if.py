@@ -18,7 +18,9 @@ SHA-256 only: the same on every machine.
 
 Not modelled: capacity (load does not change a participant's miss rate), pushback (recorded
 declines are requests like any other; outcomes are miss or success), and the selection bias of
-the recording (see the estimator). Recorded params changes, participant changes and the
+the recording (see the estimator). Every report states the estimator's calibration error against
+``simulate`` (:mod:`keepersim.replay.calibration`, docs/what-if.md) and flags a run the
+calibration does not cover (other estimator settings, a capacity-limited recording). Recorded params changes, participant changes and the
 governance schedule are applied as in the as-recorded replay, with ``policy`` kept in force.
 
 Memory: the estimator (participants x windows), the pending finishes (in flight), one block's
@@ -27,6 +29,7 @@ requests, and the exclusion intervals.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
 import os
@@ -39,6 +42,7 @@ from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain
 from keepersim.keeper.selection import get_candidates
+from keepersim.replay.calibration import compute_calibration_note
 from keepersim.replay.common import (
     BlockFeeder,
     Governance,
@@ -56,7 +60,12 @@ from keepersim.replay.common import (
     open_trace,
     start_schedule,
 )
-from keepersim.replay.estimator import BehaviourEstimator, BetaPrior, estimate_trace
+from keepersim.replay.estimator import (
+    DEFAULT_METHOD,
+    BehaviourEstimator,
+    BetaPrior,
+    estimate_trace,
+)
 from keepersim.store.checkpoint import (
     ResumeError,
     encode_checkpoint,
@@ -64,6 +73,7 @@ from keepersim.store.checkpoint import (
     read_checkpoint,
 )
 from keepersim.trace.format import FINISHED_LIKE
+from keepersim.trace.genesis import Prologue
 from keepersim.trace.messages import Listed, ParticipantTracker, Schedule, schedule_record
 from keepersim.trace.reader import TraceCursor, iterate_trace
 from keepersim.trace.records import BadLines, InferenceRecord, ParamsRecord, ParticipantsRecord
@@ -72,6 +82,8 @@ from keepersim.types.events import HealthTransition, InferenceExpired, Inference
 from keepersim.types.messages import EXPIRED
 from keepersim.types.params import params_to_dict
 from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
 
 __all__ = ["FALSE_EXCLUSION_P", "compute_keyed_int", "replay_what_if"]
 
@@ -87,6 +99,26 @@ def compute_keyed_int(seed: int, inference_id: str, executor: str, purpose: str)
     """A 64-bit integer from (seed, request, executor, purpose): the pairing key of outcomes."""
     data = "\x00".join(("keepersim/what-if/v1", str(seed), inference_id, executor, purpose))
     return int.from_bytes(hashlib.sha256(data.encode()).digest()[:8], "big")
+
+
+def get_policy_prologue(prologue: Prologue, policy: str) -> Prologue:
+    """The prologue with ``policy``'s mechanisms in force (see :func:`apply_run_mechanisms`)."""
+    if policy != "sprt" or prologue.params.params.extension_params.sprt_enabled:
+        return prologue
+    params = ModuleParams()
+    params.CopyFrom(prologue.params.params)
+    params.extension_params.sprt_enabled = True
+    return dataclasses.replace(prologue, params=dataclasses.replace(prologue.params, params=params))
+
+
+def apply_run_mechanisms(msg: Message, policy: str) -> Message:
+    """A scheduled params message with ``policy``'s mechanisms: the ``sprt`` policy is the
+    chain's SPRT deactivation alone, so a what-if of it turns ``sprt_enabled`` on, as
+    ``simulate``'s sprt runs do (:func:`keepersim.sim.driver.build_params`); other policies keep
+    the recorded setting."""
+    if policy == "sprt" and isinstance(msg, MsgUpdateExtensionParams):
+        msg.extension_params.sprt_enabled = True
+    return msg
 
 
 def _draw_outcome(
@@ -200,7 +232,7 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         chain = self.chain
         expiration = chain.get_params().params.validation_params.expiration_blocks
         msgs: list[Message] = [
-            build_scheduled_msg(part, chain, self.policy, False)
+            apply_run_mechanisms(build_scheduled_msg(part, chain, self.policy, False), self.policy)
             if isinstance(part, ParamsPart)
             else part
             for item in self.schedule.pop_due(height)
@@ -353,6 +385,7 @@ def replay_what_if(
     policy: str,
     *,
     seed: int,
+    method: str = DEFAULT_METHOD,
     window_blocks: int = 1000,
     prior: BetaPrior | tuple[float, float] = (1.0, 30.0),
     store: StoreKind = "memory",
@@ -383,6 +416,7 @@ def replay_what_if(
     if estimator is None:
         _, estimator = estimate_trace(
             trace_path,
+            method=method,
             window_blocks=window_blocks,
             prior=prior,
             skip_bad=skip_bad,
@@ -391,16 +425,15 @@ def replay_what_if(
     cursor = TraceCursor()
     prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor)
     header = prologue.header
+    prologue = get_policy_prologue(prologue, policy)
     fingerprint = None
     if store == "leveldb" and (resumable or resume):
-        a, b = prior if isinstance(prior, tuple) else (prior.a, prior.b)
         fingerprint = compute_replay_fingerprint(
             trace_path,
             mode="what-if",
             policy=policy,
             seed=seed,
-            window_blocks=window_blocks,
-            prior=[a, b],
+            estimator=estimator.get_settings(),
             governance=[[h, params_to_dict(p)] for h, p in governance or ()],
             skip_bad=skip_bad,
             max_listed=max_listed,
@@ -523,6 +556,9 @@ def replay_what_if(
         "late_scheduled": schedule.late.to_dict(),
         "bad_lines": bad.to_dict(),
         "estimator": estimator.to_dict(),
+        "calibration": compute_calibration_note(
+            estimator.get_settings(), policy, header.scenario, estimator.declines
+        ),
         "stats": {
             "max_pending": run.max_pending,
             "elapsed_seconds": round(time.perf_counter() - started, 3),

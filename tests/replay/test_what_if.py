@@ -91,3 +91,93 @@ def test_keyed_randomness_is_stable() -> None:
     assert compute_keyed_int(1, "req", "p0", "miss") != compute_keyed_int(2, "req", "p0", "miss")
     assert compute_keyed_int(1, "req", "p0", "miss") != compute_keyed_int(1, "req", "p1", "miss")
     assert 0 <= compute_keyed_int(1, "req", "p0", "latency") < 2**64
+
+
+# The calibration, small: what-if on a none-recorded trace against simulate's real runs of the
+# same seed (the full figure: scripts/calibrate_what_if.py, docs/results/what-if-calibration/).
+CALIBRATION_CELLS = (
+    ("steady_degraded", 1, ("none", "gonka", "windowed")),
+    ("mainnet_like", 1, ("none", "windowed")),
+)
+CALIBRATION_BLOCKS = 2000
+
+
+def test_what_if_matches_simulate(tmp_path: Path) -> None:
+    import dataclasses
+
+    from keepersim.replay.calibration import compute_rank_agreement
+    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.suite import get_builtin_scenario
+
+    separated = 0
+    for scenario, seed, policies in CALIBRATION_CELLS:
+        spec = dataclasses.replace(get_builtin_scenario(scenario, seed), blocks=CALIBRATION_BLOCKS)
+        trace = tmp_path / f"{scenario}.jsonl"
+        real: dict[str, dict[str, Any]] = {}
+        for policy in policies:
+            run = run_scenario(
+                spec,
+                policy,
+                seed=seed,
+                store="memory",
+                trace_out=trace if policy == "none" else None,
+            )
+            real[policy] = {
+                "misses": run.misses,
+                "inferences": run.inferences,
+                "miss_rate": run.miss_rate,
+            }
+        _, estimator = estimate_trace(trace)
+        what_if = {
+            policy: replay_what_if(trace, policy, seed=seed, estimator=estimator)
+            for policy in policies
+        }
+        table = {p: (real[p]["miss_rate"], what_if[p]["miss_rate"]) for p in policies}
+        for policy in policies:
+            error = what_if[policy]["miss_rate"] / real[policy]["miss_rate"] - 1
+            assert abs(error) <= 0.15, (scenario, policy, table)
+        rank = compute_rank_agreement(real, what_if)
+        assert rank["disagreements"] == [], (scenario, table)
+        separated += rank["separated_pairs"]
+        assert what_if["none"]["calibration"]["available"]
+    assert separated >= 2  # simulate's intervals do separate policies here: ranks are tested
+
+
+def test_cli_report_states_the_calibration_error(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from keepersim.replay.cli import main
+
+    out = tmp_path / "out"
+    args = ["replay", str(trace), "--mode", "what-if", "--policies", "none,windowed"]
+    assert main([*args, "--store", "memory", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "calib_err_med" in printed and "calibration (what-if vs simulate" in printed
+    report = json.loads((out / "report.json").read_text())
+    calibration = report["calibration"]
+    assert calibration["available"] and set(calibration["per_policy"]) >= {"none", "windowed"}
+    assert report["runs"]["windowed"]["calibration"]["per_policy"].keys() == {"windowed"}
+    assert report["estimator"]["method"] == "segments"
+    # The windows estimator is not what was calibrated: the report says so.
+    assert main([*args, "--store", "memory", "--window-blocks", "100"]) == 0
+    assert "differ from the calibrated" in " ".join(capsys.readouterr().out.split())
+    assert main([*args, "--estimator", "segments", "--window-blocks", "100"]) == 2
+    assert "--window-blocks applies to --estimator windows only" in capsys.readouterr().err
+
+
+def test_sprt_what_if_runs_the_chains_sprt(trace: Path) -> None:
+    """The sprt policy is the chain's SPRT deactivation alone: as simulate's sprt runs, a what-if
+    of it turns sprt_enabled on (the recording, made under gonka, had it off)."""
+    from keepersim.replay.common import open_trace
+    from keepersim.trace.records import BadLines
+
+    prologue, _ = open_trace(trace, skip_bad=False, bad_lines=BadLines())
+    assert not prologue.params.params.extension_params.sprt_enabled
+    sprt = replay_what_if(trace, "sprt", seed=3)
+    none = replay_what_if(trace, "none", seed=3)
+    # SPRT deactivates the 80%-miss participant (out of the candidates, not a table exclusion).
+    p1_sprt = sprt["per_participant"]["p1"]["inferences"]
+    assert p1_sprt < none["per_participant"]["p1"]["inferences"]
+    assert sprt["misses"] < none["misses"]
