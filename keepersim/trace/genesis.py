@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from keepersim.keeper.keeper import Keeper
 from keepersim.module.epoch import process_new_epoch_group
-from keepersim.module.genesis import export_genesis, init_genesis
+from keepersim.module.genesis import compute_genesis, export_genesis, init_genesis
 from keepersim.store.committed import CommitStore
 from keepersim.store.memory import MemoryBackend
 from keepersim.trace.records import Header, ParamsRecord, ParticipantsRecord, TraceRecord
@@ -66,14 +66,6 @@ def get_genesis_participant(recorded: Participant) -> Participant:
     return p
 
 
-def _new_genesis(chain_id: str, params: ModuleParams, height: int) -> Genesis:
-    genesis = Genesis(chain_id=chain_id)
-    genesis.inference.params.CopyFrom(params.params)
-    genesis.keepersim.extension_params.CopyFrom(params.extension_params)
-    genesis.keepersim.height = height
-    return genesis
-
-
 def build_genesis(prologue: Prologue, params: ModuleParams | None = None) -> Genesis:
     """Genesis at ``first_height - 1`` with ``params`` (default: the recorded ones), the recorded
     participants (the chain's ``participant_list``) and their models and ML nodes (keepersim's
@@ -87,7 +79,7 @@ def build_genesis(prologue: Prologue, params: ModuleParams | None = None) -> Gen
         params = prologue.params.params
     header = prologue.header
     height = header.first_height - 1
-    genesis = _new_genesis(header.chain_id, params, height)
+    genesis = compute_genesis(header.chain_id, params, (), height)
     genesis.inference.participant_list.extend(
         get_genesis_participant(p) for p in prologue.participants.participants
     )
@@ -102,7 +94,7 @@ def build_genesis(prologue: Prologue, params: ModuleParams | None = None) -> Gen
     process_new_epoch_group(keeper, epoch_index, height)
     exported = export_genesis(keeper, height)
     buffer.discard()
-    out = _new_genesis(header.chain_id, params, height)
+    out = compute_genesis(header.chain_id, params, (), height)
     out.inference.participant_list.extend(exported.inference.participant_list)
     ext, formed = out.keepersim, exported.keepersim
     ext.participant_nodes.extend(formed.participant_nodes)
