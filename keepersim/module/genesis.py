@@ -39,6 +39,8 @@ from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis, GenesisExtensio
 from keepersim.types.pb.keepersim.v1.health_pb2 import PolicyStateEntry
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 
+#: The genesis document's own keys (beside ``app_state``) that keepersim reads.
+_DOCUMENT_KEYS = frozenset({"chain_id", "initial_height", "keepersim"})
 _POLICY_RANGES = (keys.POLICY_STATE, keys.POLICY_QUEUE, keys.POLICY_ITEMS, keys.POLICY_LOG)
 
 
@@ -223,7 +225,9 @@ def parse_genesis_document(data: Any, source: str = "<genesis>") -> Genesis:
         module = app_state["inference"]
         where = "app_state.inference"
     elif "params" in data or "participant_list" in data:
-        module, where = data, "(module genesis)"
+        # The module's own object, with the document's keys beside it if the file has them.
+        module = {k: v for k, v in data.items() if k not in _DOCUMENT_KEYS}
+        where = "(module genesis)"
     else:
         raise GenesisError(
             f"{source}: expected a genesis document with app_state.inference, or the inference "
@@ -238,6 +242,11 @@ def parse_genesis_document(data: Any, source: str = "<genesis>") -> Genesis:
         raise GenesisError(str(exc)) from exc
     extension = data.get("keepersim")
     if extension is not None:
+        if not isinstance(extension, dict):
+            raise GenesisError(
+                f"{source}: keepersim: expected an object (keepersim.v1.GenesisExtension), "
+                f"got {type(extension).__name__}"
+            )
         try:
             genesis.keepersim.CopyFrom(json_format.ParseDict(extension, GenesisExtension()))
         except json_format.ParseError as exc:

@@ -199,3 +199,15 @@ def make_module_genesis(params: Params) -> Genesis:
     for address in ("p0", "p1"):
         genesis.inference.participant_list.add(address=address, weight=10)
     return genesis
+
+
+def test_a_bad_genesis_document_is_one_error_naming_the_part() -> None:
+    """A bare module genesis may carry the document's keys beside it; a malformed extension is
+    named as such (not as an unknown field)."""
+    from keepersim.module.genesis import genesis_from_json
+    from keepersim.types.errors import GenesisError
+
+    bare = genesis_from_json('{"params": {}, "chain_id": "c", "initial_height": "5"}', "g.json")
+    assert (bare.chain_id, bare.keepersim.height) == ("c", 4)
+    with pytest.raises(GenesisError, match=r"g\.json: keepersim: expected an object"):
+        genesis_from_json('{"app_state": {"inference": {}}, "keepersim": "x"}', "g.json")
