@@ -40,7 +40,7 @@ from keepersim.module.genesis import export_genesis, init_genesis
 from keepersim.module.msg_server import get_message_kind, process_msg
 from keepersim.rwlock import RWLock
 from keepersim.store.committed import CommitStore
-from keepersim.store.kv import KVBackend
+from keepersim.store.kv import KVBackend, prefix_end
 from keepersim.store.leveldb import LevelDBBackend
 from keepersim.store.memory import MemoryBackend
 from keepersim.types import keys
@@ -83,6 +83,20 @@ MetaHook = Callable[[BlockResult], Mapping[bytes, bytes | None]]
 """Called with a block's result (``app_hash`` still empty) just before its commit; returns
 unhashed entries (keys under ``RUN_META_PREFIX``; None deletes one) written in the block's own
 batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a stored collection, read at one committed ``height`` (:meth:`Chain.get_page`).
+
+    ``values`` are the stored bytes in key order; ``next_key`` is the key (after the collection's
+    prefix) the next page starts at, None on the last page; ``total`` counts the whole collection
+    when asked, else 0 (as Cosmos ``query.Paginate``)."""
+
+    height: int
+    values: tuple[bytes, ...]
+    next_key: bytes | None
+    total: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,6 +566,35 @@ class Chain:
         """The committed meta entries whose keys start with ``prefix``."""
         with self._rw.read():
             return self._store.iterate_meta(prefix)
+
+    def get_page(
+        self,
+        prefix: bytes,
+        *,
+        key: bytes = b"",
+        offset: int = 0,
+        limit: int | None = None,
+        count_total: bool = False,
+    ) -> Page:
+        """One page of the committed entries under ``prefix`` (a collection of
+        :mod:`keepersim.types.keys`), the way the chain's paginated queries read a prefix store:
+        from ``prefix + key``, ``offset`` entries skipped, at most ``limit`` (None: all)."""
+        end = prefix_end(prefix)
+        values: list[bytes] = []
+        next_key: bytes | None = None
+        skipped = 0
+        with self.read() as k:
+            height = self.height
+            for stored_key, raw in k.store.iterate(prefix + key, end):
+                if skipped < offset:
+                    skipped += 1
+                    continue
+                if len(values) == limit:
+                    next_key = stored_key[len(prefix) :]
+                    break
+                values.append(raw)
+            total = sum(1 for _ in k.store.iterate(prefix, end)) if count_total else 0
+        return Page(height, tuple(values), next_key, total)
 
     def export_genesis(self) -> Genesis:
         with self.read() as k:

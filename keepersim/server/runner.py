@@ -38,15 +38,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain, Selection
 from keepersim.server.metrics import ServerMetrics
-from keepersim.sim.scenario import Scenario
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+
+if TYPE_CHECKING:  # the simulator is imported only when a scenario is served
+    from keepersim.sim.scenario import Scenario
 
 __all__ = [
     "BlockSink",
