@@ -364,6 +364,104 @@ def _big_node_degrades(seed: int) -> Scenario:
     )
 
 
+def _shared_outage(seed: int) -> Scenario:
+    """One failure shared by many: a common dependency takes ~40% of the weight down together,
+    briefly and repeatedly (the cap and the re-admission speed both matter)."""
+    s = _base("shared_outage", seed)
+    rng = _rng(seed, 12)
+    chosen = select_by_weight_share(rng, _weights(s), 0.40)
+    incidents: list[tuple[int, int]] = []
+    t = int(rng.integers(500, 1500))
+    while t < s.blocks - 300 and len(incidents) < 4:
+        length = int(rng.integers(60, 201))
+        incidents.append((t, t + length))
+        t += length + int(rng.integers(1500, 2500))
+    changes: dict[int, dict[str, object]] = {}
+    for i in chosen:
+        good = _healthy_p(s.participants[i])
+        miss: list[tuple[int, float]] = [(0, good)]
+        for start, end in incidents:
+            miss += [(start, 0.9), (end, good)]
+        changes[i] = {"miss": tuple(miss)}
+    spans = ", ".join(f"{a}-{b}" for a, b in incidents)
+    return _replace(
+        s,
+        changes,
+        f"Nodes holding ~40% of the weight share a dependency that fails {len(incidents)} times "
+        f"for 60-200 blocks (blocks {spans}: 90% miss), ~1% otherwise.",
+    )
+
+
+def _very_sparse(seed: int) -> Scenario:
+    s = _base(
+        "very_sparse", seed, arrivals_per_block=0.1, degraded_share=0.10, degraded_miss=(0.4, 0.4)
+    )
+    return dataclasses.replace(
+        s,
+        description=(
+            "Very sparse traffic (0.1 requests per block: a median node sees one request per "
+            "~2,000 blocks); ~10% of the weight misses 40%."
+        ),
+    )
+
+
+def _threshold_edge(seed: int) -> Scenario:
+    """Miss rates just either side of the 5% line that separates healthy from degraded: a
+    policy must keep the 3-5% nodes in and may keep the 6-9% ones out."""
+    s = _base("threshold_edge", seed)
+    rng = _rng(seed, 13)
+    below = select_by_weight_share(rng, _weights(s), 0.15)
+    above = select_by_weight_share(rng, _weights(s), 0.10, exclude=below)
+    changes: dict[int, dict[str, object]] = {}
+    for i in below:
+        changes[i] = {"miss": ((0, round(float(rng.uniform(0.03, 0.05)), 4)),)}
+    for i in above:
+        changes[i] = {"miss": ((0, round(float(rng.uniform(0.06, 0.09)), 4)),)}
+    return _replace(
+        s,
+        changes,
+        "Nodes holding ~15% of the weight miss 3-5% (healthy, just under the 5% line) and "
+        "~10% miss 6-9% (just over it); the rest ~1%.",
+    )
+
+
+def _mixed_shapes(seed: int) -> Scenario:
+    """Several degradation shapes inside every epoch, on different nodes each epoch."""
+    s = _base("mixed_shapes", seed)
+    rng = _rng(seed, 14)
+    n, epoch = len(s.participants), s.epoch_length
+    schedules: dict[int, list[tuple[int, float]]] = {}
+    for e in range(math.ceil(s.blocks / epoch)):
+        base = e * epoch
+        picked = [int(i) for i in rng.choice(n, size=12, replace=False)]
+        for k, i in enumerate(picked):
+            good = _healthy_p(s.participants[i])
+            at = base + int(rng.integers(200, epoch - 1200))
+            if k < 3:  # a spike: dark for 30-80 blocks
+                shape = [(at, 1.0), (at + int(rng.integers(30, 81)), good)]
+            elif k < 6:  # a step: 40% for 1000 blocks
+                shape = [(at, 0.4), (at + 1000, good)]
+            elif k < 9:  # a ramp: 1% -> 50% in 4 steps of 200 blocks, then recovered
+                shape = [
+                    (at + 200 * j, round(good + (0.5 - good) * (j + 1) / 4, 4)) for j in range(4)
+                ]
+                shape.append((at + 800, good))
+            else:  # flapping: 20 / 80% miss every 100 blocks for 800 blocks
+                shape = [(at + 100 * j, 0.8 if j % 2 == 0 else 0.2) for j in range(8)]
+                shape.append((at + 800, good))
+            schedule = schedules.setdefault(i, [(0, good)])
+            if shape[0][0] > schedule[-1][0] and schedule[-1][1] == good:
+                schedule.extend(shape)
+    changes: dict[int, dict[str, object]] = {i: {"miss": tuple(m)} for i, m in schedules.items()}
+    return _replace(
+        s,
+        changes,
+        "In every epoch 12 different nodes degrade, each in one of four shapes: 3 spikes (dark for "
+        "30-80 blocks), 3 steps (40% for 1000 blocks), 3 ramps (to 50% over 800 blocks) and 3 "
+        "flappers (20/80% every 100 blocks for 800 blocks); ~1% otherwise.",
+    )
+
+
 _BUILDERS: dict[str, Callable[[int], Scenario]] = {
     "mainnet_like": _mainnet_like,
     "steady_degraded": _steady_degraded,
@@ -377,6 +475,10 @@ _BUILDERS: dict[str, Callable[[int], Scenario]] = {
     "slow_healthy": _slow_healthy,
     "late_epoch": _late_epoch,
     "big_node_degrades": _big_node_degrades,
+    "shared_outage": _shared_outage,
+    "very_sparse": _very_sparse,
+    "threshold_edge": _threshold_edge,
+    "mixed_shapes": _mixed_shapes,
 }
 
 

@@ -41,6 +41,10 @@ NAMES = [
     "slow_healthy",
     "late_epoch",
     "big_node_degrades",
+    "shared_outage",
+    "very_sparse",
+    "threshold_edge",
+    "mixed_shapes",
 ]
 SEEDS = (1, 2, 3, 17)
 
@@ -284,3 +288,50 @@ def test_big_node_degrades(seed: int) -> None:
     assert p.miss[1] == (s.blocks // 4, 0.35)
     assert p.get_miss_probability(s.blocks // 4 - 1) <= 0.015
     assert all(is_healthy_const(q) for i, q in enumerate(s.participants) if i != big)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_shared_outage(seed: int) -> None:
+    s = get_builtin_scenario("shared_outage", seed)
+    hit = indices(s, lambda p: len(p.miss) > 1)
+    assert 0.38 <= weight_share(s, hit) <= 0.42
+    schedules = {s.participants[i].miss[1:] for i in hit}
+    assert len({tuple((b, p > 0.05) for b, p in m) for m in schedules}) == 1  # one shared failure
+    bad = [(b, p) for b, p in s.participants[hit[0]].miss if p > 0.05]
+    assert 2 <= len(bad) <= 4 and all(p == 0.9 for _, p in bad)
+    spans = s.participants[hit[0]].miss[1:]
+    for (start, p), (end, q) in zip(spans[::2], spans[1::2], strict=True):
+        assert p == 0.9 and q <= 0.015 and 60 <= end - start <= 200
+    assert all(is_healthy_const(q) for i, q in enumerate(s.participants) if i not in hit)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_very_sparse(seed: int) -> None:
+    s = get_builtin_scenario("very_sparse", seed)
+    assert s.arrivals_per_block == 0.1
+    degraded = indices(s, lambda p: p.miss[0][1] == 0.4)
+    assert 0.095 <= weight_share(s, degraded) <= 0.105
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_threshold_edge(seed: int) -> None:
+    s = get_builtin_scenario("threshold_edge", seed)
+    below = indices(s, lambda p: 0.03 <= p.miss[0][1] <= 0.05)
+    above = indices(s, lambda p: 0.06 <= p.miss[0][1] <= 0.09)
+    assert 0.14 <= weight_share(s, below) <= 0.16
+    assert 0.095 <= weight_share(s, above) <= 0.105
+    rest = set(range(len(s.participants))) - set(below) - set(above)
+    assert all(is_healthy_const(s.participants[i]) for i in rest)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mixed_shapes(seed: int) -> None:
+    s = get_builtin_scenario("mixed_shapes", seed)
+    hit = indices(s, lambda p: len(p.miss) > 1)
+    epochs = -(-s.blocks // s.epoch_length)
+    assert 12 <= len(hit) <= 12 * epochs
+    peaks = sorted(max(p for _, p in s.participants[i].miss) for i in hit)
+    assert peaks[0] >= 0.4 and peaks[-1] == 1.0
+    for i in hit:  # every degradation ends healthy, inside the run
+        last_from, last_p = s.participants[i].miss[-1]
+        assert last_p <= 0.015 and last_from < s.blocks + s.epoch_length
