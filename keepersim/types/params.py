@@ -378,6 +378,12 @@ def validate_windowed_params(w: WindowedParams) -> None:
     _require(w.jitter_pct <= 50, f + "jitter_pct", "<= 50", w.jitter_pct)
     _require(w.max_probes >= 1, f + "max_probes", ">= 1", w.max_probes)
     _require(w.saturation_pct <= 100, f + "saturation_pct", "<= 100 (0: off)", w.saturation_pct)
+    _require(
+        w.readmit_successes <= w.window,
+        f + "readmit_successes",
+        "<= window (0: the whole window)",
+        w.readmit_successes,
+    )
     _require(w.ramp_blocks >= 0, f + "ramp_blocks", ">= 0", w.ramp_blocks)
     _require(
         1 <= w.max_excluded_weight_pct <= 100,

@@ -186,6 +186,8 @@ def process_remove_flag(entry: WindowedEntry, item: OpenInference) -> None:
     high = entry.failure_bits >> (position + 1)
     entry.failure_bits = (high << position) | low
     entry.outcome_seq -= 1
+    if item.flag_seq < entry.probe_from_seq:
+        entry.probe_from_seq -= 1  # the probe evidence keeps its outcomes
     for other in entry.open:
         if other.flagged and other.flag_seq > item.flag_seq:
             other.flag_seq -= 1
@@ -204,6 +206,16 @@ def is_window_failing(misses: int, samples: int, params: WindowedParams) -> bool
         return False
     z = params.confidence_z_milli
     return excess * excess * 1_000_000 > z * z * samples * b * (100 - b)
+
+
+def compute_readmission_window(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
+    """The evidence a probe success is judged on: with ``readmit_successes`` set, only the
+    outcomes since probing began (a recovered node need not outlive its old misses, which the
+    exclusion gate still reads); else the whole window."""
+    if params.readmit_successes == 0:
+        return compute_window(entry, params.window)
+    fresh = max(0, entry.outcome_seq - entry.probe_from_seq)
+    return compute_window(entry, min(params.window, fresh))
 
 
 def compute_miss_ppm(misses: int, samples: int) -> int:
@@ -428,8 +440,10 @@ class WindowedBreaker(HealthPolicy):
             if outcome is Outcome.MISS:
                 self.process_exclude(ctx, entry, "probe missed", failed_probe=True)
             elif outcome is Outcome.SUCCESS:
-                misses, samples = compute_window(entry, params.window)
-                if not is_window_failing(misses, samples, params):
+                misses, samples = compute_readmission_window(entry, params)
+                if samples >= params.readmit_successes and not is_window_failing(
+                    misses, samples, params
+                ):
                     self.process_readmit(ctx, entry, misses, samples)
         ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
 
@@ -604,6 +618,7 @@ class WindowedBreaker(HealthPolicy):
 
     def process_promote(self, ctx: PolicyContext, entry: WindowedEntry, reason: str) -> None:
         self.process_set_state(ctx, entry, W_PROBE)
+        entry.probe_from_seq = entry.outcome_seq
         ctx.emit_transition(entry.address, "excluded", "probe", reason)
 
     def process_readmit(

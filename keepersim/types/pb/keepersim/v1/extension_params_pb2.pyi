@@ -265,6 +265,7 @@ class WindowedParams(_message.Message):
     OVERDUE_FACTOR_FIELD_NUMBER: _builtins.int
     RAMP_START_PCT_FIELD_NUMBER: _builtins.int
     SATURATION_PCT_FIELD_NUMBER: _builtins.int
+    READMIT_SUCCESSES_FIELD_NUMBER: _builtins.int
     window: _builtins.int
     baseline_miss_pct: _builtins.int
     """Exclude when the window's misses are, with this z-score confidence, above the baseline rate."""
@@ -286,6 +287,12 @@ class WindowedParams(_message.Message):
     """Saturation guard: no new exclusion while at least this percent of the fleet's recent misses
     were capacity misses (excluding anyone then only loads the others further); 0 = off.
     """
+    readmit_successes: _builtins.int
+    """Re-admission on fresh evidence: a probing participant is re-admitted once this many
+    outcomes since its probing began pass the gate (0: the whole window must pass, as before).
+    The exclusion gate still reads the whole window, so a node that is still bad goes back out
+    on its next miss.
+    """
     def __init__(
         self,
         *,
@@ -304,10 +311,11 @@ class WindowedParams(_message.Message):
         overdue_factor: _builtins.int = ...,
         ramp_start_pct: _builtins.int = ...,
         saturation_pct: _builtins.int = ...,
+        readmit_successes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "saturation_pct", b"saturation_pct", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "saturation_pct", b"saturation_pct", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

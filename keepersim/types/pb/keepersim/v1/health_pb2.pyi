@@ -355,6 +355,7 @@ class WindowedEntry(_message.Message):
     CAPACITY_SEQ_FIELD_NUMBER: _builtins.int
     SUCCESS_FINISHES_FIELD_NUMBER: _builtins.int
     PROBING_FIELD_NUMBER: _builtins.int
+    PROBE_FROM_SEQ_FIELD_NUMBER: _builtins.int
     address: _builtins.str
     state: Global___WindowedState.ValueType
     failure_bits: _builtins.int
@@ -382,6 +383,10 @@ class WindowedEntry(_message.Message):
     """
     capacity_bits: _builtins.int
     capacity_seq: _builtins.int
+    probe_from_seq: _builtins.int
+    """outcome_seq when the current probing began: the outcomes after it are the probe evidence
+    that params.readmit_successes judges.
+    """
     @_builtins.property
     def recent_latencies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Latencies (blocks) of the newest successes, oldest first. A participant's pair with
@@ -424,10 +429,11 @@ class WindowedEntry(_message.Message):
         capacity_seq: _builtins.int = ...,
         success_finishes: _abc.Iterable[_builtins.int] | None = ...,
         probing: _abc.Iterable[_builtins.str] | None = ...,
+        probe_from_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bits", b"capacity_bits", "capacity_misses", b"capacity_misses", "capacity_seq", b"capacity_seq", "cooldown_blocks", b"cooldown_blocks", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "probing", b"probing", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "served_concurrency", b"served_concurrency", "state", b"state", "strikes", b"strikes", "success_finishes", b"success_finishes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bits", b"capacity_bits", "capacity_misses", b"capacity_misses", "capacity_seq", b"capacity_seq", "cooldown_blocks", b"cooldown_blocks", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "probe_from_seq", b"probe_from_seq", "probing", b"probing", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "served_concurrency", b"served_concurrency", "state", b"state", "strikes", b"strikes", "success_finishes", b"success_finishes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
