@@ -92,7 +92,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     if not args.no_plots:
-        require_extra("plots", "the PNG plots", " (or --no-plots)")
+        require_extra("plots", "plotting", " (or --no-plots)")
     check_output_args(args, folders=("out",))
     started = time.perf_counter()
     report = compare(

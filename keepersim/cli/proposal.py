@@ -67,7 +67,7 @@ def run_proposal_command(args: argparse.Namespace) -> int:
     from keepersim.proposal.report import format_table, format_verdicts, write_proposal_report
 
     if not args.no_plots:
-        require_extra("plots", "the PNG plots", " (or --no-plots)")
+        require_extra("plots", "plotting", " (or --no-plots)")
     check_output_folder(args.out, "--out")
     proposal = load_proposal(args.proposal)
     scenarios = args.scenarios

@@ -176,9 +176,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from keepersim.replay.what_if import replay_what_if
 
     policies = _parse_policies(args.policies)
-    out_dir = check_output_folder(args.out, "--out") if args.out else None
-    if out_dir is not None:
+    if args.out:
         require_extra("plots", "replay --out (exclusions.png)")
+    out_dir = check_output_folder(args.out, "--out") if args.out else None
     if args.store_dir:
         check_output_folder(args.store_dir, "--store-dir")
     store_dir = args.store_dir or (str(out_dir / "stores") if out_dir else None)

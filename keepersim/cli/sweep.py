@@ -62,7 +62,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     if args.address is not None and args.engine != "ray":
         raise UsageError("--address is for --engine ray only")
     if not args.no_plots:
-        require_extra("plots", "the PNG plots", " (or --no-plots)")
+        require_extra("plots", "plotting", " (or --no-plots)")
     result = run_sweep(
         args.spec,
         args.out,
