@@ -2,13 +2,15 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
+# The extras make setup installs: the tests' (dev) and every command's (server, export, plots).
+EXTRAS ?= dev,server,export,plots
 
 .PHONY: setup demo test lint bench proto clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
 setup: $(VENV)/.installed

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import heapq
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from google.protobuf.message import Message
 
@@ -55,6 +57,10 @@ from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 
 DEFAULT_HOME = Path(os.environ.get("KEEPERSIM_HOME", ".keepersim"))
+
+#: Where :func:`open_chain` keeps a chain.
+StoreKind = Literal["leveldb", "memory"]
+STORE_KINDS: tuple[StoreKind, ...] = ("leveldb", "memory")
 
 # Message kinds (get_message_kind) of a participant registration.
 _REGISTRATION_KINDS = frozenset({"MsgRegisterParticipant", "register_participant"})
@@ -599,3 +605,42 @@ class Chain:
     def export_genesis(self) -> Genesis:
         with self.read() as k:
             return export_genesis(k, self.height)
+
+
+class StoreNotEmptyError(KeepersimError):
+    """:func:`open_chain` was asked for a fresh chain in a folder that already holds files."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(f"store folder {folder} is not empty")
+        self.folder = folder
+
+
+def open_chain(
+    store: StoreKind,
+    path: str | os.PathLike[str] | None,
+    *,
+    genesis: Genesis,
+    policy_override: PolicyFactory | None = None,
+    resume: bool = False,
+) -> Chain:
+    """A fresh chain with ``genesis``: in memory (``path`` is not used), or on LevelDB in the
+    folder ``path``, which must be missing or empty (else :class:`StoreNotEmptyError`) unless
+    ``resume``: then the chain in it is opened as it stands. The one way the simulator, replay
+    and the server open a run's chain; a fresh folder whose opening fails is left as found."""
+    if store == "memory":
+        return Chain.open(memory=True, genesis=genesis, policy_override=policy_override)
+    if store != "leveldb" or path is None:
+        raise ValueError(f"open_chain: expected 'memory', or 'leveldb' with a path, got {store!r}")
+    folder = Path(path)
+    existed = folder.exists()
+    if existed and any(folder.iterdir()):
+        if not resume:
+            raise StoreNotEmptyError(folder)
+        return Chain.open(folder, genesis=genesis, policy_override=policy_override)
+    try:
+        return Chain.open(folder, genesis=genesis, policy_override=policy_override)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        if existed:
+            folder.mkdir(exist_ok=True)
+        raise

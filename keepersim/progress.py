@@ -17,7 +17,6 @@ from typing import IO, Any, Protocol
 from keepersim.termination import check_terminated
 
 __all__ = [
-    "PROGRESS_HELP",
     "LineProgress",
     "NullProgress",
     "ProgressBar",
@@ -25,11 +24,6 @@ __all__ = [
     "make_progress",
 ]
 
-#: The help of every command's ``--progress/--no-progress`` (argparse: ``%%`` is a percent sign).
-PROGRESS_HELP = (
-    "progress on stderr: a bar on a terminal, else a line every 10%% (default: on; "
-    "--no-progress: off)"
-)
 DEFAULT_STEP_PCT = 10
 DEFAULT_EVERY = 1000
 

@@ -4,10 +4,10 @@
 * :func:`replay_as_recorded` (:mod:`keepersim.replay.as_recorded`): the recorded traffic, checked
   against the recorded summaries and statuses, with policies watching in shadow mode;
 * :func:`replay_what_if` (:mod:`keepersim.replay.what_if`): the recorded requests with a policy
-  choosing executors and outcomes drawn from :mod:`keepersim.replay.estimator`;
-* :func:`add_replay_command` (:mod:`keepersim.replay.cli`): the ``keepersim replay`` command.
+  choosing executors and outcomes drawn from :mod:`keepersim.replay.estimator`.
 
-Names are imported lazily, so ``import keepersim.replay.cli`` stays cheap.
+The ``keepersim replay`` command is :mod:`keepersim.cli.replay`. Names are imported lazily, so
+``import keepersim.replay`` stays cheap.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from keepersim.replay.as_recorded import ReplayReport, replay_as_recorded
-    from keepersim.replay.cli import add_replay_command
     from keepersim.replay.common import ReplayError
     from keepersim.replay.estimator import BehaviourEstimator, BetaPrior, estimate_trace
     from keepersim.replay.what_if import replay_what_if
@@ -35,7 +34,6 @@ _EXPORTS = {
     "BetaPrior": "keepersim.replay.estimator",
     "estimate_trace": "keepersim.replay.estimator",
     "replay_what_if": "keepersim.replay.what_if",
-    "add_replay_command": "keepersim.replay.cli",
 }
 
 __all__ = [
@@ -45,7 +43,6 @@ __all__ = [
     "ReplayError",
     "ReplayReport",
     "TraceError",
-    "add_replay_command",
     "estimate_trace",
     "iterate_trace",
     "replay_as_recorded",

@@ -12,15 +12,15 @@ transaction included at h would be.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
 
-from keepersim.chain import Chain
+from keepersim.chain import Chain, StoreNotEmptyError, open_chain
+from keepersim.chain import StoreKind as StoreKind  # the replay modules import it from here
 from keepersim.keeper.policies import get_policy
 from keepersim.keeper.selection import get_candidates
 from keepersim.progress import ProgressBar
@@ -38,7 +38,6 @@ from keepersim.trace.records import BadLines, Header, TraceRecord
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
-StoreKind = Literal["leveldb", "memory"]
 Governance = Sequence[tuple[int, ModuleParams]]
 T = TypeVar("T")
 
@@ -100,23 +99,17 @@ def open_policy_chain(
     must not hold a chain yet, unless ``resume``: then a chain in it is opened as it stands)."""
     genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, shadow))
     if store == "memory":
-        return Chain.open(memory=True, genesis=genesis)
+        return open_chain("memory", None, genesis=genesis)
     if store != "leveldb":
         raise ReplayError(f"unknown store {store!r}: expected 'leveldb' or 'memory'")
     if store_dir is None:
         raise ReplayError("a leveldb replay needs store_dir")
-    folder = Path(store_dir) / name
-    if not resume and folder.exists() and any(folder.iterdir()):
-        raise ReplayError(
-            f"{folder} is not empty: a replay needs a fresh store (--resume goes on with it)"
-        )
-    fresh = not (folder.exists() and any(folder.iterdir()))
     try:
-        return Chain.open(folder, genesis=genesis)
-    except BaseException:
-        if fresh:  # never remove a store the replay was asked to go on with
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
+        return open_chain("leveldb", Path(store_dir) / name, genesis=genesis, resume=resume)
+    except StoreNotEmptyError as exc:
+        raise ReplayError(
+            f"{exc.folder} is not empty: a replay needs a fresh store (--resume goes on with it)"
+        ) from None
 
 
 def schedule_governance(schedule: Schedule, governance: Governance | None, committed: int) -> None:

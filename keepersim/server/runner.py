@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
-from keepersim.chain import BlockResult, Chain, Selection
+from keepersim.chain import BlockResult, Chain, Selection, StoreNotEmptyError, open_chain
 from keepersim.server.metrics import ServerMetrics
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
@@ -333,7 +333,7 @@ def open_scenario_chain(
     reputation_weighting: bool = False,
 ) -> Chain:
     """A chain with the scenario's genesis, as ``keepersim simulate`` builds it (in memory
-    unless ``path``; a store at ``path`` must not have a genesis yet)."""
+    unless ``path``, which must be an empty folder)."""
     from keepersim.sim.driver import build_genesis, build_params, get_known_policies
     from keepersim.sim.oracle import get_policy_override
 
@@ -344,16 +344,14 @@ def open_scenario_chain(
     )
     genesis = build_genesis(scenario, params)
     override = get_policy_override(policy, scenario)
-    if path is None:
-        return Chain.open(memory=True, genesis=genesis, policy_override=override)
-    chain = Chain.open(path, policy_override=override)
-    if chain.has_genesis():
-        chain.close()
-        raise RunnerError(
-            f"store {os.fspath(path)!r} already holds a chain; a scenario needs an empty one"
+    try:
+        return open_chain(
+            "memory" if path is None else "leveldb", path, genesis=genesis, policy_override=override
         )
-    chain.init_genesis(genesis)
-    return chain
+    except StoreNotEmptyError:
+        raise RunnerError(
+            f"store {os.fspath(path or '')!r} is not empty; a scenario needs an empty one"
+        ) from None
 
 
 class ScenarioRunner(Runner):
@@ -439,16 +437,12 @@ class TraceSource:
 
     def open_chain(self, path: str | os.PathLike[str] | None = None) -> Chain:
         """A chain with the trace's genesis (memory unless ``path``, which must be empty)."""
-        if path is None:
-            return Chain.open(memory=True, genesis=self.genesis)
-        chain = Chain.open(path)
-        if chain.has_genesis():
-            chain.close()
+        try:
+            return open_chain("memory" if path is None else "leveldb", path, genesis=self.genesis)
+        except StoreNotEmptyError:
             raise RunnerError(
-                f"store {os.fspath(path)!r} already holds a chain; a replay needs an empty one"
-            )
-        chain.init_genesis(self.genesis)
-        return chain
+                f"store {os.fspath(path or '')!r} is not empty; a replay needs an empty one"
+            ) from None
 
     def iter_records(self) -> Iterator[Any]:
         """The records after the prologue: those read along with it, then the rest."""

@@ -90,11 +90,19 @@ from dataclasses import dataclass, field
 from decimal import Decimal as PyDecimal
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from keepersim.chain import BlockResult, Chain, Selection
+from keepersim.chain import (
+    STORE_KINDS,
+    BlockResult,
+    Chain,
+    Selection,
+    StoreKind,
+    StoreNotEmptyError,
+    open_chain,
+)
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import BUILTIN_POLICIES, PolicyFactory
 from keepersim.keeper.selection import SelectionTable, get_selection_rule
@@ -168,6 +176,7 @@ __all__ = [
     "GovernanceError",
     "RunResult",
     "ScenarioStepper",
+    "STORE_KINDS",
     "SimulationError",
     "StoreKind",
     "build_genesis",
@@ -180,9 +189,6 @@ __all__ = [
     "parse_governance",
     "run_scenario",
 ]
-
-StoreKind = Literal["leveldb", "memory"]
-STORE_KINDS: tuple[StoreKind, ...] = ("leveldb", "memory")
 
 #: The account that sends every MsgStartInference (the simulated transfer agent).
 REQUESTER = "keepersim-requester"
@@ -493,10 +499,6 @@ def run_scenario(
             folder = Path(tmp) / "chain"
         else:
             folder = Path(store_dir)
-            if not resume and folder.exists() and any(folder.iterdir()):
-                raise SimulationError(
-                    f"store folder {folder} is not empty (--resume goes on with the run in it)"
-                )
     if resume and store_dir is None:
         raise SimulationError("resume needs a store_dir (--store-dir) with the run to go on with")
     fingerprint = (
@@ -509,11 +511,16 @@ def run_scenario(
     trace: TraceWriter | None = None
     started = time.perf_counter()
     try:
-        chain = (
-            Chain.open(memory=True, genesis=genesis, policy_override=override)
-            if store == "memory"
-            else Chain.open(folder, genesis=genesis, policy_override=override)
-        )
+        try:
+            chain = open_chain(
+                store,
+                folder if store == "leveldb" else None,
+                genesis=genesis,
+                policy_override=override,
+                resume=resume,
+            )
+        except StoreNotEmptyError as exc:
+            raise SimulationError(f"{exc} (--resume goes on with the run in it)") from exc
         with chain:
             state = None
             if fingerprint is not None:
@@ -613,7 +620,7 @@ def _read_run_checkpoint(
     state: dict[str, Any] | None = read_checkpoint(chain.get_meta, fingerprint, f"store {folder}")
     if state is not None:
         return state
-    with Chain.open(memory=True, genesis=genesis, policy_override=override) as fresh:
+    with open_chain("memory", None, genesis=genesis, policy_override=override) as fresh:
         if chain.height != fresh.height or chain.app_hash != fresh.app_hash:
             raise ResumeError(
                 f"store {folder} holds another chain (at height {chain.height}, without a "

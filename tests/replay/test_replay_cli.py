@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from replay_helpers import record_trace
 
-from keepersim.replay.cli import add_replay_command, main
+from keepersim.cli import main
+from keepersim.cli.replay import add_replay_command
 
 
 def test_registers_on_subparsers() -> None:

@@ -148,7 +148,7 @@ def test_cli_report_states_the_calibration_error(
 ) -> None:
     import json
 
-    from keepersim.replay.cli import main
+    from keepersim.cli import main
 
     out = tmp_path / "out"
     args = ["replay", str(trace), "--mode", "what-if", "--policies", "none,windowed"]

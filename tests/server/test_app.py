@@ -647,7 +647,8 @@ def test_cli_registers_serve_and_export() -> None:
 
 
 def test_export_cli_defaults_match_fetcher() -> None:
-    from keepersim.export import cli, fetch
+    from keepersim.cli import export as cli
+    from keepersim.export import fetch
 
     assert cli.DEFAULT_CONCURRENCY == fetch.DEFAULT_CONCURRENCY
     assert cli.DEFAULT_TIMEOUT_SECONDS == fetch.DEFAULT_TIMEOUT_SECONDS
@@ -688,8 +689,8 @@ def test_serve_reads_the_chains_genesis_document(
     keepersim's extension beside it) into the served chain; the old keepersim shape (models on
     the participant) is refused naming the file and the field."""
     from keepersim.cli import build_parser, main
+    from keepersim.cli.serve import _open
     from keepersim.module.genesis import genesis_to_json
-    from keepersim.server.cli import _open
 
     genesis = make_genesis(3)
     genesis.keepersim.extension_params.health_params.policy = "windowed"

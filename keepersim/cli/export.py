@@ -1,15 +1,15 @@
-"""``keepersim export``: a node's epochs as a trace, resumable (see :mod:`.exporter`)."""
+"""``keepersim export``: a node's epochs as a trace, resumable (see
+:mod:`keepersim.export.exporter`)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from keepersim.argtypes import get_float_type, get_int_type
-from keepersim.outputs import check_output_file, write_text_atomic
-from keepersim.progress import PROGRESS_HELP
+from keepersim.cli.argtypes import get_float_type, get_int_type
+from keepersim.cli.common import PROGRESS_HELP, UsageError, require_extra, write_json
+from keepersim.outputs import check_output_file
 from keepersim.types.rest_routes import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 
 __all__ = ["add_export_command", "run_export"]
@@ -101,16 +101,8 @@ def add_export_command(subparsers: Any) -> None:
     parser.set_defaults(handler=run_export)
 
 
-def _write_result(path: str, data: dict[str, Any]) -> None:
-    text = json.dumps(data, indent=1) + "\n"
-    if path == "-":
-        sys.stdout.write(text)
-    else:
-        write_text_atomic(path, text)
-
-
 def run_export(args: argparse.Namespace) -> int:
-    from keepersim.cli import UsageError
+    require_extra("export", "keepersim export")
     from keepersim.export.exporter import (
         ExportError,
         ExportOptions,
@@ -143,10 +135,10 @@ def run_export(args: argparse.Namespace) -> int:
         result = export_trace(args.node, epochs, args.out, options=options)
     except ExportError as exc:
         if exc.result is not None:
-            _write_result(args.result, exc.result.to_dict())
+            write_json(args.result, exc.result.to_dict(), allow_nan=True)
         print(f"keepersim: error: {exc}", file=sys.stderr)
         return 1
-    _write_result(args.result, result.to_dict())
+    write_json(args.result, result.to_dict(), allow_nan=True)
     if not result.summaries_available:
         print(
             "keepersim: note: the node has no epoch_performance_summary/{epoch_index} route "

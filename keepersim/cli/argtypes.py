@@ -3,8 +3,7 @@
 argparse prefixes a :class:`argparse.ArgumentTypeError` with the flag (``argument --port:
 expected an integer in [1, 65535], got '99999'``) and exits with status 2, so every flag that
 takes a number, a port or a list of names says what it expected without a traceback. The rules
-live here once; the commands in ``keepersim/cli.py``, ``replay/cli.py``, ``server/cli.py`` and
-``export/cli.py`` use them.
+live here once; every command of :mod:`keepersim.cli` uses them.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """``keepersim replay``: replay a trace as recorded (policies watching) or what-if (a policy
 choosing), write report.json (and exclusions.png) to --out, print a short table.
 
-Wire it into the main CLI with ``add_replay_command(subparsers)`` (the ``keepersim.cli``
-registry convention: it sets ``handler=run_replay_command``, which returns the exit status:
-0 done, 1 the as-recorded replay found mismatches or rejected transactions, 2 bad input - a
-malformed trace line, a bad governance file, an unknown policy - printed as one
-``keepersim: error: ...`` line). Heavy modules are imported inside the handler, so registering
-the command costs nothing. Standalone: ``python -m keepersim.replay.cli replay TRACE ...``.
+The handler returns the exit status: 0 done, 1 the as-recorded replay found mismatches or
+rejected transactions; bad input (a malformed trace line, a bad governance file, an unknown
+policy) raises one of :func:`keepersim.cli.common.get_input_errors`, exit status 2. Heavy modules
+are imported inside the handler, so registering the command costs nothing.
 
 The governance file is the simulator's format (``keepersim.sim.driver.parse_governance``), each
 entry resolved against the trace's first params.
@@ -15,7 +13,6 @@ entry resolved against the trace's first params.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import textwrap
@@ -23,16 +20,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from keepersim.argtypes import get_int_type, parse_name_list, parse_seed
-from keepersim.outputs import check_output_folder, get_atomic_path, write_text_atomic
-from keepersim.progress import PROGRESS_HELP
+from keepersim.cli.argtypes import get_int_type, parse_name_list, parse_seed
+from keepersim.cli.common import PROGRESS_HELP, read_json, require_extra, write_json
+from keepersim.outputs import check_output_folder, get_atomic_path
 
 if TYPE_CHECKING:
     from keepersim.replay.as_recorded import ReplayReport
     from keepersim.replay.estimator import BetaPrior
     from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
-__all__ = ["add_replay_command", "main", "run_replay_command"]
+__all__ = ["add_replay_command", "load_governance_file", "run_replay_command"]
 
 _MAX_PLOTTED = 40
 
@@ -162,32 +159,13 @@ def _read_base_params(trace: str, skip_bad: bool) -> ModuleParams:
 
 def load_governance_file(path: str, base: ModuleParams) -> list[tuple[int, ModuleParams]]:
     """A governance schedule file in the simulator's format, resolved against ``base``."""
-    from keepersim.replay.common import ReplayError
     from keepersim.sim.driver import parse_governance
 
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ReplayError(f"cannot read governance file {path!r}: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ReplayError(
-            f"governance file {path!r}: invalid JSON at line {exc.lineno}, column {exc.colno}: "
-            f"{exc.msg}"
-        ) from exc
-    return parse_governance(data, base, source=path)
+    return parse_governance(read_json(path, "governance file"), base, source=path)
 
 
 def run_replay_command(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
-    from keepersim.replay.common import ReplayError
-    from keepersim.trace.records import TraceError
-    from keepersim.types.errors import KeepersimError
-
-    out = stdout or sys.stdout
-    try:
-        return _run(args, out)
-    except (TraceError, ReplayError, KeepersimError, OSError) as exc:
-        print(f"keepersim: error: {exc}", file=sys.stderr)
-        return 2
+    return _run(args, stdout or sys.stdout)
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
@@ -198,6 +176,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from keepersim.replay.what_if import replay_what_if
 
     policies = _parse_policies(args.policies)
+    if args.out:
+        require_extra("plots", "replay --out (exclusions.png)")
     out_dir = check_output_folder(args.out, "--out") if args.out else None
     if args.store_dir:
         check_output_folder(args.store_dir, "--store-dir")
@@ -231,7 +211,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         data = report.to_dict()
         print_as_recorded(report, out)
         if out_dir is not None:
-            _write_json(out_dir / "report.json", data)
+            write_json(out_dir / "report.json", data, allow_nan=True)
             plot_exclusions(
                 {s.policy: s.intervals.to_dict() for s in report.shadows},
                 out_dir / "exclusions.png",
@@ -286,7 +266,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     }
     print_what_if(runs, out, data["calibration"])
     if out_dir is not None:
-        _write_json(out_dir / "report.json", data)
+        write_json(out_dir / "report.json", data, allow_nan=True)
         plot_exclusions(
             {p: r["exclusions"] for p, r in runs.items()},
             out_dir / "exclusions.png",
@@ -294,10 +274,6 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             heights=(header.first_height, header.last_height),
         )
     return 0
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def _pct(part: int, whole: int) -> str:
@@ -449,16 +425,3 @@ def plot_exclusions(
     with get_atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100)
     plt.close(fig)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="keepersim")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    add_replay_command(subparsers)
-    args = parser.parse_args(argv)
-    code: int = args.handler(args)
-    return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

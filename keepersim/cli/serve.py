@@ -23,7 +23,8 @@ import argparse
 import sys
 from typing import Any
 
-from keepersim.argtypes import get_float_type, get_int_type, parse_port, parse_seed
+from keepersim.cli.argtypes import get_float_type, get_int_type, parse_port, parse_seed
+from keepersim.cli.common import UsageError, load_scenario_arg, read_json, require_extra
 from keepersim.outputs import check_output_folder
 
 __all__ = ["add_serve_command", "run_serve"]
@@ -101,7 +102,6 @@ def add_serve_command(subparsers: Any) -> None:
 def _open(args: argparse.Namespace) -> tuple[Any, Any]:
     """(chain, runner factory taking the sink, or None)."""
     from keepersim.chain import Chain
-    from keepersim.cli import UsageError, _load_scenario_arg, _read_json
     from keepersim.module.genesis import genesis_from_json
     from keepersim.server.runner import (
         ScenarioRunner,
@@ -134,7 +134,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
         if args.policy not in get_known_policies():
             known = ", ".join(get_known_policies())
             raise UsageError(f"--policy: unknown policy {args.policy!r}; known: {known}")
-        scenario, seed = _load_scenario_arg(args.scenario, args.seed)
+        scenario, seed = load_scenario_arg(args.scenario, args.seed)
         chain = open_scenario_chain(
             scenario, args.policy, path=args.chain, reputation_weighting=args.reputation_weighting
         )
@@ -147,7 +147,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
         return chain, lambda sink: TraceRunner(sink, source, block_rate=rate)
     genesis = None
     if args.genesis is not None:
-        data = _read_json(args.genesis, "genesis file")
+        data = read_json(args.genesis, "genesis file")
         import json
 
         genesis = genesis_from_json(json.dumps(data), args.genesis)
@@ -180,9 +180,9 @@ def _configure_logging(level: str) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    require_extra("server", "keepersim serve")
     import uvicorn
 
-    from keepersim.cli import UsageError
     from keepersim.server.app import ServerConfig, create_app
     from keepersim.server.faults import FaultInjector, FaultSpecError, parse_fault_spec
     from keepersim.server.metrics import ServerMetrics

@@ -1,0 +1,207 @@
+"""What every ``keepersim`` command shares: its options, its user errors and its JSON files.
+
+Bad input (a missing or invalid scenario, an unknown policy, an invalid governance entry, a
+missing extra...) is one line ``keepersim: error: ...`` on stderr naming the flag or file, exit
+status 2, never a traceback: a handler raises :class:`UsageError` or one of
+:func:`get_input_errors`, and argparse's own errors go through :class:`CommandParser`. JSON is
+read with :func:`read_json` (errors name the file, line and column) and written atomically with
+:func:`write_json` (``-``: stdout). Checked flag types live in :mod:`keepersim.cli.argtypes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "EXTRAS",
+    "PROGRESS_HELP",
+    "CommandParser",
+    "UsageError",
+    "add_progress_option",
+    "add_reputation_weighting_option",
+    "add_resume_option",
+    "check_output_args",
+    "check_resume_option",
+    "format_value",
+    "get_input_errors",
+    "is_progress_on",
+    "load_scenario_arg",
+    "read_json",
+    "require_extra",
+    "write_json",
+]
+
+#: The help of every command's ``--progress/--no-progress`` (argparse: ``%%`` is a percent sign).
+PROGRESS_HELP = (
+    "progress on stderr: a bar on a terminal, else a line every 10%% (default: on; "
+    "--no-progress: off)"
+)
+
+#: The optional extras of pyproject.toml a command needs: extra -> {module: distribution}.
+EXTRAS: Mapping[str, Mapping[str, str]] = {
+    "server": {
+        "starlette": "starlette",
+        "uvicorn": "uvicorn",
+        "prometheus_client": "prometheus-client",
+    },
+    "export": {"httpx": "httpx"},
+    "plots": {"matplotlib": "matplotlib"},
+}
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def get_input_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a handler raises for bad input (printed as one line, exit status 2)."""
+    from keepersim.replay.common import ReplayError
+    from keepersim.runs.sources import CompareError
+    from keepersim.sim.scenario import ScenarioError
+    from keepersim.trace.records import TraceError
+    from keepersim.types.errors import KeepersimError
+
+    return (
+        UsageError,
+        ScenarioError,
+        CompareError,
+        TraceError,
+        ReplayError,
+        KeepersimError,
+        OSError,
+    )
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse with the command's one-line error style: ``keepersim: error: argument --port:
+    expected ...``, exit status 2 (subcommand parsers inherit the class)."""
+
+    def error(self, message: str) -> Any:  # argparse's signature: NoReturn
+        print(f"keepersim: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _is_installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken install, or sys.modules[module] = None
+        return False
+
+
+def require_extra(extra: str, what: str, hint: str = "") -> None:
+    """Raise :class:`UsageError` unless the modules of the optional ``extra`` (:data:`EXTRAS`)
+    are installed: ``{what} needs {modules}: pip install 'keepersim[{extra}]'{hint}``. Checked
+    before the work, without importing them."""
+    missing = [module for module in EXTRAS[extra] if not _is_installed(module)]
+    if missing:
+        raise UsageError(
+            f"{what} needs {', '.join(missing)}: pip install 'keepersim[{extra}]'{hint}"
+        )
+
+
+def is_progress_on(args: argparse.Namespace) -> bool:
+    """On unless ``--no-progress`` (keepersim.progress picks a bar or plain lines)."""
+    return getattr(args, "progress", None) is not False
+
+
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=PROGRESS_HELP,
+    )
+
+
+def add_resume_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the run in --store-dir from its last committed block (same inputs; "
+        "an empty folder starts afresh); ends as an uninterrupted run would",
+    )
+
+
+def add_reputation_weighting_option(parser: Any) -> None:
+    parser.add_argument(
+        "--reputation-weighting",
+        action="store_true",
+        help="select executors by weight x reputation (the fork's PR #8) instead of by weight "
+        "alone as upstream (the default)",
+    )
+
+
+def check_resume_option(args: argparse.Namespace) -> None:
+    if args.resume and (args.store_dir is None or args.store != "leveldb"):
+        raise UsageError("--resume needs --store-dir (and --store leveldb): the run to go on with")
+
+
+def load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
+    """A built-in name (built with ``seed``, default 1) or a scenario file. Returns the scenario
+    and the run seed override (None: the scenario's own seed)."""
+    from keepersim.sim.scenario import load_scenario
+    from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
+
+    if value in list_builtin_scenarios() and not Path(value).exists():
+        return get_builtin_scenario(value, 1 if seed is None else seed), seed
+    path = Path(value)
+    if not path.exists():
+        raise UsageError(
+            f"{value!r} is neither a built-in scenario ({', '.join(list_builtin_scenarios())}) "
+            "nor an existing file (see `keepersim scenarios list`)"
+        )
+    return load_scenario(path), seed
+
+
+def read_json(path: str, what: str) -> Any:
+    """The JSON in the file ``path``; :class:`UsageError` names ``what``, the file and where."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{what} {path!r}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from exc
+
+
+def write_json(path: str | Path, data: Any, *, allow_nan: bool = False) -> None:
+    """``data`` as JSON (indent 1) plus a newline: on stdout for ``-``, else atomically."""
+    from keepersim.outputs import write_json_atomic
+
+    if path == "-":
+        sys.stdout.write(json.dumps(data, indent=1, allow_nan=allow_nan) + "\n")
+    else:
+        write_json_atomic(path, data, indent=1, allow_nan=allow_nan)
+
+
+def check_output_args(
+    args: argparse.Namespace, files: Sequence[str] = (), folders: Sequence[str] = ()
+) -> None:
+    """Check (and create) the output paths given by the flags ``files`` / ``folders`` (argparse
+    dests) before any work; '-' (stdout) and unset flags are skipped."""
+    from keepersim.outputs import check_output_file, check_output_folder
+
+    for dest in files:
+        value = getattr(args, dest, None)
+        if value is not None and value != "-":
+            check_output_file(value, "--" + dest.replace("_", "-"))
+    for dest in folders:
+        value = getattr(args, dest, None)
+        if value is not None:
+            check_output_folder(value, "--" + dest.replace("_", "-"))
+
+
+def format_value(value: Any) -> str:
+    """A table cell: floats to 6 significant digits, anything else as ``str``."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)

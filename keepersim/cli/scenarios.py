@@ -1,0 +1,129 @@
+"""``keepersim scenarios``: list the built-in scenarios, or generate a scenario file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from keepersim.cli.argtypes import get_float_type, get_int_type, parse_seed
+from keepersim.cli.common import UsageError, check_output_args
+
+__all__ = ["add_scenarios_command", "run_scenarios_generate", "run_scenarios_list"]
+
+
+def _pair(kind: type[float] | type[int]) -> Callable[[str], tuple[float, float]]:
+    def parse(text: str) -> tuple[float, float]:
+        parts = text.split(",")
+        if len(parts) != 2:
+            raise argparse.ArgumentTypeError(f"expected LO,HI, got {text!r}")
+        try:
+            return kind(parts[0]), kind(parts[1])
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected two numbers LO,HI, got {text!r}") from exc
+
+    return parse
+
+
+def add_scenarios_command(subparsers: Any) -> None:
+    from keepersim.sim import scenario as lim
+
+    parser = subparsers.add_parser(
+        "scenarios", help="list the built-in scenarios or generate a new one"
+    )
+    sub = parser.add_subparsers(dest="scenarios_command", metavar="{list,generate}")
+    sub.required = True
+    lister = sub.add_parser("list", help="the built-in scenarios and what they model")
+    lister.set_defaults(handler=run_scenarios_list)
+    gen = sub.add_parser(
+        "generate",
+        help="generate a scenario file from a few knobs and a seed",
+        description=(
+            "Generate a scenario (lognormal weights; healthy, degraded and outage nodes) and save "
+            "it as a scenario file; or save a built-in scenario with --builtin."
+        ),
+    )
+    gen.add_argument("--seed", type=parse_seed, default=1, help="generator seed (default 1)")
+    gen.add_argument("--out", default="-", help="output file (default: stdout)")
+    gen.add_argument("--builtin", default=None, help="save this built-in scenario instead")
+    gen.add_argument("--name", default="generated", help="scenario name")
+    gen.add_argument("--participants", type=get_int_type(1, lim.MAX_PARTICIPANTS), default=150)
+    gen.add_argument("--blocks", type=get_int_type(1, lim.MAX_BLOCKS), default=12000)
+    gen.add_argument("--epoch-length", type=get_int_type(1, lim.MAX_EPOCH_LENGTH), default=4000)
+    gen.add_argument(
+        "--arrivals",
+        type=get_float_type(0, lim.MAX_ARRIVALS_PER_BLOCK),
+        default=4.6,
+        help="requests per block",
+    )
+    gen.add_argument(
+        "--degraded-share", type=get_float_type(0, 1), default=0.1, help="weight share degraded"
+    )
+    gen.add_argument("--degraded-miss", type=_pair(float), default=(0.15, 0.3), metavar="LO,HI")
+    gen.add_argument("--healthy-miss", type=_pair(float), default=(0.005, 0.02), metavar="LO,HI")
+    gen.add_argument(
+        "--outage-share", type=get_float_type(0, 1), default=0.0, help="weight share with outages"
+    )
+    gen.add_argument(
+        "--capacity",
+        type=get_int_type(1, lim.MAX_CAPACITY),
+        default=None,
+        help="in-flight capacity per node",
+    )
+    gen.add_argument("--latency", type=_pair(int), default=(1, 8), metavar="LO,HI")
+    gen.add_argument(
+        "--expiration-blocks", type=get_int_type(1, lim.MAX_EXPIRATION_BLOCKS), default=150
+    )
+    gen.set_defaults(handler=run_scenarios_generate)
+
+
+def run_scenarios_list(args: argparse.Namespace) -> int:
+    from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
+
+    names = list_builtin_scenarios()
+    width = max(len(n) for n in names)
+    for name in names:
+        s = get_builtin_scenario(name, 1)
+        print(
+            f"{name.ljust(width)}  {len(s.participants)} participants, {s.blocks} blocks, "
+            f"{s.arrivals_per_block:g}/block. {s.description}"
+        )
+    return 0
+
+
+def run_scenarios_generate(args: argparse.Namespace) -> int:
+    from keepersim.outputs import write_text_atomic
+    from keepersim.sim.generate import generate_scenario
+    from keepersim.sim.scenario import format_scenario_json
+    from keepersim.sim.suite import get_builtin_scenario
+
+    check_output_args(args, files=("out",))
+    if args.builtin is not None:
+        scenario = get_builtin_scenario(args.builtin, args.seed)
+    else:
+        try:
+            scenario = generate_scenario(
+                args.name,
+                args.seed,
+                participants=args.participants,
+                blocks=args.blocks,
+                epoch_length=args.epoch_length,
+                arrivals_per_block=args.arrivals,
+                degraded_share=args.degraded_share,
+                degraded_miss=args.degraded_miss,
+                healthy_miss=args.healthy_miss,
+                outage_share=args.outage_share,
+                capacity=args.capacity,
+                latency=args.latency,
+                expiration_blocks=args.expiration_blocks,
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+    text = format_scenario_json(scenario)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        write_text_atomic(args.out, text)
+        print(f"wrote {args.out}: {scenario.name}, {len(scenario.participants)} participants")
+    return 0
