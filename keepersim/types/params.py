@@ -384,6 +384,13 @@ def validate_windowed_params(w: WindowedParams) -> None:
         "<= window (0: the whole window)",
         w.readmit_successes,
     )
+    _require(
+        w.short_window == 0 or w.min_samples <= w.short_window < w.window,
+        f + "short_window",
+        "0 (off) or in [min_samples, window)",
+        w.short_window,
+    )
+    _require(w.incident_blocks >= 0, f + "incident_blocks", ">= 0 (0: off)", w.incident_blocks)
     _require(w.ramp_blocks >= 0, f + "ramp_blocks", ">= 0", w.ramp_blocks)
     _require(
         1 <= w.max_excluded_weight_pct <= 100,

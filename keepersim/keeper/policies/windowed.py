@@ -218,6 +218,15 @@ def compute_readmission_window(entry: WindowedEntry, params: WindowedParams) -> 
     return compute_window(entry, min(params.window, fresh))
 
 
+def is_gate_failing(entry: WindowedEntry, params: WindowedParams) -> bool:
+    """The exclusion gate: the window fails, or (with short_window) its newest outcomes do."""
+    if is_window_failing(*compute_window(entry, params.window), params):
+        return True
+    return params.short_window > 0 and is_window_failing(
+        *compute_window(entry, params.short_window), params
+    )
+
+
 def compute_miss_ppm(misses: int, samples: int) -> int:
     return misses * PPM // samples if samples else 0
 
@@ -431,8 +440,7 @@ class WindowedBreaker(HealthPolicy):
         if entry.state == W_EXCLUDED and flagged and outcome is not Outcome.MISS:
             # Provisional evidence withdrawn: if the window no longer fails, probe right away
             # instead of sitting out a cooldown that a false alarm earned.
-            misses, samples = compute_window(entry, params.window)
-            if not is_window_failing(misses, samples, params):
+            if not is_gate_failing(entry, params):
                 self.process_promote(ctx, entry, "overdue evidence withdrawn")
         # Probe decisions: only a probe's own (unflagged) result decides; a flagged probe already
         # failed when it turned overdue.
@@ -479,7 +487,11 @@ class WindowedBreaker(HealthPolicy):
         self.process_overdue_checks(ctx)
         for address in ctx.pop_due():
             entry = ctx.get_cached_if_stored(address, self.get_entry)
-            if entry is None or entry.state != W_EXCLUDED or ctx.height < entry.probe_at_block:
+            if entry is None:
+                continue
+            if entry.state == W_HEALTHY and self.is_probation_passed(ctx, entry):
+                self.process_incident_over(ctx, entry)
+            if entry.state != W_EXCLUDED or ctx.height < entry.probe_at_block:
                 continue
             self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
             ctx.mark_dirty(address)
@@ -503,13 +515,33 @@ class WindowedBreaker(HealthPolicy):
         if entry.state != W_HEALTHY:
             return False
         params = ctx.params.health_params.windowed
-        misses, samples = compute_window(entry, params.window)
-        if not is_window_failing(misses, samples, params):
+        if not is_gate_failing(entry, params):
             return False
         if is_fleet_saturated(ctx.get_cached(FLEET, self.get_entry), params):
             return False
+        misses, samples = compute_window(entry, params.window)
         self.process_exclude(ctx, entry, f"window {misses}/{samples} missed")
         return True
+
+    def is_probation_passed(self, ctx: PolicyContext, entry: WindowedEntry) -> bool:
+        """Re-admitted after an exclusion exactly one probation ago, and still in."""
+        params = ctx.params.health_params.windowed
+        return (
+            params.incident_blocks > 0
+            and entry.readmitted_at_block > 0
+            and ctx.height == entry.readmitted_at_block + get_probation_blocks(params)
+        )
+
+    def process_incident_over(self, ctx: PolicyContext, recovered: WindowedEntry) -> None:
+        """``recovered`` came back from an exclusion and stayed in: whoever was excluded in the
+        same incident (an episode begun within incident_blocks of its own) is probed now
+        instead of sitting out its cooldown. Still bad, it fails its probe as usual."""
+        incident = ctx.params.health_params.windowed.incident_blocks
+        for address in list(ctx.get_cached(FLEET, self.get_entry).excluded):
+            entry = ctx.get_cached(address, self.get_entry)
+            if abs(entry.episode_started_at - recovered.episode_started_at) <= incident:
+                self.process_promote(ctx, entry, f"incident over: {recovered.address} recovered")
+                ctx.mark_dirty(address)
 
     def process_overdue_checks(self, ctx: PolicyContext) -> None:
         """Look at the inferences started overdue_min_blocks ago (the chain's timeout index
@@ -588,6 +620,8 @@ class WindowedBreaker(HealthPolicy):
             and ctx.height < entry.readmitted_at_block + get_probation_blocks(params)
         )
         entry.strikes = min(entry.strikes + 1, MAX_STRIKES) if failed_probe or quick else 0
+        if entry.strikes == 0:
+            entry.episode_started_at = ctx.height
         entry.exclusions += 1
         entry.cooldown_blocks = compute_cooldown(
             entry.address, entry.strikes, entry.exclusions, params
@@ -607,13 +641,14 @@ class WindowedBreaker(HealthPolicy):
         self, ctx: PolicyContext, entry: WindowedEntry, state: WindowedState.ValueType
     ) -> None:
         """Every state change passes here: the fleet entry lists who is probing."""
-        if (entry.state == W_PROBE) != (state == W_PROBE):
-            probing = ctx.get_cached(FLEET, self.get_entry).probing
-            if state == W_PROBE:
-                probing.append(entry.address)
-            else:
-                probing.remove(entry.address)
-            ctx.mark_dirty(FLEET, verdict=False)
+        for listed_state, attribute in ((W_PROBE, "probing"), (W_EXCLUDED, "excluded")):
+            if (entry.state == listed_state) != (state == listed_state):
+                listed = getattr(ctx.get_cached(FLEET, self.get_entry), attribute)
+                if state == listed_state:
+                    listed.append(entry.address)
+                else:
+                    listed.remove(entry.address)
+                ctx.mark_dirty(FLEET, verdict=False)
         entry.state = state
 
     def process_promote(self, ctx: PolicyContext, entry: WindowedEntry, reason: str) -> None:
@@ -626,6 +661,9 @@ class WindowedBreaker(HealthPolicy):
     ) -> None:
         self.process_set_state(ctx, entry, W_HEALTHY)
         entry.readmitted_at_block = ctx.height
+        params = ctx.params.health_params.windowed
+        if params.incident_blocks > 0:
+            ctx.schedule(ctx.height + get_probation_blocks(params), entry.address)
         ctx.emit_transition(
             entry.address, "probe", "healthy", f"probe succeeded; window {misses}/{samples} missed"
         )

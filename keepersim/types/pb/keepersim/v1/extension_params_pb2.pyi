@@ -266,6 +266,8 @@ class WindowedParams(_message.Message):
     RAMP_START_PCT_FIELD_NUMBER: _builtins.int
     SATURATION_PCT_FIELD_NUMBER: _builtins.int
     READMIT_SUCCESSES_FIELD_NUMBER: _builtins.int
+    SHORT_WINDOW_FIELD_NUMBER: _builtins.int
+    INCIDENT_BLOCKS_FIELD_NUMBER: _builtins.int
     window: _builtins.int
     baseline_miss_pct: _builtins.int
     """Exclude when the window's misses are, with this z-score confidence, above the baseline rate."""
@@ -293,6 +295,15 @@ class WindowedParams(_message.Message):
     The exclusion gate still reads the whole window, so a node that is still bad goes back out
     on its next miss.
     """
+    short_window: _builtins.int
+    """Two time scales: the gate also judges the newest short_window outcomes (0: off), so a
+    burst of misses after a long clean record is seen before it is diluted in the window.
+    """
+    incident_blocks: _builtins.int
+    """Shared incidents: when a participant re-admitted after an exclusion stays in for its
+    probation, everyone whose exclusion episode began within incident_blocks of its own is
+    probed at once (their incident is likely over too); 0: off.
+    """
     def __init__(
         self,
         *,
@@ -312,10 +323,12 @@ class WindowedParams(_message.Message):
         ramp_start_pct: _builtins.int = ...,
         saturation_pct: _builtins.int = ...,
         readmit_successes: _builtins.int = ...,
+        short_window: _builtins.int = ...,
+        incident_blocks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "saturation_pct", b"saturation_pct", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "incident_blocks", b"incident_blocks", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "saturation_pct", b"saturation_pct", "short_window", b"short_window", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
