@@ -1,11 +1,12 @@
 """A sweep's tasks: scenario x policy x grid point x seed, baselines shared where they can be.
 
-A health policy's task gets the whole grid point as its params override. The baselines
-``none`` and ``oracle`` get only the point's baseline-affecting paths
-(:func:`~keepersim.runs.spec.is_baseline_neutral`): with a grid over health-policy or circuit
-breaker params alone they run once per (scenario, seed) and every grid point reuses them; a
-path under ``params.`` (the chain's, e.g. expiration) reaches them, so they run per value of
-it. A baseline row leaves the cells of the paths it ignores empty.
+Each task gets the grid point's paths its policy reads (:func:`~keepersim.runs.spec.
+is_path_for_policy`): a policy's own params (``health_params.windowed.*``) reach that policy
+alone, so with a grid over windowed's params every other policy runs once per (scenario, seed)
+and every grid point reuses it. The baselines ``none`` and ``oracle`` get only the
+baseline-affecting paths (:func:`~keepersim.runs.spec.is_baseline_neutral`); a path under
+``params.`` (the chain's, e.g. expiration) reaches everyone, so they run per value of it. A row
+leaves the cells of the paths its policy ignores empty.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from keepersim.runs.sources import BASELINES
-from keepersim.runs.spec import SweepSpec, is_baseline_neutral
+from keepersim.runs.spec import SweepSpec, is_path_for_policy
 from keepersim.runs.task import RunTask
 from keepersim.sim.driver import StoreKind
 
@@ -52,11 +52,7 @@ def plan_tasks(spec: SweepSpec, store: StoreKind = "memory") -> list[PlannedTask
         for seed in scenario.get_run_seeds(spec.seeds):
             for point in spec.get_points():
                 for policy in spec.policies:
-                    used = (
-                        {p: v for p, v in point.items() if not is_baseline_neutral(p)}
-                        if policy in BASELINES
-                        else point
-                    )
+                    used = {p: v for p, v in point.items() if is_path_for_policy(p, policy)}
                     cells = {p: format_cell(used[p]) if p in used else "" for p in paths}
                     key = get_task_key(
                         scenario.label, policy, str(seed), tuple(cells[p] for p in paths)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keepersim.runs.sources import order_policies, resolve_scenarios
+from keepersim.runs.sources import BASELINES, order_policies, resolve_scenarios
 from keepersim.sim.driver import (
     GovernanceError,
     build_params,
@@ -27,6 +27,7 @@ from keepersim.sim.driver import (
 from keepersim.sim.scenario import Scenario, ScenarioError, dump_scenario, get_json_type
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.policies import CHAIN_POLICIES
 
 __all__ = [
     "BASELINE_NEUTRAL_PREFIXES",
@@ -35,6 +36,7 @@ __all__ = [
     "SweepScenario",
     "SweepSpec",
     "is_baseline_neutral",
+    "is_path_for_policy",
     "load_spec",
     "parse_spec",
 ]
@@ -103,6 +105,20 @@ def is_baseline_neutral(path: str) -> bool:
     if path in _BASELINE_AFFECTING:
         return False
     return path.startswith(BASELINE_NEUTRAL_PREFIXES)
+
+
+def is_path_for_policy(path: str, policy: str) -> bool:
+    """Whether a run of ``policy`` reads ``path``. A policy's own params message
+    (``extension_params.health_params.<policy>.``, e.g. ``windowed`` or ``trin_additive``)
+    is read by that policy alone; the baselines read what is not baseline-neutral; every other
+    path reaches every policy."""
+    if policy in BASELINES:
+        return not is_baseline_neutral(path)
+    parts = path.split(".")
+    if len(parts) > 3 and parts[:2] == ["extension_params", "health_params"]:
+        owner = parts[2].replace("_", "-")
+        return owner == policy or owner not in CHAIN_POLICIES
+    return True
 
 
 def load_spec(path: str | os.PathLike[str]) -> SweepSpec:

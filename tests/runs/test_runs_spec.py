@@ -10,7 +10,7 @@ import pytest
 from conftest import EXPIRY_PATH, WINDOW_PATH
 
 from keepersim.cli import main
-from keepersim.runs.spec import SpecError, is_baseline_neutral, load_spec
+from keepersim.runs.spec import SpecError, is_baseline_neutral, is_path_for_policy, load_spec
 
 
 @pytest.mark.parametrize(
@@ -103,3 +103,30 @@ def test_seeds_list_and_scenario_next_to_spec(write_spec: Any, tmp_path: Path) -
     assert counted.scenarios[0].get_run_seeds(counted.seeds) == [5, 6]  # the file's seed + i
     assert counted.scenarios[1].get_run_seeds(counted.seeds) == [1, 2]  # a built-in's 1..N
     assert json.loads((tmp_path / "spec.json").read_text())["seeds"] == 2
+
+
+def test_a_policys_own_params_reach_that_policy_alone() -> None:
+    trin = "extension_params.health_params.trin_additive.window_blocks"
+    assert is_path_for_policy(WINDOW_PATH, "windowed")
+    assert not is_path_for_policy(WINDOW_PATH, "gonka")
+    assert not is_path_for_policy(WINDOW_PATH, "trin-additive")
+    assert is_path_for_policy(trin, "trin-additive") and not is_path_for_policy(trin, "windowed")
+    for policy in ("gonka", "windowed", "sprt", "none", "oracle"):  # the chain's reach everyone
+        assert is_path_for_policy(EXPIRY_PATH, policy)
+    assert is_path_for_policy("extension_params.health_params.shadow", "gonka")
+    assert not is_path_for_policy(WINDOW_PATH, "none")
+    assert is_path_for_policy("extension_params.cb_miss_threshold_pct", "gonka")
+
+
+def test_other_policies_run_once_across_a_windowed_grid(write_spec: Any) -> None:
+    from keepersim.runs.plan import plan_tasks
+
+    spec = load_spec(
+        write_spec(policies=["gonka", "windowed"], seeds=[1], grid={WINDOW_PATH: [800, 1600, 3200]})
+    )
+    by_policy: dict[str, list[dict[str, str]]] = {}
+    for planned in plan_tasks(spec):
+        by_policy.setdefault(planned.task.policy, []).append(planned.cells)
+    assert [c[WINDOW_PATH] for c in by_policy["windowed"]] == ["800", "1600", "3200"]
+    for policy in ("gonka", "none", "oracle"):
+        assert by_policy[policy] == [{WINDOW_PATH: ""}]

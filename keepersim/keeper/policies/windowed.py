@@ -95,6 +95,7 @@ SUCCESS_SPANS = 32
 RAMP_STEPS = 10
 MAX_STRIKES = 32
 PPM = 1_000_000
+RECOVERY_EVIDENCE = 16  # clean outcomes after an exclusion that prove an incident over
 
 
 # --- the ring -----------------------------------------------------------------------------
@@ -225,6 +226,15 @@ def is_gate_failing(entry: WindowedEntry, params: WindowedParams) -> bool:
     return params.short_window > 0 and is_window_failing(
         *compute_window(entry, params.short_window), params
     )
+
+
+def is_recovery_proven(entry: WindowedEntry) -> bool:
+    """Back from an exclusion with exactly RECOVERY_EVIDENCE outcomes since probing began, all
+    successes: true once per episode, and rarely for a node still bad (a 30%-miss node shows
+    16 clean outcomes in a row 0.3% of the time, a 1% node 85%)."""
+    if entry.exclusions == 0 or entry.outcome_seq - entry.probe_from_seq != RECOVERY_EVIDENCE:
+        return False
+    return entry.failure_bits & ((1 << RECOVERY_EVIDENCE) - 1) == 0
 
 
 def compute_miss_ppm(misses: int, samples: int) -> int:
@@ -437,11 +447,15 @@ class WindowedBreaker(HealthPolicy):
         process_prune(entry, ctx.height, ctx.expiration_blocks)
         if compute_window(entry, params.window)[1] <= params.min_samples:
             ctx.recheck.add(address)  # too few samples before: the window may be judged now
-        if entry.state == W_EXCLUDED and flagged and outcome is not Outcome.MISS:
-            # Provisional evidence withdrawn: if the window no longer fails, probe right away
-            # instead of sitting out a cooldown that a false alarm earned.
-            if not is_gate_failing(entry, params):
-                self.process_promote(ctx, entry, "overdue evidence withdrawn")
+        # Provisional evidence withdrawn: if the window no longer fails, probe right away
+        # instead of sitting out a cooldown that a false alarm earned.
+        if (
+            entry.state == W_EXCLUDED
+            and flagged
+            and outcome is not Outcome.MISS
+            and not is_gate_failing(entry, params)
+        ):
+            self.process_promote(ctx, entry, "overdue evidence withdrawn")
         # Probe decisions: only a probe's own (unflagged) result decides; a flagged probe already
         # failed when it turned overdue.
         if entry.state == W_PROBE and item is not None and item.probe and not flagged:
@@ -453,6 +467,13 @@ class WindowedBreaker(HealthPolicy):
                     misses, samples, params
                 ):
                     self.process_readmit(ctx, entry, misses, samples)
+        if (
+            outcome is Outcome.SUCCESS
+            and params.incident_blocks > 0
+            and entry.state == W_HEALTHY
+            and is_recovery_proven(entry)
+        ):
+            self.process_incident_over(ctx, entry)
         ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
 
     def process_record_miss(self, ctx: PolicyContext, entry: WindowedEntry, capacity: bool) -> None:
@@ -489,8 +510,6 @@ class WindowedBreaker(HealthPolicy):
             entry = ctx.get_cached_if_stored(address, self.get_entry)
             if entry is None:
                 continue
-            if entry.state == W_HEALTHY and self.is_probation_passed(ctx, entry):
-                self.process_incident_over(ctx, entry)
             if entry.state != W_EXCLUDED or ctx.height < entry.probe_at_block:
                 continue
             self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
@@ -522,15 +541,6 @@ class WindowedBreaker(HealthPolicy):
         misses, samples = compute_window(entry, params.window)
         self.process_exclude(ctx, entry, f"window {misses}/{samples} missed")
         return True
-
-    def is_probation_passed(self, ctx: PolicyContext, entry: WindowedEntry) -> bool:
-        """Re-admitted after an exclusion exactly one probation ago, and still in."""
-        params = ctx.params.health_params.windowed
-        return (
-            params.incident_blocks > 0
-            and entry.readmitted_at_block > 0
-            and ctx.height == entry.readmitted_at_block + get_probation_blocks(params)
-        )
 
     def process_incident_over(self, ctx: PolicyContext, recovered: WindowedEntry) -> None:
         """``recovered`` came back from an exclusion and stayed in: whoever was excluded in the
@@ -661,9 +671,6 @@ class WindowedBreaker(HealthPolicy):
     ) -> None:
         self.process_set_state(ctx, entry, W_HEALTHY)
         entry.readmitted_at_block = ctx.height
-        params = ctx.params.health_params.windowed
-        if params.incident_blocks > 0:
-            ctx.schedule(ctx.height + get_probation_blocks(params), entry.address)
         ctx.emit_transition(
             entry.address, "probe", "healthy", f"probe succeeded; window {misses}/{samples} missed"
         )

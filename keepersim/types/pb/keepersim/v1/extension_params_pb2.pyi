@@ -300,9 +300,9 @@ class WindowedParams(_message.Message):
     burst of misses after a long clean record is seen before it is diluted in the window.
     """
     incident_blocks: _builtins.int
-    """Shared incidents: when a participant re-admitted after an exclusion stays in for its
-    probation, everyone whose exclusion episode began within incident_blocks of its own is
-    probed at once (their incident is likely over too); 0: off.
+    """Shared incidents: when a participant back from an exclusion shows 16 clean outcomes in a
+    row, everyone whose exclusion episode began within incident_blocks of its own is probed
+    at once (their incident is likely over too); 0: off.
     """
     def __init__(
         self,
