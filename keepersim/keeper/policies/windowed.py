@@ -220,12 +220,16 @@ def compute_readmission_window(entry: WindowedEntry, params: WindowedParams) -> 
 
 
 def is_gate_failing(entry: WindowedEntry, params: WindowedParams) -> bool:
-    """The exclusion gate: the window fails, or (with short_window) its newest outcomes do."""
-    if is_window_failing(*compute_window(entry, params.window), params):
+    """The exclusion gate: the window fails, or (with short_window) its newest outcomes do.
+    With forget_before_probe, a participant back from an exclusion is judged on the outcomes
+    since its probing began."""
+    window, short = params.window, params.short_window
+    if params.forget_before_probe and entry.exclusions > 0:
+        fresh = max(0, entry.outcome_seq - entry.probe_from_seq)
+        window, short = min(window, fresh), min(short, fresh)
+    if is_window_failing(*compute_window(entry, window), params):
         return True
-    return params.short_window > 0 and is_window_failing(
-        *compute_window(entry, params.short_window), params
-    )
+    return short > 0 and is_window_failing(*compute_window(entry, short), params)
 
 
 def is_recovery_proven(entry: WindowedEntry) -> bool:
