@@ -220,16 +220,12 @@ def compute_readmission_window(entry: WindowedEntry, params: WindowedParams) -> 
 
 
 def is_gate_failing(entry: WindowedEntry, params: WindowedParams) -> bool:
-    """The exclusion gate: the window fails, or (with short_window) its newest outcomes do.
-    With forget_before_probe, a participant back from an exclusion is judged on the outcomes
-    since its probing began."""
-    window, short = params.window, params.short_window
-    if params.forget_before_probe and entry.exclusions > 0:
-        fresh = max(0, entry.outcome_seq - entry.probe_from_seq)
-        window, short = min(window, fresh), min(short, fresh)
-    if is_window_failing(*compute_window(entry, window), params):
+    """The exclusion gate: the window fails, or (with short_window) its newest outcomes do."""
+    if is_window_failing(*compute_window(entry, params.window), params):
         return True
-    return short > 0 and is_window_failing(*compute_window(entry, short), params)
+    return params.short_window > 0 and is_window_failing(
+        *compute_window(entry, params.short_window), params
+    )
 
 
 def is_recovery_proven(entry: WindowedEntry) -> bool:
@@ -471,13 +467,8 @@ class WindowedBreaker(HealthPolicy):
                     misses, samples, params
                 ):
                     self.process_readmit(ctx, entry, misses, samples)
-        if (
-            outcome is Outcome.SUCCESS
-            and params.incident_blocks > 0
-            and entry.state == W_HEALTHY
-            and is_recovery_proven(entry)
-        ):
-            self.process_incident_over(ctx, entry)
+        if outcome is Outcome.SUCCESS and entry.state == W_HEALTHY and is_recovery_proven(entry):
+            self.process_recovered(ctx, entry)
         ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
 
     def process_record_miss(self, ctx: PolicyContext, entry: WindowedEntry, capacity: bool) -> None:
@@ -545,6 +536,16 @@ class WindowedBreaker(HealthPolicy):
         misses, samples = compute_window(entry, params.window)
         self.process_exclude(ctx, entry, f"window {misses}/{samples} missed")
         return True
+
+    def process_recovered(self, ctx: PolicyContext, entry: WindowedEntry) -> None:
+        """A recovery proven: its incident is over (incident_blocks), and with
+        strikes_until_proven its episode closes (the next exclusion starts from no strikes)."""
+        params = ctx.params.health_params.windowed
+        if params.incident_blocks > 0:
+            self.process_incident_over(ctx, entry)
+        if params.strikes_until_proven:
+            entry.strikes = 0
+            entry.episode_started_at = 0
 
     def process_incident_over(self, ctx: PolicyContext, recovered: WindowedEntry) -> None:
         """``recovered`` came back from an exclusion and stayed in: whoever was excluded in the
@@ -629,10 +630,13 @@ class WindowedBreaker(HealthPolicy):
     ) -> None:
         params = ctx.params.health_params.windowed
         from_state = STATE_NAMES[entry.state]
-        quick = (
-            entry.readmitted_at_block > 0
-            and ctx.height < entry.readmitted_at_block + get_probation_blocks(params)
-        )
+        if params.strikes_until_proven:
+            quick = entry.episode_started_at > 0  # an episode open: no recovery proven since
+        else:
+            quick = (
+                entry.readmitted_at_block > 0
+                and ctx.height < entry.readmitted_at_block + get_probation_blocks(params)
+            )
         entry.strikes = min(entry.strikes + 1, MAX_STRIKES) if failed_probe or quick else 0
         if entry.strikes == 0:
             entry.episode_started_at = ctx.height

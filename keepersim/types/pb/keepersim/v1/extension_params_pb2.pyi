@@ -268,7 +268,7 @@ class WindowedParams(_message.Message):
     READMIT_SUCCESSES_FIELD_NUMBER: _builtins.int
     SHORT_WINDOW_FIELD_NUMBER: _builtins.int
     INCIDENT_BLOCKS_FIELD_NUMBER: _builtins.int
-    FORGET_BEFORE_PROBE_FIELD_NUMBER: _builtins.int
+    STRIKES_UNTIL_PROVEN_FIELD_NUMBER: _builtins.int
     window: _builtins.int
     baseline_miss_pct: _builtins.int
     """Exclude when the window's misses are, with this z-score confidence, above the baseline rate."""
@@ -305,10 +305,11 @@ class WindowedParams(_message.Message):
     row, everyone whose exclusion episode began within incident_blocks of its own is probed
     at once (their incident is likely over too); 0: off.
     """
-    forget_before_probe: _builtins.bool
-    """After a re-admission the exclusion gate too reads only the outcomes since probing began:
-    a recovered node is not sent back by one miss on top of its old ones (a node still bad
-    needs a second fresh miss). false: the gate reads the whole window.
+    strikes_until_proven: _builtins.bool
+    """Strikes last until a recovery is proven (16 clean outcomes after probing began), not just
+    a probation of blocks after a re-admission: a node still bad that was let back by luck
+    keeps its long cooldown however long it took to miss again, and a node that did recover
+    starts its next episode afresh. false: strikes reset on an exclusion after the probation.
     """
     def __init__(
         self,
@@ -331,11 +332,11 @@ class WindowedParams(_message.Message):
         readmit_successes: _builtins.int = ...,
         short_window: _builtins.int = ...,
         incident_blocks: _builtins.int = ...,
-        forget_before_probe: _builtins.bool = ...,
+        strikes_until_proven: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "forget_before_probe", b"forget_before_probe", "incident_blocks", b"incident_blocks", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "saturation_pct", b"saturation_pct", "short_window", b"short_window", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "incident_blocks", b"incident_blocks", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "saturation_pct", b"saturation_pct", "short_window", b"short_window", "strikes_until_proven", b"strikes_until_proven", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
