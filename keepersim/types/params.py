@@ -391,6 +391,13 @@ def validate_windowed_params(w: WindowedParams) -> None:
         w.short_window,
     )
     _require(w.incident_blocks >= 0, f + "incident_blocks", ">= 0 (0: off)", w.incident_blocks)
+    _require(
+        w.recovered_max_cooldown_blocks == 0
+        or w.initial_cooldown_blocks <= w.recovered_max_cooldown_blocks <= w.max_cooldown_blocks,
+        f + "recovered_max_cooldown_blocks",
+        "0 (off) or in [initial_cooldown_blocks, max_cooldown_blocks]",
+        w.recovered_max_cooldown_blocks,
+    )
     _require(w.ramp_blocks >= 0, f + "ramp_blocks", ">= 0", w.ramp_blocks)
     _require(
         1 <= w.max_excluded_weight_pct <= 100,

@@ -160,6 +160,7 @@ ROWS: list[tuple[str, Callable[[ModuleParams], None]]] = [
     (W + "short_window", setter(W + "short_window", 32)),  # not below window (32)
     (W + "short_window", setter(W + "short_window", 3)),  # below min_samples (4)
     (W + "incident_blocks", setter(W + "incident_blocks", -1)),
+    (W + "recovered_max_cooldown_blocks", setter(W + "recovered_max_cooldown_blocks", 1601)),
     # Neither half may be missing (no message can carry that: each handler rejects it first).
     ("params", clearer("params")),
     ("extension_params", clearer("extension_params")),

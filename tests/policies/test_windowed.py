@@ -365,15 +365,15 @@ def test_ramp_after_readmission(make_net: NetFactory) -> None:
 
 def test_cooldown_jitter_is_deterministic_and_bounded() -> None:
     w = WindowedParams(initial_cooldown_blocks=100, max_cooldown_blocks=1600, jitter_pct=20)
-    values = {compute_cooldown(f"gonka1{i}", 0, 1, w) for i in range(200)}
+    values = {compute_cooldown(f"gonka1{i}", 0, 1, 0, w) for i in range(200)}
     assert min(values) >= 80
     assert max(values) <= 120
     assert len(values) > 20  # spread: no synchronized probing
-    assert compute_cooldown("x", 0, 1, w) == compute_cooldown("x", 0, 1, w)
+    assert compute_cooldown("x", 0, 1, 0, w) == compute_cooldown("x", 0, 1, 0, w)
     assert all(-20 <= compute_jitter_pct("x", n, 20) <= 20 for n in range(100))
     assert compute_jitter_pct("x", 1, 0) == 0
     w.jitter_pct = 0
-    assert [compute_cooldown("x", s, 1, w) for s in range(6)] == [100, 200, 400, 800, 1600, 1600]
+    assert [compute_cooldown("x", s, 1, 0, w) for s in range(6)] == [100, 200, 400, 800, 1600, 1600]
 
 
 def test_quick_reexclusion_is_a_strike_and_a_long_healthy_run_clears_it(

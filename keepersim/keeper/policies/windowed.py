@@ -95,7 +95,7 @@ SUCCESS_SPANS = 32
 RAMP_STEPS = 10
 MAX_STRIKES = 32
 PPM = 1_000_000
-RECOVERY_EVIDENCE = 16  # clean outcomes after an exclusion that prove an incident over
+RECOVERY_EVIDENCE = 16  # clean outcomes after an exclusion that prove a recovery
 
 
 # --- the ring -----------------------------------------------------------------------------
@@ -254,10 +254,20 @@ def compute_jitter_pct(address: str, exclusions: int, jitter_pct: int) -> int:
     return int.from_bytes(digest[:8], "big") % (2 * jitter_pct + 1) - jitter_pct
 
 
-def compute_cooldown(address: str, strikes: int, exclusions: int, params: WindowedParams) -> int:
-    """initial * 2^strikes capped at max, then jittered; at least one block."""
+def get_max_cooldown(recoveries: int, params: WindowedParams) -> int:
+    """The cooldown's cap: shorter for a participant that has proven a recovery before."""
+    if recoveries > 0 and params.recovered_max_cooldown_blocks > 0:
+        return params.recovered_max_cooldown_blocks
+    return params.max_cooldown_blocks
+
+
+def compute_cooldown(
+    address: str, strikes: int, exclusions: int, recoveries: int, params: WindowedParams
+) -> int:
+    """initial * 2^strikes capped (get_max_cooldown), then jittered; at least one block."""
     base = min(
-        params.initial_cooldown_blocks << min(strikes, MAX_STRIKES), params.max_cooldown_blocks
+        params.initial_cooldown_blocks << min(strikes, MAX_STRIKES),
+        get_max_cooldown(recoveries, params),
     )
     jitter = compute_jitter_pct(address, exclusions, params.jitter_pct)
     return max(1, base * (100 + jitter) // 100)
@@ -541,6 +551,7 @@ class WindowedBreaker(HealthPolicy):
         """A recovery proven: its incident is over (incident_blocks), and with
         strikes_until_proven its episode closes (the next exclusion starts from no strikes)."""
         params = ctx.params.health_params.windowed
+        entry.recoveries += 1
         if params.incident_blocks > 0:
             self.process_incident_over(ctx, entry)
         if params.strikes_until_proven:
@@ -642,7 +653,7 @@ class WindowedBreaker(HealthPolicy):
             entry.episode_started_at = ctx.height
         entry.exclusions += 1
         entry.cooldown_blocks = compute_cooldown(
-            entry.address, entry.strikes, entry.exclusions, params
+            entry.address, entry.strikes, entry.exclusions, entry.recoveries, params
         )
         self.process_set_state(ctx, entry, W_EXCLUDED)
         entry.excluded_at_block = ctx.height

@@ -269,6 +269,7 @@ class WindowedParams(_message.Message):
     SHORT_WINDOW_FIELD_NUMBER: _builtins.int
     INCIDENT_BLOCKS_FIELD_NUMBER: _builtins.int
     STRIKES_UNTIL_PROVEN_FIELD_NUMBER: _builtins.int
+    RECOVERED_MAX_COOLDOWN_BLOCKS_FIELD_NUMBER: _builtins.int
     window: _builtins.int
     baseline_miss_pct: _builtins.int
     """Exclude when the window's misses are, with this z-score confidence, above the baseline rate."""
@@ -311,6 +312,10 @@ class WindowedParams(_message.Message):
     keeps its long cooldown however long it took to miss again, and a node that did recover
     starts its next episode afresh. false: strikes reset on an exclusion after the probation.
     """
+    recovered_max_cooldown_blocks: _builtins.int
+    """A participant that has proven a recovery before (it flaps, it is not persistently bad)
+    waits at most this long between probes; 0: max_cooldown_blocks for everyone.
+    """
     def __init__(
         self,
         *,
@@ -333,10 +338,11 @@ class WindowedParams(_message.Message):
         short_window: _builtins.int = ...,
         incident_blocks: _builtins.int = ...,
         strikes_until_proven: _builtins.bool = ...,
+        recovered_max_cooldown_blocks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "incident_blocks", b"incident_blocks", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "saturation_pct", b"saturation_pct", "short_window", b"short_window", "strikes_until_proven", b"strikes_until_proven", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "incident_blocks", b"incident_blocks", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "recovered_max_cooldown_blocks", b"recovered_max_cooldown_blocks", "saturation_pct", b"saturation_pct", "short_window", b"short_window", "strikes_until_proven", b"strikes_until_proven", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
