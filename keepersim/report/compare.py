@@ -8,7 +8,6 @@ on the same (scenario, seed) (NaN, written as null, when the oracle avoids nothi
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from collections.abc import Mapping
@@ -16,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keepersim.outputs import get_atomic_path, write_json_atomic, write_text_atomic
+from keepersim.outputs import write_json_atomic, write_text_atomic
+from keepersim.report.csv_rows import compute_flat_row, format_csv
 from keepersim.report.inaction import compute_inaction_note
 from keepersim.report.stats import (
     compute_bootstrap_interval,
@@ -204,34 +204,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _flatten(record: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in record.items():
-        if key in _NESTED_RUN_KEYS:
-            continue
-        if isinstance(value, dict):
-            for k, v in value.items():
-                out[f"{key}_{k}"] = v
-        elif isinstance(value, list):
-            out[key] = " ".join(str(v) for v in value)
-        else:
-            out[key] = value
-    return out
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    columns: list[str] = []
-    for row in rows:
-        for key in row:
-            if key not in columns:
-                columns.append(key)
-    with get_atomic_path(path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-
-
 def compute_compare_report(runs: ComparedRuns) -> dict[str, Any]:
     """The report (the content of ``report.json``, without ``plots``): the records with their
     paired measures and intervals, a summary row per scenario and policy, the config."""
@@ -278,8 +250,9 @@ def write_compare_report(
     """Write ``report.json``, ``runs.csv``, ``summary.csv``, ``table.txt`` (``table``) into
     ``folder`` and, with ``plots``, the PNG plots (their names go to ``report["plots"]``)."""
     write_json_atomic(folder / "report.json", report)
-    _write_csv(folder / "runs.csv", [_flatten(r) for r in report["runs"]])
-    _write_csv(folder / "summary.csv", [_flatten(r) for r in report["summary"]])
+    for name in ("runs", "summary"):
+        rows = [compute_flat_row(r, _NESTED_RUN_KEYS) for r in report[name]]
+        write_text_atomic(folder / f"{name}.csv", format_csv(rows), newline="")
     write_text_atomic(folder / "table.txt", table + "\n")
     if plots:
         from keepersim.report.plots import write_plots

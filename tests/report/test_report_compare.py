@@ -17,20 +17,9 @@ from keepersim.report.compare import (
     write_compare_report,
 )
 from keepersim.sim.driver import build_params, compute_run_mechanisms
-from keepersim.sim.scenario import parse_scenario
+from keepersim.sim.suite import get_builtin_scenario
 
-SCENARIO = parse_scenario(
-    {
-        "name": "s",
-        "seed": 1,
-        "blocks": 10,
-        "epoch_length": 10,
-        "expiration_blocks": 5,
-        "arrivals_per_block": 1.0,
-        "participants": [{"address": "a", "weight": 1, "miss": [[0, 0.0]]}],
-    },
-    "test",
-)
+SCENARIO = get_builtin_scenario("sparse", 1)
 POLICIES = ["none", "gonka", "oracle"]
 
 
