@@ -251,7 +251,7 @@ def test_compare_defaults(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
         calls.append((scenarios, policies, seeds, out_dir))
         return {"runs": []}
 
-    monkeypatch.setattr("keepersim.report.compare.compare", fake_compare)
+    monkeypatch.setattr("keepersim.runs.compare.compare", fake_compare)
     status, _, _ = run(capsys, "compare")
     assert status == 0
     scenarios, policies, seeds, out_dir = calls[0]

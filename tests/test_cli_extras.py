@@ -86,7 +86,7 @@ def test_no_plots_needs_no_plotting_library(
         calls.append(plots)
         return {"runs": []}
 
-    monkeypatch.setattr("keepersim.report.compare.compare", fake_compare)
+    monkeypatch.setattr("keepersim.runs.compare.compare", fake_compare)
     hide(monkeypatch, "matplotlib")
     assert main(["compare", "sparse", "--out", str(tmp_path / "o"), "--no-plots"]) == 0
     assert calls == [False]

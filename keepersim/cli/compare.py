@@ -77,7 +77,7 @@ def add_compare_command(subparsers: Any) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     import time
 
-    from keepersim.report.compare import compare
+    from keepersim.runs.compare import compare
     from keepersim.sim.driver import get_known_policies
 
     # parse_name_list: a non-empty list without empty names

@@ -416,12 +416,21 @@ def compute_draw(table: SelectionTable, seed: int) -> str:
     return table.addresses[bisect_right(table.cumulative, seed % table.total)]
 
 
+def compute_member_weights(table: SelectionTable) -> list[int]:
+    """Each drawable member's weight (``table.addresses`` order), from the cumulative sums."""
+    return [b - a for a, b in zip((0, *table.cumulative), table.cumulative, strict=False)]
+
+
+def get_kept_out(table: SelectionTable) -> tuple[str, ...]:
+    """Who the table keeps out of the draw: its excluded, or in shadow mode whom the policy
+    would exclude (a table has one or the other)."""
+    return table.shadow_excluded or table.excluded
+
+
 def compute_draws(table: SelectionTable, seed: int, k: int) -> list[str]:
     """k distinct executors, each drawn by weight among those not yet chosen (trin's sampling)."""
     addresses = list(table.addresses)
-    weights = [table.cumulative[0]] + [
-        b - a for a, b in zip(table.cumulative, table.cumulative[1:], strict=False)
-    ]
+    weights = compute_member_weights(table)
     chosen: list[str] = []
     for i in range(min(k, len(addresses))):
         total = sum(weights)

@@ -650,7 +650,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
                 shadow.transitions_by_participant[event.address] = (
                     shadow.transitions_by_participant.get(event.address, 0) + 1
                 )
-        excluded, fallback, panic = get_table_exclusions(lane.chain, shadow=True)
+        excluded, fallback, panic = get_table_exclusions(lane.chain)
         shadow.fallback_blocks += fallback
         shadow.panic_blocks += panic
         lane.excluded = excluded
@@ -882,7 +882,7 @@ def replay_as_recorded(
             )
             lane = _Lane(PolicyShadow(policy), chain)
             lanes.append(lane)
-            excluded, _, _ = get_table_exclusions(chain, shadow=True)
+            excluded, _, _ = get_table_exclusions(chain)
             lane.excluded = excluded
             lane.shadow.intervals.observe(header.first_height, excluded)
         state = None

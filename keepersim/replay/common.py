@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from keepersim.chain import Chain, StoreNotEmptyError, open_chain
 from keepersim.chain import StoreKind as StoreKind  # the replay modules import it from here
 from keepersim.keeper.policies import get_policy
-from keepersim.keeper.selection import get_candidates
+from keepersim.keeper.selection import get_candidates, get_kept_out
 from keepersim.progress import ProgressBar
 from keepersim.progress import make_progress as make_run_progress
 from keepersim.store.checkpoint import compute_fingerprint
@@ -201,10 +201,10 @@ def build_scheduled_msg(item: ParamsPart, chain: Chain, policy: str, shadow: boo
     return extension_msg if item.extension else chain_msg
 
 
-def get_table_exclusions(chain: Chain, shadow: bool) -> tuple[frozenset[str], bool, bool]:
+def get_table_exclusions(chain: Chain) -> tuple[frozenset[str], bool, bool]:
     """(kept out, fallback, panic) of the committed height's selection table for model "".
 
-    In shadow mode the table reports who the policy would keep out (``shadow_excluded``). When the
+    In shadow mode the table reports who the policy would keep out (``get_kept_out``). When the
     table cannot be built because the gate keeps everyone out and the policy allows no fallback,
     every candidate counts as kept out; an empty pool (e.g. nobody with a PoC slot during PoC)
     keeps nobody out.
@@ -218,8 +218,7 @@ def get_table_exclusions(chain: Chain, shadow: bool) -> tuple[frozenset[str], bo
         except KeepersimError:
             return frozenset(), False, False
         return frozenset(c.address for c in candidates), False, False
-    excluded = table.shadow_excluded if shadow else table.excluded
-    return frozenset(excluded), table.fallback, table.panic
+    return frozenset(get_kept_out(table)), table.fallback, table.panic
 
 
 class IntervalTracker:

@@ -339,7 +339,7 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
 
     def observe_table(self, height: int) -> None:
         """Exclusions of the committed table, for the requests of the next height."""
-        excluded, fallback, panic = get_table_exclusions(self.chain, shadow=False)
+        excluded, fallback, panic = get_table_exclusions(self.chain)
         self.fallback_blocks += fallback
         self.panic_blocks += panic
         self.excluded = excluded
@@ -486,7 +486,7 @@ def replay_what_if(
                 bad_lines=bad,
             )
             if state is None:
-                excluded, _, _ = get_table_exclusions(chain, shadow=False)
+                excluded, _, _ = get_table_exclusions(chain)
                 run.account_exclusions(header.first_height, excluded)
                 for record in prologue.extra:
                     assert isinstance(record, ParamsRecord | ParticipantsRecord)

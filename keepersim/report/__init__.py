@@ -1,10 +1,8 @@
-"""Comparisons of health policies: runs over seeds, aggregates, tables, plots.
+"""Reports of sets of runs, made from their run records (running them is :mod:`keepersim.runs`).
 
-* :mod:`keepersim.report.compare`: ``compare(scenarios, policies, seeds, out_dir, ...)``;
+* :mod:`keepersim.report.compare`: a comparison's pairing, aggregates, table and files;
+* :mod:`keepersim.report.sweep_summary`, :mod:`keepersim.report.sweep_plots`: a sweep's;
 * :mod:`keepersim.report.stats`: t-intervals, oracle efficiency;
 * :mod:`keepersim.report.tables`: aligned plain-text tables;
 * :mod:`keepersim.report.plots`: the PNG plots (matplotlib, Agg).
-
-(The function ``compare`` is deliberately not re-exported here: it would shadow the module
-``keepersim.report.compare``.)
 """

@@ -1,36 +1,22 @@
-"""Compare health policies on scenarios over several seeds, paired on the same request streams.
+"""The comparison report, made from the run records alone (:mod:`keepersim.runs.compare` runs
+them): the paired measures per run, the aggregates per scenario and policy, the table, and the
+files ``report.json``, ``runs.csv``, ``summary.csv``, ``table.txt`` and PNG plots.
 
-:func:`compare` runs every (scenario, policy, seed), always including the baselines ``none`` (no
-health filter) and ``oracle`` (admits exactly the truly healthy), then aggregates per scenario
-and policy, prints a table and writes ``report.json``, ``runs.csv``, ``summary.csv`` and PNG plots.
-
-Seeds: a built-in scenario name is rebuilt for each seed ``1..N``
-(``get_builtin_scenario(name, seed)``) and run with that seed, so both the fleet and the request
-stream vary; a scenario file (or a :class:`Scenario`) keeps its fleet and runs with seeds
-``scenario.seed + 0 .. scenario.seed + N - 1``. Every policy of one (scenario, seed) sees the same
-fleet and the same request stream, which is what makes ``oracle_efficiency`` a paired measure:
-``(misses_none - misses_policy) / (misses_none - misses_oracle)`` on the same seed (NaN, written
-as null, when the oracle avoids nothing).
+``oracle_efficiency`` is paired: ``(misses_none - misses_policy) / (misses_none - misses_oracle)``
+on the same (scenario, seed) (NaN, written as null, when the oracle avoids nothing).
 """
 
 from __future__ import annotations
 
-import csv
 import math
-import os
 import statistics
-import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from keepersim.outputs import (
-    check_output_folder,
-    get_atomic_path,
-    write_json_atomic,
-    write_text_atomic,
-)
+from keepersim.outputs import write_json_atomic, write_text_atomic
+from keepersim.report.csv_rows import compute_flat_row, format_csv
 from keepersim.report.inaction import compute_inaction_note
 from keepersim.report.stats import (
     compute_bootstrap_interval,
@@ -40,30 +26,15 @@ from keepersim.report.stats import (
     mean_or_none,
 )
 from keepersim.report.tables import format_baselines_line, format_summary_table
-from keepersim.runs.engines import execute_runs, get_default_jobs
-from keepersim.runs.sources import (
-    BASELINES,
-    CompareError,
-    ScenarioSource,
-    order_policies,
-    resolve_scenarios,
-)
-from keepersim.runs.task import RunTask, make_task
-from keepersim.sim.driver import (
-    StoreKind,
-    build_params,
-    compute_run_mechanisms,
-)
-from keepersim.sim.scenario import Scenario, ScenarioError
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 __all__ = [
-    "BASELINES",
     "REPORT_VERSION",
     "SPEC_RUN_KEYS",
-    "CompareError",
-    "compare",
-    "order_policies",
-    "resolve_scenarios",
+    "ComparedRuns",
+    "compute_compare_report",
+    "format_compare_table",
+    "write_compare_report",
 ]
 
 REPORT_VERSION = 1
@@ -81,6 +52,26 @@ SPEC_RUN_KEYS = (
     "app_hash",
 )
 _NESTED_RUN_KEYS = ("timeline", "participants")
+
+
+@dataclass(frozen=True)
+class ComparedRuns:
+    """What a comparison ran (:func:`keepersim.runs.compare.run_compare`): the report's input.
+
+    ``scenarios``: the labels; ``policies``: in table order, baselines included; ``records``: one
+    run record per (scenario, seed, policy); ``mechanisms``: what every run has besides its
+    policy (:func:`~keepersim.sim.driver.compute_run_mechanisms`); ``policy_params``: the params
+    each non-baseline policy ran with, by (label, policy), for the inaction notes."""
+
+    scenarios: list[str]
+    policies: list[str]
+    seeds: int
+    store: str
+    jobs: int
+    mechanisms: Mapping[str, str]
+    records: list[dict[str, Any]]
+    wall_seconds: float
+    policy_params: Mapping[tuple[str, str], ModuleParams]
 
 
 def _pooled(records: list[dict[str, Any]], key: str) -> list[int]:
@@ -166,16 +157,15 @@ def _aggregate(
 
 def _add_inaction(
     row: dict[str, Any],
-    src: ScenarioSource,
     mine: list[dict[str, Any]],
     scenario_records: list[dict[str, Any]],
-    reputation_weighting: bool,
+    params: ModuleParams | None,
 ) -> None:
-    """``acted`` and ``inaction`` (the reason in words, or None) of a summary row."""
+    """``acted`` and ``inaction`` (the reason in words, or None) of a summary row; ``params``:
+    the policy's (None for a baseline)."""
     policy = row["policy"]
     acted, note = policy != "none", None
-    if policy not in BASELINES:
-        params = build_params(src.get(0)[0], policy, reputation_weighting=reputation_weighting)
+    if params is not None:
         base = [r for r in scenario_records if r["policy"] == "none"]
         acted, note = compute_inaction_note(policy, mine, base, params)
     row["acted"] = acted
@@ -195,7 +185,7 @@ def _add_pairing(records: list[dict[str, Any]]) -> None:
     base: dict[tuple[str, int, str], int] = {
         (r["scenario"], r["seed"], r["policy"]): r["misses"]
         for r in records
-        if r["policy"] in BASELINES
+        if r["policy"] in ("none", "oracle")
     }
     for r in records:
         m_none = base[(r["scenario"], r["seed"], "none")]
@@ -214,124 +204,58 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _flatten(record: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in record.items():
-        if key in _NESTED_RUN_KEYS:
-            continue
-        if isinstance(value, dict):
-            for k, v in value.items():
-                out[f"{key}_{k}"] = v
-        elif isinstance(value, list):
-            out[key] = " ".join(str(v) for v in value)
-        else:
-            out[key] = value
-    return out
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    columns: list[str] = []
-    for row in rows:
-        for key in row:
-            if key not in columns:
-                columns.append(key)
-    with get_atomic_path(path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-
-
-def compare(
-    scenarios: Sequence[Scenario | str | os.PathLike[str]],
-    policies: Sequence[str],
-    seeds: int = 3,
-    out_dir: str | os.PathLike[str] | None = None,
-    *,
-    store: StoreKind = "leveldb",
-    progress: bool = True,
-    jobs: int | None = None,
-    plots: bool = True,
-    stream: IO[str] | None = None,
-    reputation_weighting: bool = False,
-) -> dict[str, Any]:
-    """Run and compare; return the report (the content of ``report.json``).
-
-    ``scenarios``: built-in names, scenario files or :class:`Scenario` objects. ``policies``: the
-    policies to compare (``none`` and ``oracle`` are always added). ``out_dir``: where the files
-    go (None: nothing is written). ``jobs``: worker processes (default
-    :func:`get_default_jobs`; 1 runs in this process). The table goes to ``stream`` (default
-    stdout; pass ``io.StringIO()`` to silence it). ``reputation_weighting``: every run, baselines
-    included, selects by weight x reputation (the fork's PR #8) instead of by weight alone; the
-    report's ``config`` states the selection rule and SPRT's use
-    (:func:`~keepersim.sim.driver.compute_run_mechanisms`), the table's first line says it in words.
-    """
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise CompareError(f"seeds must be an integer >= 1, got {seeds!r}")
-    jobs = get_default_jobs() if jobs is None else jobs
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise CompareError(f"jobs must be an integer >= 1, got {jobs!r}")
-    if not scenarios:
-        raise CompareError("no scenario given")
-    folder = None if out_dir is None else check_output_folder(out_dir, "out_dir")
-    ordered = order_policies(policies)
-    try:
-        sources = resolve_scenarios(scenarios)
-    except ScenarioError as exc:
-        raise CompareError(str(exc)) from exc
-    override = {"extension_params.reputation_weighting": True} if reputation_weighting else {}
-    tasks: list[RunTask] = []
-    for src in sources:
-        for i in range(seeds):
-            scenario, seed = src.get(i)
-            for policy in ordered:
-                tasks.append(
-                    make_task(scenario, policy, seed, label=src.label, params=override, store=store)
-                )
-    mechanisms = compute_run_mechanisms(
-        sources[0].get(0)[0], reputation_weighting=reputation_weighting
-    )
-    started = time.perf_counter()
-    records = execute_runs(tasks, jobs, progress)
-    wall = time.perf_counter() - started
+def compute_compare_report(runs: ComparedRuns) -> dict[str, Any]:
+    """The report (the content of ``report.json``, without ``plots``): the records with their
+    paired measures and intervals, a summary row per scenario and policy, the config."""
+    records = runs.records
     _add_pairing(records)
     _add_run_intervals(records)
     summary: list[dict[str, Any]] = []
-    for src in sources:
-        for policy in ordered:
-            mine = [r for r in records if r["scenario"] == src.label and r["policy"] == policy]
+    for label in runs.scenarios:
+        for policy in runs.policies:
+            mine = [r for r in records if r["scenario"] == label and r["policy"] == policy]
             efficiencies = [float(r["oracle_efficiency"]) for r in mine]
-            row = _aggregate(src.label, policy, mine, efficiencies)
-            scenario_records = [r for r in records if r["scenario"] == src.label]
-            _add_inaction(row, src, mine, scenario_records, reputation_weighting)
+            row = _aggregate(label, policy, mine, efficiencies)
+            scenario_records = [r for r in records if r["scenario"] == label]
+            params = runs.policy_params.get((label, policy))
+            _add_inaction(row, mine, scenario_records, params)
             summary.append(row)
     report: dict[str, Any] = {
         "version": REPORT_VERSION,
         "config": {
-            "scenarios": [s.label for s in sources],
-            "policies": ordered,
-            "seeds": seeds,
-            "store": store,
-            "jobs": jobs,
-            **mechanisms,
-            "baselines": format_baselines_line(mechanisms),
+            "scenarios": list(runs.scenarios),
+            "policies": list(runs.policies),
+            "seeds": runs.seeds,
+            "store": runs.store,
+            "jobs": runs.jobs,
+            **runs.mechanisms,
+            "baselines": format_baselines_line(runs.mechanisms),
         },
-        "wall_seconds": wall,
+        "wall_seconds": runs.wall_seconds,
         "summary": summary,
         "runs": records,
     }
-    report = _json_safe(report)
-    table = format_summary_table(report["summary"], report["config"])
-    out = sys.stdout if stream is None else stream
-    out.write(table + "\n")
-    if folder is not None:
-        write_json_atomic(folder / "report.json", report)
-        _write_csv(folder / "runs.csv", [_flatten(r) for r in report["runs"]])
-        _write_csv(folder / "summary.csv", [_flatten(r) for r in report["summary"]])
-        write_text_atomic(folder / "table.txt", table + "\n")
-        if plots:
-            from keepersim.report.plots import write_plots
+    safe: dict[str, Any] = _json_safe(report)
+    return safe
 
-            report["plots"] = [p.name for p in write_plots(report, folder)]
-            write_json_atomic(folder / "report.json", report)
-    return report
+
+def format_compare_table(report: Mapping[str, Any]) -> str:
+    """The summary table (``table.txt``, what ``keepersim compare`` prints), no final newline."""
+    return format_summary_table(report["summary"], report["config"])
+
+
+def write_compare_report(
+    report: dict[str, Any], table: str, folder: Path, *, plots: bool = True
+) -> None:
+    """Write ``report.json``, ``runs.csv``, ``summary.csv``, ``table.txt`` (``table``) into
+    ``folder`` and, with ``plots``, the PNG plots (their names go to ``report["plots"]``)."""
+    write_json_atomic(folder / "report.json", report)
+    for name in ("runs", "summary"):
+        rows = [compute_flat_row(r, _NESTED_RUN_KEYS) for r in report[name]]
+        write_text_atomic(folder / f"{name}.csv", format_csv(rows), newline="")
+    write_text_atomic(folder / "table.txt", table + "\n")
+    if plots:
+        from keepersim.report.plots import write_plots
+
+        report["plots"] = [p.name for p in write_plots(report, folder)]
+        write_json_atomic(folder / "report.json", report)

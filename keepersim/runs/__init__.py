@@ -4,6 +4,8 @@
 * :mod:`keepersim.runs.engines`: :func:`run_tasks` on the ``process`` or ``ray`` engine, one
   retry per failed task, streaming outcomes; :func:`execute_runs` for callers needing every run;
 * :mod:`keepersim.runs.sources`: scenario sources and seeds, the policy order with baselines;
+* :mod:`keepersim.runs.compare`: ``keepersim compare`` (:func:`run_compare` runs, the report
+  comes from :mod:`keepersim.report.compare`);
 * :mod:`keepersim.runs.spec`, :mod:`keepersim.runs.plan`, :mod:`keepersim.runs.results`,
   :mod:`keepersim.runs.sweep`: ``keepersim sweep`` (spec, tasks, streamed runs.csv, the sweep).
 """

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from keepersim.outputs import get_atomic_path
+from keepersim.report.csv_rows import compute_flat_row
 from keepersim.runs.engines import TaskOutcome
 from keepersim.runs.plan import PlannedTask, TaskKey
 
@@ -49,21 +50,6 @@ _NOT_METRICS = frozenset(
         "bucket_blocks",
     }
 )
-
-
-def _flatten_metrics(record: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in record.items():
-        if key in _NOT_METRICS:
-            continue
-        if isinstance(value, dict):
-            for k, v in value.items():
-                out[f"{key}_{k}"] = v
-        elif isinstance(value, list):
-            out[key] = " ".join(str(v) for v in value)
-        else:
-            out[key] = value
-    return out
 
 
 def compute_row_key(row: dict[str, str], paths: Sequence[str]) -> TaskKey:
@@ -150,7 +136,7 @@ class RunsLog:
                 self._waiting.append(row)
                 return
         else:
-            row.update(_flatten_metrics(outcome.record))
+            row.update(compute_flat_row(outcome.record, _NOT_METRICS))
             row["wall_seconds"] = outcome.record.get("wall_seconds")
             row["app_hash"] = outcome.record.get("app_hash")
         columns = list(row) if outcome.ok else self._base_columns()

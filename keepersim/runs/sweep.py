@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from keepersim.outputs import check_output_folder, write_json_atomic, write_text_atomic
+from keepersim.report.csv_rows import format_csv
 from keepersim.report.sweep_summary import compute_sweep_summary, format_sweep_table
 from keepersim.runs.engines import EngineName, TaskOutcome, run_tasks
 from keepersim.runs.plan import PlannedTask, format_cell, plan_tasks
@@ -88,23 +89,6 @@ def _check_folder(folder: Path, fingerprint: str, resume: bool, shown: str) -> N
         )
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    import csv
-
-    from keepersim.outputs import get_atomic_path
-
-    columns: list[str] = []
-    for row in rows:
-        for key in row:
-            if key not in columns:
-                columns.append(key)
-    with get_atomic_path(path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-
-
 def _sort_summary(summary: list[dict[str, Any]], spec: SweepSpec) -> list[dict[str, Any]]:
     """Spec order: scenario, policy (baselines first and last), then each path's values (a
     baseline's shared empty cell first)."""
@@ -170,7 +154,7 @@ def run_sweep(
     wall = time.perf_counter() - started
     header, rows = read_runs(folder / RUNS_FILE)
     summary = _sort_summary(compute_sweep_summary(header, rows, paths), spec)
-    _write_csv(folder / SUMMARY_FILE, summary)
+    write_text_atomic(folder / SUMMARY_FILE, format_csv(summary), newline="")
     table = format_sweep_table(summary, paths)
     write_text_atomic(folder / "table.txt", table + "\n")
     written: list[str] = []

@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from keepersim.keeper.selection import SelectionTable
+from keepersim.keeper.selection import SelectionTable, compute_member_weights
 from keepersim.server.metrics import CONTENT_TYPE
 from keepersim.server.query_params import parse_model, parse_uint
 from keepersim.server.responses import Answer, ApiError, compute_height_headers
@@ -88,11 +88,7 @@ def get_declines(state: ServerState, epoch_index: str) -> Answer:
 
 def table_to_json(table: SelectionTable) -> dict[str, Any]:
     """The selection table: excluded, fallback, panic and each member's weight."""
-    weights: dict[str, int] = {}
-    previous = 0
-    for address, cumulative in zip(table.addresses, table.cumulative, strict=True):
-        weights[address] = cumulative - previous
-        previous = cumulative
+    weights = dict(zip(table.addresses, compute_member_weights(table), strict=True))
     return {
         "height": table.height,
         "model": table.model,

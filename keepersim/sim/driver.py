@@ -105,7 +105,7 @@ from keepersim.chain import (
 )
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import BUILTIN_POLICIES, PolicyFactory
-from keepersim.keeper.selection import SelectionTable, get_selection_rule
+from keepersim.keeper.selection import SelectionTable, get_kept_out, get_selection_rule
 from keepersim.module.genesis import compute_genesis
 from keepersim.sim.metrics import (
     DECLINED,
@@ -884,8 +884,7 @@ class _Run:
             if isinstance(table, str):
                 kept.update(self.model_members[model])
             else:
-                kept.update(table.excluded)
-                kept.update(table.shadow_excluded)
+                kept.update(get_kept_out(table))
         self._last_tables = tuple(tables)
         self._last_inactive = inactive
         self._kept = frozenset(kept)

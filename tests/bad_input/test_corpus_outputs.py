@@ -32,11 +32,11 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any run, compare, replay or export fails the test: the check must come first."""
     import keepersim.export.exporter
     import keepersim.replay.as_recorded
-    import keepersim.report.compare
+    import keepersim.runs.compare
     import keepersim.sim.driver
 
     monkeypatch.setattr(keepersim.sim.driver, "run_scenario", _no_work)
-    monkeypatch.setattr(keepersim.report.compare, "compare", _no_work)
+    monkeypatch.setattr(keepersim.runs.compare, "compare", _no_work)
     monkeypatch.setattr(keepersim.replay.as_recorded, "replay_as_recorded", _no_work)
     monkeypatch.setattr(keepersim.export.exporter, "export_trace", _no_work)
 

@@ -198,3 +198,39 @@ def test_the_extras_are_pyprojects() -> None:
         assert names == set(modules.values()), extra
     core = {r.split(">")[0].split("=")[0].split("<")[0].strip() for r in project["dependencies"]}
     assert not core & {d for modules in EXTRAS.values() for d in modules.values()}
+
+
+REPORT = "keepersim.report"
+#: What ``keepersim.report`` may not import: it formats run records, it does not run them.
+RUNNERS = ("keepersim.sim.driver", "keepersim.runs.engines", "keepersim.chain")
+
+
+def find_report_imports_of_runners(sources: Mapping[str, str]) -> list[str]:
+    """Modules of keepersim.report that import a runner (``from p import m`` counts p.m)."""
+    found: list[str] = []
+    for module, source in sources.items():
+        if not is_in(module, REPORT):
+            continue
+        for line, target, names in iter_imports(module, source):
+            imported = [target, *(f"{target}.{name}" for name in names)]
+            runners = [r for r in RUNNERS if any(is_in(m, r) for m in imported)]
+            found.extend(f"{module}:{line}: imports {runner}" for runner in runners)
+    return found
+
+
+def test_report_only_formats(sources: dict[str, str]) -> None:
+    assert find_report_imports_of_runners(sources) == []
+
+
+def test_the_report_rule_finds_what_it_looks_for() -> None:
+    made_up = {
+        "keepersim.report.a": "def f():\n    from keepersim.runs.engines import execute_runs\n",
+        "keepersim.report.b": "from keepersim.sim import driver\nimport keepersim.chain\n",
+        "keepersim.report.c": "from keepersim.report.stats import mean_or_none\n",
+        "keepersim.runs.d": "from keepersim.sim.driver import run_scenario\n",
+    }
+    assert find_report_imports_of_runners(made_up) == [
+        "keepersim.report.a:2: imports keepersim.runs.engines",
+        "keepersim.report.b:1: imports keepersim.sim.driver",
+        "keepersim.report.b:2: imports keepersim.chain",
+    ]

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 from core_helpers import MODEL, Driver
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keepersim.chain import Chain
-from keepersim.keeper.selection import compute_draw, compute_selection_seed
+from keepersim.keeper.selection import compute_draw, compute_member_weights, compute_selection_seed
 from keepersim.types.errors import NoExecutorsError, UnknownModelError
 from keepersim.types.messages import Epoch, EpochGroupData, MLNodeInfo, ValidationWeight
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
@@ -122,6 +124,7 @@ def test_selection_frequencies_follow_adjusted_weights(weighted_chain: Chain) ->
 def test_draw_is_first_cumulative_above_r(weighted_chain: Chain) -> None:
     table = weighted_chain.get_selection_table(MODEL)
     assert table.cumulative == (1000, 1500, 2020, 2027, 2327)
+    assert compute_member_weights(table) == [adjusted for _, _, adjusted in MEMBERS.values()]
     expected = {
         0: "a",
         999: "a",
@@ -364,3 +367,47 @@ def test_incremental_table_equals_reference(monkeypatch: pytest.MonkeyPatch) -> 
                 step,
             )
     assert 0 < calls["fast"] < calls["tables"], calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10_000), st.booleans(), st.integers(0, 3), st.integers(0, 2)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(1, 100),
+    st.booleans(),
+)
+def test_kept_out_and_member_weights_read_the_table(
+    rows: list[tuple[int, bool, int, int]], cap_pct: int, shadow: bool
+) -> None:
+    """get_kept_out is whom the table leaves out (or in shadow would); compute_member_weights
+    gives back the weights whose running sums are the table's."""
+    from itertools import accumulate
+
+    from keepersim.keeper.policies.base import Health
+    from keepersim.keeper.selection import (
+        Candidate,
+        PipelineRules,
+        compute_member_weights,
+        compute_selection_table,
+        get_kept_out,
+    )
+
+    candidates = [Candidate(f"p{i}", w) for i, (w, _, _, _) in enumerate(rows)]
+    healths = [Health(ok, factor_num=num, factor_den=2, severity=sev) for _, ok, sev, num in rows]
+    rules = PipelineRules(cap_pct=cap_pct, panic_pct=0, fallback_allowed=True, shadow=shadow)
+    try:
+        table = compute_selection_table(candidates, healths, height=1, model="m", rules=rules)
+    except NoExecutorsError:
+        return  # every admitted weight 0
+    kept = get_kept_out(table)
+    assert set(kept) == set(table.excluded) | set(table.shadow_excluded)
+    assert kept == (table.shadow_excluded if shadow else table.excluded)
+    if not shadow:  # the kept out are not drawn
+        assert not set(kept) & set(table.addresses)
+    weights = compute_member_weights(table)
+    assert len(weights) == len(table.addresses) and all(w > 0 for w in weights)
+    assert tuple(accumulate(weights)) == table.cumulative
+    assert sum(weights) == table.total
