@@ -157,10 +157,9 @@ ROWS: list[tuple[str, Callable[[ModuleParams], None]]] = [
     (W + "ramp_start_pct", setter(W + "ramp_start_pct", 101)),
     (W + "saturation_pct", setter(W + "saturation_pct", 101)),
     (W + "readmit_successes", setter(W + "readmit_successes", 33)),  # > window (32)
-    (W + "short_window", setter(W + "short_window", 32)),  # not below window (32)
-    (W + "short_window", setter(W + "short_window", 3)),  # below min_samples (4)
+    (W + "short_window", setter(W + "short_window", 65)),  # beyond the 64-outcome ring
     (W + "incident_blocks", setter(W + "incident_blocks", -1)),
-    (W + "recovered_max_cooldown_blocks", setter(W + "recovered_max_cooldown_blocks", 1601)),
+    (W + "recovered_max_cooldown_blocks", setter(W + "recovered_max_cooldown_blocks", -1)),
     # Neither half may be missing (no message can carry that: each handler rejects it first).
     ("params", clearer("params")),
     ("extension_params", clearer("extension_params")),

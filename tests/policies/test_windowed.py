@@ -27,7 +27,8 @@ EXPIRY = 20
 
 def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> ModuleParams:
     """Windowed params with the pipeline's cap and panic off, no jitter and no overdue evidence
-    (tests opt in): misses count when they expire."""
+    (tests opt in): misses count when they expire. Issue 16's rules are off too and two probes
+    may fly (tests/policies/test_windowed_recovery.py turns each rule on)."""
     params = make_params("windowed", expiration_blocks=expiration_blocks)
     w = params.extension_params.health_params.windowed
     w.jitter_pct = 0
@@ -36,6 +37,12 @@ def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> ModuleP
     w.max_excluded_weight_pct = 100
     w.panic_healthy_weight_pct = 0
     w.overdue_min_blocks = 1000
+    w.max_probes = 2
+    w.readmit_successes = 0
+    w.short_window = 0
+    w.incident_blocks = 0
+    w.strikes_until_proven = False
+    w.recovered_max_cooldown_blocks = 0
     for key, value in changes.items():
         setattr(w, key, value)
     return params

@@ -255,9 +255,10 @@ def compute_jitter_pct(address: str, exclusions: int, jitter_pct: int) -> int:
 
 
 def get_max_cooldown(recoveries: int, params: WindowedParams) -> int:
-    """The cooldown's cap: shorter for a participant that has proven a recovery before."""
+    """The cooldown's cap: shorter for a participant that has proven a recovery before (never
+    above max_cooldown_blocks)."""
     if recoveries > 0 and params.recovered_max_cooldown_blocks > 0:
-        return params.recovered_max_cooldown_blocks
+        return min(params.recovered_max_cooldown_blocks, params.max_cooldown_blocks)
     return params.max_cooldown_blocks
 
 

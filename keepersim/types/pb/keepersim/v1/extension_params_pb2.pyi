@@ -299,7 +299,8 @@ class WindowedParams(_message.Message):
     """
     short_window: _builtins.int
     """Two time scales: the gate also judges the newest short_window outcomes (0: off), so a
-    burst of misses after a long clean record is seen before it is diluted in the window.
+    burst of misses after a long clean record is seen before it is diluted in the window
+    (at most 64, the ring; at or above window, or below min_samples, it adds nothing).
     """
     incident_blocks: _builtins.int
     """Shared incidents: when a participant back from an exclusion shows 16 clean outcomes in a
@@ -314,7 +315,7 @@ class WindowedParams(_message.Message):
     """
     recovered_max_cooldown_blocks: _builtins.int
     """A participant that has proven a recovery before (it flaps, it is not persistently bad)
-    waits at most this long between probes; 0: max_cooldown_blocks for everyone.
+    waits at most this long between probes (never above max_cooldown_blocks); 0: off.
     """
     def __init__(
         self,
