@@ -8,6 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from policy_helpers import Net, NetFactory, make_policy_genesis, to_names
@@ -426,3 +427,30 @@ def test_the_property_driver_reaches_the_rules() -> None:
         assert get_entry(Net(chain), "p0").recoveries == 1
     assert ("p0", "probe", "healthy") in [t[:3] for t in transitions]
     assert ("p1", "excluded", "probe", "incident over: p0 recovered") in transitions
+
+
+# --- a recovery proven only when re-admitted by the 16th probe outcome ---------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug (reported): is_recovery_proven asks for exactly RECOVERY_EVIDENCE outcomes "
+    "since probing began while healthy, so a participant re-admitted after more probe "
+    "successes than that never proves a recovery",
+)
+@pytest.mark.parametrize(
+    ("misses", "readmit_successes"), [(6, 0), (4, 20)], ids=["whole-window", "readmit-20"]
+)
+def test_a_late_readmission_still_proves_the_recovery(
+    make_net: NetFactory, misses: int, readmit_successes: int
+) -> None:
+    """6 misses of 6 need 27 probe successes to pass the whole window (5 of 32), and
+    readmit_successes 20 needs 20: either way the participant has shown well over
+    RECOVERY_EVIDENCE clean outcomes since probing began, and goes on succeeding."""
+    net = make_rule_net(make_net, readmit_successes=readmit_successes)
+    exclude(net, "a", successes=0, misses=misses)
+    reach_probe(net, "a")
+    assert readmit(net, "a") > RECOVERY_EVIDENCE
+    for _ in range(RECOVERY_EVIDENCE):
+        net.succeed("a")
+    assert get_entry(net, "a").recoveries == 1
