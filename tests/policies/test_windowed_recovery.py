@@ -91,9 +91,9 @@ def test_readmit_successes_readmits_on_the_probe_evidence(make_net: NetFactory) 
     assert probed[0] == ["probe", "probe", "probe"]
 
 
-def test_readmit_successes_still_needs_a_passing_probe_window(make_net: NetFactory) -> None:
-    """The fresh evidence must pass the gate too: a probe miss sends it back out, and the
-    next probing counts from its own start (process_promote resets probe_from_seq)."""
+def test_readmit_successes_counts_from_the_latest_probing(make_net: NetFactory) -> None:
+    """Probe successes before a failed probe do not count: the next probing counts from its
+    own start (process_promote resets probe_from_seq)."""
     net = make_rule_net(make_net, readmit_successes=3, initial_cooldown_blocks=10)
     exclude(net, "a", successes=0, misses=4)
     reach_probe(net, "a")
@@ -124,7 +124,7 @@ def test_short_window_excludes_a_burst_after_a_clean_record(make_net: NetFactory
         assert view["state"] == expected, short_window
 
 
-def test_short_window_does_not_exclude_a_clean_burst_window(make_net: NetFactory) -> None:
+def test_short_window_passes_misses_spread_out(make_net: NetFactory) -> None:
     """The same 4 misses spread out (one every 8 outcomes): no short window fails."""
     net = make_rule_net(make_net, short_window=8)
     for _ in range(4):
