@@ -429,15 +429,9 @@ def test_the_property_driver_reaches_the_rules() -> None:
     assert ("p1", "excluded", "probe", "incident over: p0 recovered") in transitions
 
 
-# --- a recovery proven only when re-admitted by the 16th probe outcome ---------------------
+# --- a recovery proven however late the re-admission came (found by this file) -------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (reported): is_recovery_proven asks for exactly RECOVERY_EVIDENCE outcomes "
-    "since probing began while healthy, so a participant re-admitted after more probe "
-    "successes than that never proves a recovery",
-)
 @pytest.mark.parametrize(
     ("misses", "readmit_successes"), [(6, 0), (4, 20)], ids=["whole-window", "readmit-20"]
 )

@@ -229,10 +229,12 @@ def is_gate_failing(entry: WindowedEntry, params: WindowedParams) -> bool:
 
 
 def is_recovery_proven(entry: WindowedEntry) -> bool:
-    """Back from an exclusion with exactly RECOVERY_EVIDENCE outcomes since probing began, all
-    successes: true once per episode, and rarely for a node still bad (a 30%-miss node shows
-    16 clean outcomes in a row 0.3% of the time, a 1% node 85%)."""
-    if entry.exclusions == 0 or entry.outcome_seq - entry.probe_from_seq != RECOVERY_EVIDENCE:
+    """Back in after an exclusion, with its newest RECOVERY_EVIDENCE outcomes since probing began
+    all successes, and not proven yet for this probing: rare for a node still bad (a 30%-miss
+    node shows 16 clean outcomes in a row 0.3% of the time, a 1% node 85%)."""
+    if entry.exclusions == 0 or entry.proven_for_seq == entry.probe_from_seq + 1:
+        return False
+    if entry.outcome_seq - entry.probe_from_seq < RECOVERY_EVIDENCE:
         return False
     return entry.failure_bits & ((1 << RECOVERY_EVIDENCE) - 1) == 0
 
@@ -553,6 +555,7 @@ class WindowedBreaker(HealthPolicy):
         strikes_until_proven its episode closes (the next exclusion starts from no strikes)."""
         params = ctx.params.health_params.windowed
         entry.recoveries += 1
+        entry.proven_for_seq = entry.probe_from_seq + 1
         if params.incident_blocks > 0:
             self.process_incident_over(ctx, entry)
         if params.strikes_until_proven:

@@ -359,6 +359,7 @@ class WindowedEntry(_message.Message):
     EPISODE_STARTED_AT_FIELD_NUMBER: _builtins.int
     EXCLUDED_FIELD_NUMBER: _builtins.int
     RECOVERIES_FIELD_NUMBER: _builtins.int
+    PROVEN_FOR_SEQ_FIELD_NUMBER: _builtins.int
     address: _builtins.str
     state: Global___WindowedState.ValueType
     failure_bits: _builtins.int
@@ -394,6 +395,8 @@ class WindowedEntry(_message.Message):
     """Height of the first exclusion of the current episode (strikes counted from it)."""
     recoveries: _builtins.int
     """Recoveries proven (16 clean outcomes after probing began)."""
+    proven_for_seq: _builtins.int
+    """probe_from_seq + 1 of the probing whose recovery was proven (one proof per episode)."""
     @_builtins.property
     def recent_latencies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Latencies (blocks) of the newest successes, oldest first. A participant's pair with
@@ -444,10 +447,11 @@ class WindowedEntry(_message.Message):
         episode_started_at: _builtins.int = ...,
         excluded: _abc.Iterable[_builtins.str] | None = ...,
         recoveries: _builtins.int = ...,
+        proven_for_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bits", b"capacity_bits", "capacity_misses", b"capacity_misses", "capacity_seq", b"capacity_seq", "cooldown_blocks", b"cooldown_blocks", "episode_started_at", b"episode_started_at", "excluded", b"excluded", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "probe_from_seq", b"probe_from_seq", "probing", b"probing", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "recoveries", b"recoveries", "served_concurrency", b"served_concurrency", "state", b"state", "strikes", b"strikes", "success_finishes", b"success_finishes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bits", b"capacity_bits", "capacity_misses", b"capacity_misses", "capacity_seq", b"capacity_seq", "cooldown_blocks", b"cooldown_blocks", "episode_started_at", b"episode_started_at", "excluded", b"excluded", "excluded_at_block", b"excluded_at_block", "exclusions", b"exclusions", "failure_bits", b"failure_bits", "open", b"open", "outcome_seq", b"outcome_seq", "overdue_flags", b"overdue_flags", "overdue_undone", b"overdue_undone", "probe_at_block", b"probe_at_block", "probe_from_seq", b"probe_from_seq", "probing", b"probing", "proven_for_seq", b"proven_for_seq", "readmitted_at_block", b"readmitted_at_block", "recent_latencies", b"recent_latencies", "recoveries", b"recoveries", "served_concurrency", b"served_concurrency", "state", b"state", "strikes", b"strikes", "success_finishes", b"success_finishes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
