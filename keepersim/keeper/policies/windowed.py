@@ -20,19 +20,31 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
 - Confidence gate instead of a bare threshold: exclude when n >= min_samples, m/n > p0 and the
   one-sided z-score (m/n - p0) / sqrt(p0 (1 - p0) / n) exceeds z, p0 = baseline_miss_pct / 100.
   In integers: (100 m - b n)^2 * 10^6 > z_milli^2 * n * b * (100 - b). One miss in four is not
-  enough; 30% misses over 32 outcomes is, 5% is not.
-- Cooldown initial * 2^strikes (capped), strikes = consecutive failed probes or re-exclusions
-  within the probation after a re-admission, with a jitter of +-jitter_pct derived from
+  enough; 30% misses over 32 outcomes is, 5% is not. With ``short_window`` the gate also judges
+  the newest short_window outcomes, so a burst after a long clean record (a shared outage) is
+  not diluted in the window.
+- Cooldown initial * 2^strikes (capped), with a jitter of +-jitter_pct derived from
   sha256(address, exclusion count): bounded, deterministic, and different per participant.
+  Strikes = failed probes and re-exclusions of the episode: with ``strikes_until_proven`` an
+  episode lasts until a recovery is proven (below), else until the probation after a
+  re-admission passes. A participant that has proven a recovery before flaps rather than
+  stays bad: its cap is ``recovered_max_cooldown_blocks``.
+- A recovery is proven when a participant back in after an exclusion shows RECOVERY_EVIDENCE
+  (16) clean outcomes in a row since its probing began (a 30%-miss node does so 0.3% of the
+  time). With ``incident_blocks`` the proof ends the incident: everyone excluded whose episode
+  began within incident_blocks of its own is probed at once (mass degradations and shared
+  outages end for many together; one still bad fails its probe as usual).
 - Probing: after the cooldown the participant is admitted with at most ``max_probes`` of its
   inferences in flight (counted from process_start; any result frees a slot, a decline too).
   A probe that misses or turns overdue sends it back with a longer cooldown. When overdue
   evidence behind an exclusion is withdrawn (the inferences finished late) and the window passes
   again, probing starts at once: a false alarm costs no cooldown. A probe success
-  re-admits only if the window (probe included) passes the gate; otherwise probing simply goes
-  on, so a recovered node earns its way back at its own traffic rate (each success pushes an old
-  miss out), while a bad one meets its next miss within a few probes. The probe cap holds per
-  committed height: requests of one block all see the same table.
+  re-admits once the evidence passes the gate: with ``readmit_successes`` the outcomes since
+  probing began (at least that many), else the whole window (probe included). Otherwise
+  probing simply goes on, while a bad node meets its next miss within a few probes; the
+  exclusion gate still reads the whole window, so a node let back by luck goes out again on
+  its next miss. The probe cap holds per committed height: requests of one block all see the
+  same table.
 - Slow start: after re-admission the weight factor ramps from ramp_start_pct to 100% in 10 steps
   over ramp_blocks (valid_until marks each step, so the chain's memo keeps its hits).
 - The pipeline caps the excluded share of candidate weight (max_excluded_weight_pct; the most
@@ -777,5 +789,10 @@ class WindowedBreaker(HealthPolicy):
             "capacity_misses": entry.capacity_misses,
             "fleet_saturated": is_fleet_saturated(fleet_entry, params),
             "overdue_undone": entry.overdue_undone,
+            "recoveries": entry.recoveries,
+            "episode_started_at": entry.episode_started_at,
+            "probe_outcomes": max(0, entry.outcome_seq - entry.probe_from_seq)
+            if entry.exclusions
+            else 0,
             "recent_latencies": list(get_own_latencies(entry)),
         }
