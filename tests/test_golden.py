@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN_FILE = ROOT / "tests" / "golden" / "builtin-seed1.json"
 # The cheapest built-ins (sparse: 0.3 requests per block), under three policy families.
-CHEAP_RUNS = [("sparse", "none"), ("sparse", "gonka"), ("sparse", "sprt")]
+CHEAP_RUNS = [("sparse", "none"), ("sparse", "gonka"), ("sparse", "sprt"), ("sparse", "windowed")]
 
 
 def _load_script() -> ModuleType:
