@@ -26,16 +26,16 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-POLICIES = (
-    "none",
-    "gonka",
-    "consecutive",
-    "trin-additive",
-    "trin-multiplicative",
-    "sprt",
-    "windowed",
-    "oracle",
-)
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # this checkout's keepersim, whatever PYTHONPATH says
+    sys.path.insert(0, str(ROOT))
+
+from keepersim.types.policies import POLICY_NAMES  # noqa: E402
+
+#: The table's columns: no policy, the chain's policies in registry order, the oracle.
+POLICIES = ("none", *(p for p in POLICY_NAMES if p != "none"), "oracle")
+#: What a row must carry (a keepersim sweep's runs.csv has them all).
+REQUIRED_COLUMNS = ("scenario", "policy", "seed", "misses", "miss_rate")
 CAPACITY_MISS_SCENARIOS = ("overload",)  # overflow is a miss (overload_pushback declines)
 FE_LIMIT = 0.01
 EFFICIENCY_FLOOR = 0.85
@@ -46,7 +46,11 @@ def read_rows(
 ) -> dict[tuple[str, str], dict[int, dict[str, str]]]:
     """(scenario, policy) -> seed -> row; windowed only at ``cell`` (path, value)."""
     with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(f"{path}: not a sweep's runs.csv (no column {', '.join(missing)})")
+        rows = list(reader)
     out: dict[tuple[str, str], dict[int, dict[str, str]]] = defaultdict(dict)
     for row in rows:
         if row.get("status") not in (None, "ok"):
@@ -77,7 +81,11 @@ def main() -> int:
     if not args.runs.is_file():
         print(f"{args.runs}: no such file", file=sys.stderr)
         return 2
-    data = read_rows(args.runs, cell)
+    try:
+        data = read_rows(args.runs, cell)
+    except (ValueError, csv.Error) as exc:
+        print(exc, file=sys.stderr)
+        return 2
     scenarios = list(dict.fromkeys(s for s, _ in data))
     lines = [
         "| scenario | "
