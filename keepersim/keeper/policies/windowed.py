@@ -221,14 +221,18 @@ def is_window_failing(misses: int, samples: int, params: WindowedParams) -> bool
     return excess * excess * 1_000_000 > z * z * samples * b * (100 - b)
 
 
+def count_probe_outcomes(entry: WindowedEntry) -> int:
+    """Outcomes recorded since the current (or last) probing began."""
+    return max(0, entry.outcome_seq - entry.probe_from_seq)
+
+
 def compute_readmission_window(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
     """The evidence a probe success is judged on: with ``readmit_successes`` set, only the
     outcomes since probing began (a recovered node need not outlive its old misses, which the
     exclusion gate still reads); else the whole window."""
     if params.readmit_successes == 0:
         return compute_window(entry, params.window)
-    fresh = max(0, entry.outcome_seq - entry.probe_from_seq)
-    return compute_window(entry, min(params.window, fresh))
+    return compute_window(entry, min(params.window, count_probe_outcomes(entry)))
 
 
 def is_gate_failing(entry: WindowedEntry, params: WindowedParams) -> bool:
@@ -246,7 +250,7 @@ def is_recovery_proven(entry: WindowedEntry) -> bool:
     node shows 16 clean outcomes in a row 0.3% of the time, a 1% node 85%)."""
     if entry.exclusions == 0 or entry.proven_for_seq == entry.probe_from_seq + 1:
         return False
-    if entry.outcome_seq - entry.probe_from_seq < RECOVERY_EVIDENCE:
+    if count_probe_outcomes(entry) < RECOVERY_EVIDENCE:
         return False
     return entry.failure_bits & ((1 << RECOVERY_EVIDENCE) - 1) == 0
 
@@ -791,8 +795,6 @@ class WindowedBreaker(HealthPolicy):
             "overdue_undone": entry.overdue_undone,
             "recoveries": entry.recoveries,
             "episode_started_at": entry.episode_started_at,
-            "probe_outcomes": max(0, entry.outcome_seq - entry.probe_from_seq)
-            if entry.exclusions
-            else 0,
+            "probe_outcomes": count_probe_outcomes(entry) if entry.exclusions else 0,
             "recent_latencies": list(get_own_latencies(entry)),
         }
