@@ -218,10 +218,19 @@ class _SelectionIndex:
 class Chain:
     """A keepersim chain: genesis, blocks, messages, queries, selection, events."""
 
-    def __init__(self, backend: KVBackend, *, policy_override: PolicyFactory | None = None) -> None:
+    def __init__(
+        self,
+        backend: KVBackend,
+        *,
+        policy_override: PolicyFactory | None = None,
+        write_every: int = 1,
+    ) -> None:
         """``policy_override``: a harness's policy (the simulator's oracle) that this chain runs
-        instead of the one its params name; not a param, so governance can never select it."""
-        self._store = CommitStore(backend)
+        instead of the one its params name; not a param, so governance can never select it.
+        ``write_every``: commits between two write-backs of the state cache to ``backend``
+        (keepersim.store.cache; the app hash is computed at every commit either way)."""
+        # The inferences only grow: the one collection the cache holds as used, not in full.
+        self._store = CommitStore(backend, streamed=(keys.INFERENCES,), write_every=write_every)
         self._block_lock = threading.Lock()
         self._rw = RWLock()
         self._index_lock = threading.Lock()
@@ -237,7 +246,7 @@ class Chain:
         self._params: Params | None = None
         self._extension_params: ExtensionParams | None = None
         if self.has_genesis():
-            self._chain_id = Keeper(ReadOnlyStore(backend)).chain_id
+            self._chain_id = Keeper(ReadOnlyStore(self._store.backend)).chain_id
 
     @classmethod
     def open(
@@ -247,9 +256,10 @@ class Chain:
         memory: bool = False,
         genesis: Genesis | None = None,
         policy_override: PolicyFactory | None = None,
+        write_every: int = 1,
     ) -> Chain:
         """Open (or create) a chain on a LevelDB folder (default ``./.keepersim/chain``), or in
-        memory; apply ``genesis`` if the store has none yet."""
+        memory; apply ``genesis`` if the store has none yet. ``write_every``: see __init__."""
         backend: KVBackend
         if memory:
             backend = MemoryBackend()
@@ -257,7 +267,7 @@ class Chain:
             folder = Path(path) if path is not None else DEFAULT_HOME / "chain"
             folder.mkdir(parents=True, exist_ok=True)
             backend = LevelDBBackend(folder)
-        chain = cls(backend, policy_override=policy_override)
+        chain = cls(backend, policy_override=policy_override, write_every=write_every)
         if genesis is not None and not chain.has_genesis():
             try:
                 chain.init_genesis(genesis)
@@ -314,7 +324,13 @@ class Chain:
     def chain_id(self) -> str:
         return self._chain_id
 
+    def flush(self) -> None:
+        """Write every commit the state cache holds back to the store now."""
+        with self._block_lock, self._rw.write():
+            self._store.flush()
+
     def close(self) -> None:
+        """Write back what the state cache holds, then close the store."""
         with self._block_lock, self._rw.write():
             self._store.close()
 
@@ -622,13 +638,17 @@ def open_chain(
     genesis: Genesis,
     policy_override: PolicyFactory | None = None,
     resume: bool = False,
+    write_every: int = 1,
 ) -> Chain:
     """A fresh chain with ``genesis``: in memory (``path`` is not used), or on LevelDB in the
     folder ``path``, which must be missing or empty (else :class:`StoreNotEmptyError`) unless
-    ``resume``: then the chain in it is opened as it stands. The one way the simulator, replay
-    and the server open a run's chain; a fresh folder whose opening fails is left as found."""
+    ``resume``: then the chain in it is opened as it stands (at its last write-back). The one
+    way the simulator, replay and the server open a run's chain; a fresh folder whose opening
+    fails is left as found. ``write_every``: see Chain."""
     if store == "memory":
-        return Chain.open(memory=True, genesis=genesis, policy_override=policy_override)
+        return Chain.open(
+            memory=True, genesis=genesis, policy_override=policy_override, write_every=write_every
+        )
     if store != "leveldb" or path is None:
         raise ValueError(f"open_chain: expected 'memory', or 'leveldb' with a path, got {store!r}")
     folder = Path(path)
@@ -636,9 +656,13 @@ def open_chain(
     if existed and any(folder.iterdir()):
         if not resume:
             raise StoreNotEmptyError(folder)
-        return Chain.open(folder, genesis=genesis, policy_override=policy_override)
+        return Chain.open(
+            folder, genesis=genesis, policy_override=policy_override, write_every=write_every
+        )
     try:
-        return Chain.open(folder, genesis=genesis, policy_override=policy_override)
+        return Chain.open(
+            folder, genesis=genesis, policy_override=policy_override, write_every=write_every
+        )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         if existed:

@@ -13,11 +13,15 @@ import pytest
 
 from keepersim.chain import Chain
 from keepersim.module.genesis import compute_genesis
+from keepersim.store.cache import StateCache
 from keepersim.types.messages import MLNodeInfo, Participant
 from keepersim.types.params import get_default_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
+
+# Every object the state cache hands from one block to the next must encode to its bytes.
+StateCache.verify_objects = True
 
 TEST_CHAIN_ID = "keepersim-test"
 TEST_MODEL = "m"

@@ -65,7 +65,7 @@ def _require_field(value: str, msg_name: str, field: str) -> None:
 
 
 def _require_participant(ctx: BlockContext, address: str, msg_name: str, field: str) -> None:
-    if ctx.keeper.get_participant(address) is None:
+    if not ctx.keeper.has_participant(address):
         raise UnknownParticipantError(f"{msg_name}.{field}: unknown participant {address!r}")
 
 

@@ -133,15 +133,16 @@ class Keeper:
         cached = self._participants.get(address)
         if cached is not None:
             return cached
-        raw = self.store.get(_P + address.encode())
-        if raw is None:
-            return None
-        participant = Participant.FromString(raw)
-        self._participants[address] = participant
+        participant = self.store.take_message(_P + address.encode(), Participant.FromString)
+        if participant is not None:
+            self._participants[address] = participant
         return participant
 
+    def has_participant(self, address: str) -> bool:
+        return address in self._participants or self.store.has(_P + address.encode())
+
     def set_participant(self, participant: Participant) -> None:
-        self.store.set(_P + participant.address.encode(), participant.SerializeToString())
+        self.store.set_message(_P + participant.address.encode(), participant)
         self._participants[participant.address] = participant
         self.touched.add(participant.address)
 
@@ -190,11 +191,14 @@ class Keeper:
 
     # inferences
     def get_inference(self, inference_id: str) -> Inference | None:
-        raw = self.store.get(_INF + inference_id.encode())
-        return None if raw is None else Inference.FromString(raw)
+        """The inference, the caller's to change and write back with set_inference."""
+        return self.store.take_message(_INF + inference_id.encode(), Inference.FromString)
+
+    def has_inference(self, inference_id: str) -> bool:
+        return self.store.has(_INF + inference_id.encode())
 
     def set_inference(self, inference: Inference) -> None:
-        self.store.set(_INF + inference.inference_id.encode(), inference.SerializeToString())
+        self.store.set_message(_INF + inference.inference_id.encode(), inference)
 
     def iterate_inferences(self, start_id: str = "") -> Iterator[Inference]:
         for _, raw in self.store.iterate(_INF + start_id.encode(), prefix_end(_INF)):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from google.protobuf.message import Message
 
 from keepersim.store.kv import KVReader
+
+M = TypeVar("M", bound=Message)
 
 
 class QueryWriteError(RuntimeError):
@@ -22,6 +27,16 @@ class ReadOnlyStore:
 
     def has(self, key: bytes) -> bool:
         return self._view.get(key) is not None
+
+    def take_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
+        """Decoded afresh: a query's copy (queries never share the block builder's objects)."""
+        raw = self._view.get(key)
+        return None if raw is None else decode(raw)
+
+    peek_message = take_message
+
+    def set_message(self, key: bytes, message: Message) -> None:
+        raise QueryWriteError(f"query attempted to write key {key!r}")
 
     def set(self, key: bytes, value: bytes) -> None:
         raise QueryWriteError(f"query attempted to write key {key!r}")

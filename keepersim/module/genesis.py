@@ -32,7 +32,7 @@ from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.chain_json import compute_chain_json, parse_chain_json
 from keepersim.types.errors import ChainJsonError, GenesisError, InvalidParamsError
-from keepersim.types.messages import ACTIVE, GenesisState, Participant
+from keepersim.types.messages import ACTIVE, GenesisState, Inference, Participant
 from keepersim.types.params import get_default_extension_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis, GenesisExtension
@@ -126,7 +126,10 @@ def init_genesis(keeper: Keeper, genesis: Genesis) -> None:
     keeper.set_extension_params(params.extension_params)
     registered = {n.address for n in ext.participant_nodes}
     every_model = sorted({m.id for m in chain.model_list if m.id})
-    for p in chain.participant_list:
+    for listed in chain.participant_list:
+        # A copy: the chain's state cache keeps what is written, and the genesis stays the caller's.
+        p = Participant()
+        p.CopyFrom(listed)
         if not p.index:
             p.index = p.address
         if p.status == 0:
@@ -136,7 +139,9 @@ def init_genesis(keeper: Keeper, genesis: Genesis) -> None:
             keeper.set_participant_nodes(ParticipantNodes(address=p.address, models=every_model))
     for nodes in ext.participant_nodes:
         keeper.set_participant_nodes(nodes)
-    for inference in ext.inferences:
+    for listed_inference in ext.inferences:
+        inference = Inference()
+        inference.CopyFrom(listed_inference)
         keeper.set_inference(inference)
     for timeout in ext.inference_timeouts:
         keeper.set_timeout(timeout.expiration_height, timeout.inference_id)

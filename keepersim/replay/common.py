@@ -84,6 +84,11 @@ def check_policies(policies: Sequence[str]) -> None:
             raise ReplayError(str(exc.args[0])) from None
 
 
+# Commits between two write-backs of a replay's state cache: a killed replay resumes from the last
+# one (keepersim.store.cache), and the backend sees one batch instead of one per block.
+WRITE_EVERY = 64
+
+
 def open_policy_chain(
     prologue: Prologue,
     policy: str,
@@ -105,7 +110,13 @@ def open_policy_chain(
     if store_dir is None:
         raise ReplayError("a leveldb replay needs store_dir")
     try:
-        return open_chain("leveldb", Path(store_dir) / name, genesis=genesis, resume=resume)
+        return open_chain(
+            "leveldb",
+            Path(store_dir) / name,
+            genesis=genesis,
+            resume=resume,
+            write_every=WRITE_EVERY,
+        )
     except StoreNotEmptyError as exc:
         raise ReplayError(
             f"{exc.folder} is not empty: a replay needs a fresh store (--resume goes on with it)"

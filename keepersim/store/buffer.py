@@ -9,11 +9,16 @@ merging on success costs nothing and ``discard_nested`` puts back exactly what t
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from google.protobuf.message import Message
+
+from keepersim.store.cache import StateCache
 from keepersim.store.kv import KVBackend
+
+M = TypeVar("M", bound=Message)
 
 RESERVED_PREFIX = b"\xff"
 """Keys starting with 0xff belong to the store (metadata); keeper code cannot write them."""
@@ -44,6 +49,18 @@ class KVStore(Protocol):
         """Entries with ``start <= key < stop`` in bytewise order (descending if ``reverse``)."""
         ...
 
+    def take_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
+        """The entry at ``key`` decoded, the caller's to change (None: absent)."""
+        ...
+
+    def peek_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
+        """The entry at ``key`` decoded, to read only (None: absent)."""
+        ...
+
+    def set_message(self, key: bytes, message: Message) -> None:
+        """Store ``message`` encoded at ``key``."""
+        ...
+
 
 _EMPTY: tuple[tuple[bytes, bytes], ...] = ()
 
@@ -60,15 +77,27 @@ class BlockBuffer:
     never show up in ``iterate``; ``get`` does not check (one compare fewer per read).
     """
 
-    __slots__ = ("backend", "_pending", "_sorted", "_origin", "_mark", "_saved")
+    __slots__ = (
+        "backend",
+        "_cache",
+        "_pending",
+        "_sorted",
+        "_objects",
+        "_memos",
+        "_mark",
+        "_saved",
+    )
 
     def __init__(self, backend: KVBackend) -> None:
         self.backend = backend
+        # Decoded objects and memos cross blocks through the state cache (none without it).
+        self._cache = backend if isinstance(backend, StateCache) else None
         self._pending: dict[bytes, bytes | None] = {}
         self._sorted: list[bytes] = []
-        # Backend values read before this block wrote them: commit needs each written key's old
-        # value for the app hash, and most writes follow a read of the same key.
-        self._origin: dict[bytes, bytes | None] = {}
+        # Messages written with set_message and the bytes they were written as: handed to the
+        # cache with the commit where those bytes are still the block's last write of the key.
+        self._objects: dict[bytes, tuple[Message, bytes]] = {}
+        self._memos: dict[object, object] = {}
         # A nested scope: the number of pending keys when it began (-1: no scope), and the
         # block's values of the keys it overwrote. Keys it wrote first come after the mark
         # (dict order), so taking the scope back deletes those and restores the saved ones.
@@ -80,20 +109,53 @@ class BlockBuffer:
         pending = self._pending
         if key in pending:
             return pending[key]
-        value = self.backend.get(key)
-        self._origin[key] = value
-        return value
+        return self.backend.get(key)
 
-    def note_origin(self, key: bytes, value: bytes | None) -> None:
-        """The backend holds ``value`` at ``key`` (None: nothing), known without reading it (a
-        value the caller wrote at the last commit): a write of ``key`` then needs no read at
-        commit. A wrong note would corrupt the app hash: only certain knowledge may be noted."""
-        if key not in self._origin and key not in self._pending:
-            self._origin[key] = value
+    def take_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
+        """The entry at ``key`` decoded, the caller's to change and write back with
+        set_message: the committed object from the cache, or this block's bytes decoded."""
+        pending = self._pending
+        if key in pending:
+            raw = pending[key]
+            return None if raw is None else decode(raw)
+        if self._cache is not None:
+            return self._cache.take_decoded(key, decode)
+        raw = self.backend.get(key)
+        return None if raw is None else decode(raw)
 
-    def get_origin(self) -> dict[bytes, bytes | None]:
-        """Backend values this buffer read (valid while the backend has not been written)."""
-        return self._origin
+    def peek_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
+        """The entry at ``key`` decoded, to read only (the cache's object is shared)."""
+        pending = self._pending
+        if key in pending:
+            raw = pending[key]
+            return None if raw is None else decode(raw)
+        if self._cache is not None:
+            return self._cache.peek_decoded(key, decode)
+        raw = self.backend.get(key)
+        return None if raw is None else decode(raw)
+
+    def set_message(self, key: bytes, message: Message) -> None:
+        """Store ``message`` encoded at ``key``; the commit hands the object to the cache, so
+        the next block takes it without decoding. It must not change after its last write."""
+        raw = message.SerializeToString()
+        self.set(key, raw)
+        self._objects[key] = (message, raw)
+
+    def get_objects(self) -> dict[bytes, Message]:
+        """The written messages whose bytes are still their key's last write (for the commit)."""
+        pending = self._pending
+        return {key: obj for key, (obj, raw) in self._objects.items() if pending.get(key) is raw}
+
+    def give_memo(self, name: object, value: object) -> None:
+        """Hand ``value`` to the next block under ``name`` if this block commits."""
+        self._memos[name] = value
+
+    def take_memo(self, name: object) -> object | None:
+        """What the block below handed on under ``name`` (None: nothing, or no cache)."""
+        return None if self._cache is None else self._cache.take_memo(name)
+
+    def get_memos(self) -> dict[object, object]:
+        return self._memos
 
     def has(self, key: bytes) -> bool:
         """Whether ``key`` holds a value, counting this block's writes."""
@@ -194,7 +256,8 @@ class BlockBuffer:
         """Drop every pending write (after a failed block, or after commit)."""
         self._pending = {}
         self._sorted = []
-        self._origin = {}
+        self._objects = {}
+        self._memos = {}
         self._mark = -1
         self._saved = {}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from keepersim.store.apphash import (
     MODULUS,
@@ -11,6 +11,7 @@ from keepersim.store.apphash import (
     compute_state_sum,
 )
 from keepersim.store.buffer import RESERVED_PREFIX, BlockBuffer
+from keepersim.store.cache import StateCache
 from keepersim.store.errors import StoreError
 from keepersim.store.kv import KVBackend, KVReader
 
@@ -26,16 +27,25 @@ RUN_META_PREFIX = META_PREFIX + b"run/"
 
 
 class CommitStore:
-    """Owns a backend; hands out one BlockBuffer per block; commits it atomically together with
-    metadata (height, state sum, app hash), so a crash never leaves state and hash out of step.
+    """Owns a backend behind the state cache (keepersim.store.cache); hands out one BlockBuffer
+    per block; commits it together with metadata (height, state sum, app hash), so state and
+    hash are never out of step, in memory or in the backend.
 
     Metadata lives under the reserved ``b"\\xff"`` keyspace and is not part of the hashed state.
     """
 
     __slots__ = ("backend", "_height", "_state_sum", "_app_hash", "_has_commit")
 
-    def __init__(self, backend: KVBackend) -> None:
-        self.backend = backend
+    def __init__(
+        self, backend: KVBackend, *, streamed: Iterable[bytes] = (), write_every: int = 1
+    ) -> None:
+        """``streamed``, ``write_every``: the cache's (StateCache)."""
+        self.backend = (
+            backend
+            if isinstance(backend, StateCache)
+            else StateCache(backend, streamed=streamed, write_every=write_every)
+        )
+        backend = self.backend
         height = backend.get(HEIGHT_KEY)
         state_sum = backend.get(STATE_SUM_KEY)
         app_hash = backend.get(APP_HASH_KEY)
@@ -80,10 +90,9 @@ class CommitStore:
         ``meta``: extra entries under :data:`RUN_META_PREFIX` (None deletes one), written in
         the same batch and outside the hashed state, so they are exactly as durable as the block.
 
-        The old term of each written key comes from one backend read per distinct key. The
-        height must exceed the last committed one (any height >= 0 for the first commit). On
-        success the buffer is emptied; if the write fails, nothing changes and the buffer
-        keeps its writes.
+        The old term of each written key comes from the cache. The height must exceed the last
+        committed one (any height >= 0 for the first commit). On success the buffer is emptied;
+        if the write fails, nothing changes and the buffer keeps its writes.
         """
         if buffer.backend is not self.backend:
             raise ValueError("buffer belongs to a different backend")
@@ -93,21 +102,23 @@ class CommitStore:
             if not key.startswith(RUN_META_PREFIX):
                 raise ValueError(f"meta key {key!r} must start with {RUN_META_PREFIX!r}")
         puts, deletes = buffer.pending()
-        origin = buffer.get_origin()
-        get = self.backend.get
+        cache = self.backend
+        get = cache.get
+        get_term = cache.get_term
         term = compute_entry_term
         state_sum = self._state_sum
+        terms: dict[bytes, int] = {}
         for key, value in puts.items():
-            old = origin[key] if key in origin else get(key)
+            old = get(key)
             if old is not None:
                 if old == value:
                     continue
-                state_sum -= term(key, old)
-            state_sum += term(key, value)
+                state_sum -= get_term(key)
+            new = terms[key] = term(key, value)
+            state_sum += new
         for key in deletes:
-            old = origin[key] if key in origin else get(key)
-            if old is not None:
-                state_sum -= term(key, old)
+            if get(key) is not None:
+                state_sum -= get_term(key)
         state_sum %= MODULUS
         app_hash = compute_app_hash(state_sum)
         puts[HEIGHT_KEY] = height.to_bytes(8, "big")
@@ -118,7 +129,7 @@ class CommitStore:
                 deletes.append(key)
             else:
                 puts[key] = meta_value
-        self.backend.write_batch(puts, deletes)
+        cache.commit_batch(puts, deletes, terms, buffer.get_objects(), buffer.get_memos())
         self._has_commit = True
         self._height = height
         self._state_sum = state_sum
@@ -138,9 +149,19 @@ class CommitStore:
         return list(self.backend.iterate(prefix, stop))
 
     def verify_app_hash(self) -> bool:
-        """Recompute the state sum from every non-reserved key and compare with the tracked one."""
-        state_sum = compute_state_sum(self.backend.iterate(None, RESERVED_PREFIX))
-        return state_sum == self._state_sum and compute_app_hash(state_sum) == self._app_hash
+        """Recompute the state sum from every non-reserved key, in the cache and in the backend
+        (after a write-back), and compare both with the tracked one."""
+        self.backend.flush()
+        in_memory = compute_state_sum(self.backend.iterate(None, RESERVED_PREFIX))
+        stored = compute_state_sum(self.backend.backend.iterate(None, RESERVED_PREFIX))
+        return (
+            in_memory == stored == self._state_sum
+            and compute_app_hash(self._state_sum) == self._app_hash
+        )
+
+    def flush(self) -> None:
+        """Write back to the backend every commit the cache still holds (StateCache.flush)."""
+        self.backend.flush()
 
     def get_committed_view(self) -> KVReader:
         """Snapshot of the last committed state, for queries while the next block is built."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from keepersim.store.buffer import KVStore
+from google.protobuf.message import Message
+
+from keepersim.store.buffer import KVStore, M
 from keepersim.store.kv import prefix_end
 
 
@@ -54,6 +56,15 @@ class PrefixStore:
     def delete(self, key: bytes) -> None:
         """Remove ``prefix + key``."""
         self._parent.delete(self._prefix + key)
+
+    def take_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
+        return self._parent.take_message(self._prefix + key, decode)
+
+    def peek_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
+        return self._parent.peek_message(self._prefix + key, decode)
+
+    def set_message(self, key: bytes, message: Message) -> None:
+        self._parent.set_message(self._prefix + key, message)
 
     def iterate(
         self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False

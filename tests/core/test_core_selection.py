@@ -252,7 +252,7 @@ def test_poc_filter_follows_a_registration_update_from_the_next_group(poc_driver
     node = MLNodeInfo(node_id="b-node", timeslot_allocation=[True, True])
     d.add(2, MsgRegisterParticipant(creator="b", weight=1000, models=[MODEL], ml_nodes=[node]))
     d.run_to(2)
-    backend_path = d.chain._store.backend.path  # type: ignore[attr-defined]
+    backend_path = d.chain._store.backend.backend.path  # type: ignore[attr-defined]
     with d.chain.read() as k:
         nodes = k.get_participant_nodes("b")
         group = k.get_epoch_group(0, MODEL)

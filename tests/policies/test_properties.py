@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from policy_helpers import MODEL, make_params, make_policy_genesis
 
 from keepersim.chain import Chain
-from keepersim.keeper.policies import base
 from keepersim.keeper.policies.base import PolicyReader
 from keepersim.keeper.selection import (
     SelectionTable,
@@ -31,6 +30,7 @@ from keepersim.keeper.selection import (
     get_candidates,
     get_pipeline_rules,
 )
+from keepersim.store.cache import forget_all_derived
 from keepersim.types.events import HealthTransition
 from keepersim.types.messages import MsgFinishInference, MsgStartInference
 from keepersim.types.params import validate_params
@@ -134,8 +134,7 @@ def run(
 
     def deliver(msgs: list[object]) -> None:
         if cold and chain.height % 2 == 0:
-            base._CARRY.clear()
-            base._QUEUE_HEIGHTS.clear()
+            forget_all_derived()
         result = chain.deliver_block(msgs, strict=True)  # type: ignore[arg-type]
         transitions = tuple(e for e in result.events if isinstance(e, HealthTransition))
         out.append((result.app_hash, transitions))

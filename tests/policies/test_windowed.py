@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 from policy_helpers import MODEL, Net, NetFactory, make_params, to_names
 
-from keepersim.keeper.policies import base
 from keepersim.keeper.policies.base import PolicyContext
 from keepersim.keeper.policies.windowed import (
     compute_cooldown,
     compute_jitter_pct,
     is_window_failing,
 )
+from keepersim.store.cache import forget_all_derived
 from keepersim.types.errors import BlockError, InvalidParamsError
 from keepersim.types.events import InferenceExpired
 from keepersim.types.messages import MsgFinishInference, MsgUpdateParams
@@ -199,7 +199,7 @@ def test_a_declined_inference_is_never_flagged_overdue(make_net: NetFactory, col
     started = net.block(start).height
     net.block(net.decline(start))
     if cold:
-        base._CARRY.clear()  # the starts memo is gone: the check reads the timeout index
+        forget_all_derived()  # the starts memo is gone: the check reads the timeout index
     net.run_until(started + 11)
     view = net.state("a")
     assert (view["overdue_flags"], view["window_misses"], view["window_samples"]) == (0, 0, 4)
@@ -598,7 +598,7 @@ def test_the_in_memory_starts_list_decides_as_the_timeout_index(make_net: NetFac
         out = []
         for h in range(70):
             if cold:
-                base._CARRY.clear()
+                forget_all_derived()
             msgs: list[object] = [net.start(a, f"i{h}{a}") for a in "abc"]
             if h % 3:
                 msgs.append(net.finish(net.start("a", f"i{h - 1}a")))

@@ -15,7 +15,6 @@ from policy_helpers import Net, NetFactory, make_policy_genesis, to_names
 from test_windowed import exclude, make_w_params, reach_probe, record
 
 from keepersim.chain import Chain
-from keepersim.keeper.policies import base
 from keepersim.keeper.policies.base import PolicyReader
 from keepersim.keeper.policies.windowed import (
     FLEET,
@@ -24,6 +23,7 @@ from keepersim.keeper.policies.windowed import (
     WindowedBreaker,
     get_probation_blocks,
 )
+from keepersim.store.cache import forget_all_derived
 from keepersim.types.messages import MsgStartInference
 from keepersim.types.params import validate_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
@@ -359,7 +359,7 @@ def run_steps(
     def deliver(msgs: list[object]) -> None:
         msgs = [*due.pop(net.height + 1, []), *msgs]
         if cold and net.height % 2:
-            base._CARRY.clear()
+            forget_all_derived()
         result = net.block(*msgs)
         out.append(
             (

@@ -271,23 +271,3 @@ def test_reopen_leveldb_keeps_height_and_hash(tmp_path: Path) -> None:
         assert reopened.verify_app_hash()
     finally:
         reopened.close()
-
-
-def test_a_noted_origin_replaces_the_commit_read(backend: KVBackend) -> None:
-    """BlockBuffer.note_origin: a caller that knows the stored value spares the commit its
-    read; the app hash is the same, and a note never overrides a value already read."""
-    store = CommitStore(backend)
-    buf = store.begin()
-    buf.set(b"k", b"old")
-    buf.set(b"r", b"read")
-    store.commit(buf, 1)
-    buf = store.begin()
-    assert buf.get(b"r") == b"read"
-    buf.note_origin(b"k", b"old")
-    buf.note_origin(b"r", b"a wrong note")  # ignored: the read value stands
-    assert buf.get_origin() == {b"k": b"old", b"r": b"read"}
-    buf.set(b"k", b"new")
-    buf.set(b"r", b"changed")
-    store.commit(buf, 2)
-    assert store.verify_app_hash()
-    assert user_entries(backend) == {b"k": b"new", b"r": b"changed"}

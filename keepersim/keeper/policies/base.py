@@ -7,10 +7,7 @@ end-block / epoch hooks (never from a query); it reads heights, never clocks; in
 
 from __future__ import annotations
 
-import heapq
-import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from google.protobuf.message import Message
@@ -28,63 +25,6 @@ M = TypeVar("M", bound=Message)
 
 
 T = TypeVar("T")
-
-
-class Handover(Generic[T]):
-    """In-memory state a block hands to the block right above it, per backend and key.
-
-    The block takes it when it starts and hands it on in its flush (end of end block), so a
-    block that fails never leaves half-changed state behind: the retry finds nothing (its
-    height's handover is not from the height below) and starts from the store. A new backend
-    object (a reopened chain) starts from the store too.
-    """
-
-    __slots__ = ("_by_backend",)
-
-    def __init__(self) -> None:
-        self._by_backend: weakref.WeakKeyDictionary[object, dict[bytes, tuple[int, T]]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def take(self, backend: object, key: bytes, height: int) -> T | None:
-        """What the flush of block ``height - 1`` handed on, if that is the last flush."""
-        handed = self._by_backend.setdefault(backend, {}).pop(key, None)
-        return handed[1] if handed is not None and handed[0] == height - 1 else None
-
-    def give(self, backend: object, key: bytes, height: int, value: T) -> None:
-        """Block ``height``'s flush hands ``value`` on."""
-        self._by_backend.setdefault(backend, {})[key] = (height, value)
-
-    def clear(self) -> None:
-        self._by_backend.clear()
-
-
-@dataclass(slots=True)
-class _QueueHeights:
-    """The heights that hold a key of one queue, exactly: a min-heap and the same as a set."""
-
-    heap: list[int]
-    heights: set[int]
-
-
-# Per queue prefix: with the queue's heights at hand, a pop reads only the keys that are due,
-# never scanning (a LevelDB scan walks the tombstones of every past wake-up until a
-# compaction). Without them, the first pop scans the queue once.
-_QUEUE_HEIGHTS: Handover[_QueueHeights] = Handover()
-
-
-@dataclass(slots=True)
-class _Carry:
-    """What a block's policy context hands the next block in memory."""
-
-    # Decoded, with the stored bytes: exactly as the block left them in the store.
-    entries: dict[str, tuple[Message, bytes]]
-    memo: dict[str, object]  # the policy's own hints: facts of the store it need not read
-
-
-# Per policy state prefix: the next block starts from the entries the last one wrote instead of
-# reading and decoding them again.
-_CARRY: Handover[_Carry] = Handover()
 
 
 class Health(NamedTuple):
@@ -149,74 +89,48 @@ class HeightQueue:
     takes everything due by now, stored or still in memory.
     """
 
-    __slots__ = ("_store", "_prefix", "_height", "_pending", "_backend", "_known")
+    __slots__ = ("_store", "_prefix", "_height", "_pending")
 
     def __init__(self, store: KVStore, prefix: bytes, height: int) -> None:
         self._store = store
         self._prefix = prefix
         self._height = height
         self._pending: dict[int, set[str]] = {}
-        self._backend = getattr(store, "backend", None)
-        self._known: _QueueHeights | None = None
-        if self._backend is not None:
-            self._known = _QUEUE_HEIGHTS.take(self._backend, prefix, height)
 
     def schedule(self, height: int, item: str) -> None:
         """Due at ``height``; a height already past is due at the next pop."""
         self._pending.setdefault(max(height, self._height), set()).add(item)
-
-    def get_known(self) -> _QueueHeights:
-        """The stored heights, scanned from the store if no block handed them over."""
-        known = self._known
-        if known is None:
-            heights = {height for height, _ in get_height_records(self._store, self._prefix)}
-            known = self._known = _QueueHeights(sorted(heights), heights)
-        return known
 
     def pop_due(self, height: int | None = None) -> list[str]:
         """Items due at a height <= ``height`` (default: now), distinct and sorted; removed from
         the queue."""
         now = self._height if height is None else height
         store = self._store
-        known = self.get_known()
         items: set[str] = set()
-        heap = known.heap
-        while heap and heap[0] <= now:
-            due = heapq.heappop(heap)
-            known.heights.discard(due)
-            key = self._prefix + keys.height_key(due)
-            raw = store.get(key)
-            if raw is not None:
-                store.delete(key)
-                items.update(keys.decode_address_set(raw))
+        stop = self._prefix + keys.height_key(now + 1)
+        for key, raw in list(store.iterate(self._prefix, stop)):
+            store.delete(key)
+            items.update(keys.decode_address_set(raw))
         for due in [h for h in self._pending if h <= now]:
             items.update(self._pending.pop(due))
         return sorted(items)
 
     def flush(self) -> None:
-        """Write the block's wake-ups (one key per height) and hand the stored heights on."""
+        """Write the block's wake-ups, one key per height."""
         store = self._store
-        known = self._known
         for height in sorted(self._pending):
             key = self._prefix + keys.height_key(height)
             items = self._pending[height]
-            if known is None or height in known.heights:
-                raw = store.get(key)
-                if raw is not None:
-                    items = items.union(keys.decode_address_set(raw))
+            raw = store.get(key)
+            if raw is not None:
+                items = items.union(keys.decode_address_set(raw))
             store.set(key, keys.encode_address_set(items))
-            if known is not None and height not in known.heights:
-                known.heights.add(height)
-                heapq.heappush(known.heap, height)
         self._pending.clear()
-        if known is not None and self._backend is not None:
-            _QUEUE_HEIGHTS.give(self._backend, self._prefix, self._height, known)
 
     def clear(self) -> None:
         for key, _ in list(self._store.iterate(self._prefix, prefix_end(self._prefix))):
             self._store.delete(key)
         self._pending.clear()
-        self._known = _QueueHeights([], set())
 
 
 def get_height_records(store: KVStore, prefix: bytes) -> list[tuple[int, bytes]]:
@@ -241,7 +155,6 @@ class PolicyContext:
         "_state",
         "_name",
         "_cache",
-        "_carried",
         "memo",
         "_dirty",
         "_queue",
@@ -263,15 +176,11 @@ class PolicyContext:
         # Addresses the policy wants to look at again in this block's end block.
         self.recheck: set[str] = set()
         self._cache: dict[str, Message] = {}
-        self._carried: dict[str, tuple[Message, bytes]] = {}
-        # Hints a policy keeps for its next blocks (e.g. windowed's list of the starts it saw).
-        # Carried under the entries' rules; a policy must decide the same without them.
-        self.memo: dict[str, object] = {}
-        backend = getattr(keeper.store, "backend", None)
-        if backend is not None:
-            carry = _CARRY.take(backend, self._state, height)
-            if carry is not None:
-                self._carried, self.memo = carry.entries, carry.memo
+        # Hints a policy keeps for its next blocks (e.g. windowed's list of the starts it saw),
+        # handed on by the state cache with the commit; a policy must decide the same without.
+        store = keeper.store
+        memo = store.take_memo(self._state) if isinstance(store, BlockBuffer) else None
+        self.memo: dict[str, object] = memo if isinstance(memo, dict) else {}
         self._dirty: set[str] = set()
         self._queue = HeightQueue(keeper.store, keys.POLICY_QUEUE + policy.prefix, height)
         self._items = HeightQueue(keeper.store, keys.POLICY_ITEMS + policy.prefix, height)
@@ -282,9 +191,9 @@ class PolicyContext:
 
     # A block's decoded entries: a policy that touches an entry several times in a block (a
     # start, a result, the end-block gate) decodes it once and encodes it once, in flush() at
-    # the end of the end block; what the previous block wrote comes decoded from memory
-    # (_CARRY). Mixing these with get_raw/set_message on the same address in one block is
-    # an error of the policy.
+    # the end of the end block (the state cache hands the last block's objects on, decoded).
+    # Mixing these with get_raw/set_message on the same address in one block is an error of
+    # the policy.
     def get_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
         """The block's decoded entry of ``address`` (``decode(raw or None, address)`` once)."""
         entry = self._cache.get(address)
@@ -306,34 +215,23 @@ class PolicyContext:
         """Like get_cached, but None (and nothing cached) when ``address`` has no entry."""
         entry = self._cache.get(address)
         if entry is None:
-            carried = self._carried.pop(address, None)
-            if carried is None:
-                raw = self.get_raw(address)
-                if raw is None:
-                    return None
-                entry = decode(raw, address)
-            else:
-                entry, raw = carried
-                self._note_origin(self._state + address.encode(), raw)
+            entry = self.keeper.store.take_message(
+                self._state + address.encode(), lambda raw: decode(raw, address)
+            )
+            if entry is None:
+                return None
             self._cache[address] = entry
         return entry  # type: ignore[return-value]
 
     def peek_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M | None:
-        """The entry of ``address`` as this block has it, to read only (None: no entry). Unlike
-        get_cached, a carried entry stays carried: looked at and left alone, it need not be
-        decoded again next block. To change it, take it with get_cached."""
+        """The entry of ``address`` as this block has it, to read only (None: no entry). To
+        change it, take it with get_cached."""
         entry = self._cache.get(address)
         if entry is not None:
             return entry  # type: ignore[return-value]
-        carried = self._carried.get(address)
-        if carried is not None:
-            return carried[0]  # type: ignore[return-value]
-        raw = self.get_raw(address)
-        if raw is None:
-            return None
-        entry = decode(raw, address)
-        self._carried[address] = (entry, raw)  # exactly as stored
-        return entry
+        return self.keeper.store.peek_message(
+            self._state + address.encode(), lambda raw: decode(raw, address)
+        )
 
     def mark_dirty(self, address: str, verdict: bool = True) -> None:
         """The cached entry changed: flush() writes it. ``verdict=False``: the change cannot
@@ -347,26 +245,18 @@ class PolicyContext:
     def flush(self) -> None:
         """Write the block's changed cached entries and its new wake-ups (end of end block)."""
         store = self.keeper.store
-        carried = self._carried
         for address in sorted(self._dirty):
-            entry = self._cache[address]
-            raw = entry.SerializeToString()
-            store.set(self._state + address.encode(), raw)
-            carried[address] = (entry, raw)
+            store.set_message(self._state + address.encode(), self._cache[address])
         self._dirty.clear()
         self._queue.flush()
         self._items.flush()
-        backend = getattr(store, "backend", None)
-        if backend is not None:
-            # Carried on: this block's writes and the untouched carried entries, all exactly as
-            # stored. An entry read but not written may have been changed in memory: dropped.
-            _CARRY.give(backend, self._state, self.height, _Carry(carried, self.memo))
+        if isinstance(store, BlockBuffer):
+            store.give_memo(self._state, self.memo)
 
     def get_raw(self, address: str) -> bytes | None:
         return self.keeper.store.get(self._state + address.encode())
 
     def set_message(self, address: str, message: Message) -> None:
-        self._carried.pop(address, None)
         self.keeper.store.set(self._state + address.encode(), message.SerializeToString())
         self.keeper.touched.add(address)
         self.keeper.verdict_touched.add(address)
@@ -382,7 +272,6 @@ class PolicyContext:
 
     def delete(self, address: str) -> None:
         self.drop_verdict(address)
-        self._carried.pop(address, None)
         self._cache.pop(address, None)
         self._dirty.discard(address)
         self.keeper.store.delete(self._state + address.encode())
@@ -390,27 +279,12 @@ class PolicyContext:
         self.keeper.verdict_touched.add(address)
 
     # The policy's log: one record per height it chooses (protobuf), kept until it deletes it.
-    # ``was`` is what the store holds at that height now (None: nothing): the policy knows it
-    # from its index, and the commit then needs no read for the app hash. Only certain
-    # knowledge may be passed: a wrong value corrupts the app hash.
-    def set_log(self, height: int, message: Message, *, was: bytes | None) -> bytes:
-        """Write the record of ``height``; return the bytes written."""
-        key = self._log + keys.height_key(height)
-        raw = message.SerializeToString()
-        self._note_origin(key, was)
-        self.keeper.store.set(key, raw)
-        return raw
+    def set_log(self, height: int, message: Message) -> None:
+        """Write the record of ``height``."""
+        self.keeper.store.set_message(self._log + keys.height_key(height), message)
 
-    def delete_log(self, height: int, *, was: bytes | None) -> None:
-        key = self._log + keys.height_key(height)
-        self._note_origin(key, was)
-        self.keeper.store.delete(key)
-
-    def _note_origin(self, key: bytes, was: bytes | None) -> None:
-        """The commit's old value of ``key``, known without a read (BlockBuffer.note_origin)."""
-        store = self.keeper.store
-        if isinstance(store, BlockBuffer):
-            store.note_origin(key, was)
+    def delete_log(self, height: int) -> None:
+        self.keeper.store.delete(self._log + keys.height_key(height))
 
     def get_log_records(self) -> list[tuple[int, bytes]]:
         """Every log record as this block has it, ascending by height."""
@@ -427,14 +301,13 @@ class PolicyContext:
         for address in addresses:
             self.delete(address)
         self._cache.clear()  # entries decoded but never stored go too
-        self._carried.clear()
         self.memo.clear()
         self.verdicts.clear()
         self._dirty.clear()
         self._queue.clear()
         self._items.clear()
-        for height, raw in self.get_log_records():
-            self.delete_log(height, was=raw)
+        for height, _ in self.get_log_records():
+            self.delete_log(height)
         return addresses
 
     def defer(self, process: Callable[..., None], *args: object) -> None:
@@ -519,20 +392,16 @@ R = TypeVar("R")
 
 class PolicyLog(Generic[R]):
     """A policy's log in memory: its records by height, ascending (the stored ones and this
-    block's), and the stored bytes of each stored one, so a write or a delete tells the commit
-    the old value instead of having it read (PolicyContext.set_log, delete_log). A policy's
-    index of its log extends it with what it derives from the records."""
+    block's). A policy's index of its log extends it with what it derives from the records."""
 
-    __slots__ = ("records", "stored")
+    __slots__ = ("records",)
 
     def __init__(self) -> None:
         self.records: dict[int, R] = {}
-        self.stored: dict[int, bytes] = {}
 
-    def add_stored(self, height: int, record: R, raw: bytes) -> None:
+    def add_stored(self, height: int, record: R) -> None:
         """A record as read from the store (in ascending height order)."""
         self.records[height] = record
-        self.stored[height] = raw
 
     def get_record(self, height: int, new: Callable[[], R]) -> R:
         """The record of ``height``; a ``new()`` one, in height order, if it has none."""
@@ -546,7 +415,7 @@ class PolicyLog(Generic[R]):
 
     def process_write(self, ctx: PolicyContext, height: int, message: Message) -> None:
         """Store the record of ``height`` as ``message``."""
-        self.stored[height] = ctx.set_log(height, message, was=self.stored.get(height))
+        ctx.set_log(height, message)
 
     def pop_oldest(self, ctx: PolicyContext, oldest: int) -> tuple[int, R] | None:
         """Remove the oldest record, from the store too, if its height is ``oldest`` or below;
@@ -554,7 +423,7 @@ class PolicyLog(Generic[R]):
         height = next(iter(self.records), None)
         if height is None or height > oldest:
             return None
-        ctx.delete_log(height, was=self.stored.pop(height, None))
+        ctx.delete_log(height)
         return height, self.records.pop(height)
 
 

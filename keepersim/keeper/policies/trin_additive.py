@@ -182,7 +182,7 @@ class ScoreLog(PolicyLog[dict[str, int]]):
             merged: dict[str, int] = {}
             for entry in TrinScoreRecord.FromString(raw).deltas:
                 merged[entry.address] = merged.get(entry.address, 0) + entry.delta
-            log.add_stored(height, merged, raw)
+            log.add_stored(height, merged)
             for address, delta in merged.items():
                 heights, deltas = pairs.setdefault(address, ([], []))
                 heights.append(height)

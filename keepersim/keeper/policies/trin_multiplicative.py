@@ -112,7 +112,7 @@ class OfferLog(PolicyLog[list[str]]):
         log = cls()
         for height, raw in records:  # ascending
             addresses = list(TrinOffers.FromString(raw).addresses)
-            log.add_stored(height, addresses, raw)
+            log.add_stored(height, addresses)
             for address in addresses:
                 log.latest[address] = height
         return log

@@ -1,0 +1,412 @@
+"""The one acceleration layer of the state: a write-back cache between the blocks and the backend.
+
+A block reads and rewrites a small working set (participants, inferences in flight and their
+timeouts, policy entries and wake-ups). Held here, that set is read from memory, decoded objects
+included, each commit takes the old app-hash term of a key it overwrites from memory, and the
+backend sees one write batch every ``write_every`` commits. Nothing above this module caches
+state across blocks: the rules read and write plainly through the block buffer.
+
+- **Resident keys** (every key whose first byte is not in ``streamed``) live in memory in full,
+  loaded by one scan when the cache opens: a read, a scan (a policy's due wake-ups, the
+  timeouts of a height) and "is it there?" never touch the backend. Absent means absent.
+- **Streamed keys** (the inferences: they only grow) are cached as read or written, absent ones
+  included, in two generations: when the young one reaches ``max_streamed`` entries, the old one
+  is dropped (after a write-back, so nothing unwritten is lost) and the young one becomes old.
+- **Decoded objects**: the block buffer hands each message it wrote back with the commit, so the
+  next block takes it without decoding (``take_decoded``: the block then owns it, so a failed
+  block leaves nothing changed behind; ``peek_decoded``: read only).
+- **Memos**: what a policy derives from its state (an index of its log) may be handed from one
+  block to the next the same way: given with a commit, taken by the next block.
+- **Write-back**: the default is every commit. Every N commits (replay, sweeps) batches the
+  backend's writes; the app hash is still computed at every commit, and a crash loses at most
+  the blocks since the last write-back: the backend's height is the last one written, from
+  which ``--resume`` goes on.
+
+The cache is the committed state as the chain sees it; queries read it under the chain's read
+lock. ``tests/store/test_store_cache.py`` proves a cached chain equal to the backend alone.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from heapq import merge
+from typing import Any, TypeVar
+
+from sortedcontainers import SortedDict
+
+from keepersim.store.apphash import compute_entry_term
+from keepersim.store.errors import StoreClosedError
+from keepersim.store.kv import KVBackend, KVReader
+
+T = TypeVar("T")
+
+_MISSING: Any = object()
+DEFAULT_MAX_STREAMED = 200_000
+
+
+class StateCache:
+    """A KVBackend over another one (LevelDB or memory), holding the working set in memory."""
+
+    # Tests turn this on: each handed-back object must encode to the bytes written for it (a
+    # rule that changed a message after writing it would make the next block read another).
+    verify_objects = False
+
+    __slots__ = (
+        "backend",
+        "write_every",
+        "_streamed",
+        "_max_streamed",
+        "_resident",
+        "_young",
+        "_old",
+        "_terms",
+        "_old_terms",
+        "_decoded",
+        "_memos",
+        "_unwritten",
+        "_commits",
+        "_closed",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        backend: KVBackend,
+        *,
+        streamed: Iterable[bytes] = (),
+        write_every: int = 1,
+        max_streamed: int = DEFAULT_MAX_STREAMED,
+    ) -> None:
+        """``streamed``: one-byte key prefixes cached as used instead of held in full."""
+        if write_every < 1:
+            raise ValueError(f"write_every must be at least 1, got {write_every}")
+        prefixes = list(streamed)
+        for prefix in prefixes:
+            if len(prefix) != 1 or prefix == b"\xff":
+                raise ValueError(f"a streamed prefix is one byte below 0xff, got {prefix!r}")
+        self.backend = backend
+        self.write_every = write_every
+        self._streamed = frozenset(prefix[0] for prefix in prefixes)
+        self._max_streamed = max_streamed
+        self._young: dict[bytes, bytes | None] = {}
+        self._old: dict[bytes, bytes | None] = {}
+        self._terms: dict[bytes, int] = {}
+        self._old_terms: dict[bytes, int] = {}
+        self._decoded: dict[bytes, object] = {}
+        self._memos: dict[object, object] = {}
+        # key -> value (None: deleted) committed here but not yet written to the backend.
+        self._unwritten: dict[bytes, bytes | None] = {}
+        self._commits = 0
+        self._closed = False
+        self._resident: SortedDict = SortedDict()
+        for start, stop in _get_resident_ranges(self._streamed):
+            self._resident.update(backend.iterate(start, stop))
+        _LIVE.add(self)
+
+    # -- reads: the committed state ------------------------------------------------------------
+    def get(self, key: bytes) -> bytes | None:
+        """The committed value of ``key`` (None: absent), from memory when known."""
+        if not key or key[0] not in self._streamed:
+            value: bytes | None = self._resident.get(key)
+            return value
+        value = self._young.get(key, _MISSING)
+        if value is _MISSING:
+            value = self._old.get(key, _MISSING)
+            if value is _MISSING:
+                value = self.backend.get(key)
+            self._young[key] = value
+        return value
+
+    def iterate(
+        self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Entries in ``[start, stop)`` as of this call, resident ones from memory."""
+        self._check_open()
+        resident = self._resident
+        entries = [
+            (key, resident[key])
+            for key in resident.irange(start, stop, inclusive=(True, False), reverse=reverse)
+        ]
+        if not self._streamed or not self._may_stream(start, stop):
+            return iter(entries)
+        streamed = self._iterate_streamed(start, stop, reverse)
+        if not entries:
+            return streamed
+        return merge(entries, streamed, key=lambda entry: entry[0], reverse=reverse)
+
+    def _may_stream(self, start: bytes | None, stop: bytes | None) -> bool:
+        lo = 0 if not start else start[0]
+        hi = 255 if stop is None else stop[0]
+        return any(lo <= prefix <= hi for prefix in self._streamed)
+
+    def _iterate_streamed(
+        self, start: bytes | None, stop: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The streamed entries in range: the backend's, overlaid by what is not written yet."""
+        streamed = self._streamed
+        overlay = sorted(
+            (key, value)
+            for key, value in self._unwritten.items()
+            if key
+            and key[0] in streamed
+            and (start is None or key >= start)
+            and (stop is None or key < stop)
+        )
+        if reverse:
+            overlay.reverse()
+        base = (
+            entry
+            for entry in self.backend.iterate(start, stop, reverse)
+            if entry[0] and entry[0][0] in streamed
+        )
+        return _overlay(base, overlay, reverse)
+
+    def snapshot(self) -> KVReader:
+        """A consistent view of the committed state now: a copy of what is held in memory over
+        the backend's own snapshot."""
+        self._check_open()
+        return CacheSnapshot(self)
+
+    def get_term(self, key: bytes) -> int:
+        """The app-hash term of ``key``'s committed entry (0: absent), from memory when known."""
+        term = self._terms.get(key)
+        if term is None:
+            term = self._old_terms.get(key)
+            if term is None:
+                value = self.get(key)
+                term = 0 if value is None else compute_entry_term(key, value)
+            self._terms[key] = term
+        return term
+
+    # -- decoded objects and memos, for the block being built (never for queries) --------------
+    def peek_decoded(self, key: bytes, decode: Callable[[bytes], T]) -> T | None:
+        """The committed entry of ``key`` decoded, to read only (None: absent)."""
+        obj = self._decoded.get(key)
+        if obj is None:
+            raw = self.get(key)
+            if raw is None:
+                return None
+            obj = self._decoded[key] = decode(raw)
+        return obj  # type: ignore[return-value]
+
+    def take_decoded(self, key: bytes, decode: Callable[[bytes], T]) -> T | None:
+        """The committed entry of ``key`` decoded, for the caller to change and write: the
+        cache forgets it until a commit hands a written object back."""
+        obj = self._decoded.pop(key, None)
+        if obj is not None:
+            return obj  # type: ignore[return-value]
+        raw = self.get(key)
+        return None if raw is None else decode(raw)
+
+    def take_memo(self, name: object) -> object | None:
+        """The memo the last commit handed on under ``name`` (taken: a failed block leaves none)."""
+        return self._memos.pop(name, None)
+
+    # -- writes ------------------------------------------------------------------------------
+    def write_batch(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
+        """Apply a batch as one commit (terms computed here): see commit_batch."""
+        self.commit_batch(puts, list(deletes), {}, {}, {})
+
+    def commit_batch(
+        self,
+        puts: Mapping[bytes, bytes],
+        deletes: list[bytes],
+        terms: Mapping[bytes, int],
+        decoded: Mapping[bytes, object],
+        memos: Mapping[object, object],
+    ) -> None:
+        """Apply one commit: ``puts`` then ``deletes``, with the new entries' app-hash terms
+        (those not given are computed when next asked), the decoded objects of written values
+        and the memos handed to the next block. Written back every ``write_every`` commits."""
+        self._check_open()
+        for key, value in puts.items():
+            if key.__class__ is not bytes or value.__class__ is not bytes:
+                raise TypeError(f"keys and values must be bytes, got {key!r}: {value!r}")
+        for key in deletes:
+            if key.__class__ is not bytes:
+                raise TypeError(f"keys must be bytes, got {key!r}")
+        if self.verify_objects:
+            for key, obj in decoded.items():
+                if obj.SerializeToString() != puts.get(key):  # type: ignore[attr-defined]
+                    raise AssertionError(f"the object handed back for {key!r} was changed")
+        if (self._commits + 1) % self.write_every == 0:
+            # Written first: if the backend refuses the batch, memory has not moved either.
+            batch = dict(self._unwritten)
+            batch.update(puts)
+            batch.update(dict.fromkeys(deletes))
+            self._write_back(batch)
+            unwritten = None
+        else:
+            unwritten = self._unwritten
+        streamed = self._streamed
+        resident = self._resident
+        young = self._young
+        term_of = self._terms
+        objects = self._decoded
+        for key, value in puts.items():
+            if key and key[0] in streamed:
+                young[key] = value
+            else:
+                resident[key] = value
+            if unwritten is not None:
+                unwritten[key] = value
+            term = terms.get(key)
+            if term is None:
+                term_of.pop(key, None)
+                self._old_terms.pop(key, None)
+            else:
+                term_of[key] = term
+            obj = decoded.get(key)
+            if obj is None:
+                objects.pop(key, None)
+            else:
+                objects[key] = obj
+        for key in deletes:
+            if key and key[0] in streamed:
+                young[key] = None
+            else:
+                resident.pop(key, None)
+            if unwritten is not None:
+                unwritten[key] = None
+            term_of[key] = 0
+            objects.pop(key, None)
+        self._memos = dict(memos)
+        self._commits += 1
+        if unwritten is None and len(young) >= self._max_streamed:
+            self._evict()
+
+    def flush(self) -> None:
+        """Write everything committed since the last write-back to the backend, in one batch."""
+        if self._unwritten:
+            self._write_back(self._unwritten)
+            if len(self._young) >= self._max_streamed:
+                self._evict()
+
+    def _write_back(self, batch: dict[bytes, bytes | None]) -> None:
+        puts = {key: value for key, value in batch.items() if value is not None}
+        deletes = [key for key, value in batch.items() if value is None]
+        self.backend.write_batch(puts, deletes)
+        self._unwritten = {}
+
+    def _evict(self) -> None:
+        """Drop the old generation of streamed entries (all written back) and age the young."""
+        self._old, self._young = self._young, {}
+        keep = self._old
+        streamed = self._streamed
+        self._old_terms = {
+            k: t for k, t in self._terms.items() if k and k[0] in streamed and k in keep
+        }
+        self._terms = {k: t for k, t in self._terms.items() if not k or k[0] not in streamed}
+        self._decoded = {k: o for k, o in self._decoded.items() if not k or k[0] not in streamed}
+
+    def forget_derived(self) -> None:
+        """Forget the decoded objects, memos and terms (the state stays): as after a reopen."""
+        self._decoded = {}
+        self._memos = {}
+        self._terms = {}
+        self._old_terms = {}
+
+    def has_unwritten(self) -> bool:
+        return bool(self._unwritten)
+
+    def close(self) -> None:
+        """Write back what is left, then close the backend (later reads raise
+        StoreClosedError, as the backend's do). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self.flush()
+            finally:
+                self.backend.close()
+                # Every read now reaches the closed backend, which raises.
+                self._resident = SortedDict()
+                self._streamed = frozenset(range(256))
+                self._young, self._old = {}, {}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+
+
+_LIVE: weakref.WeakSet[StateCache] = weakref.WeakSet()
+
+
+def forget_all_derived() -> None:
+    """Every live cache forgets what it derived (tests: a rule must decide the same without)."""
+    for cache in list(_LIVE):
+        cache.forget_derived()
+
+
+def _get_resident_ranges(streamed: frozenset[int]) -> list[tuple[bytes | None, bytes | None]]:
+    """The key ranges outside the streamed one-byte prefixes, in order."""
+    ranges: list[tuple[bytes | None, bytes | None]] = []
+    start: bytes | None = None
+    for prefix in sorted(streamed):
+        if start is None or start < bytes((prefix,)):
+            ranges.append((start, bytes((prefix,))))
+        start = bytes((prefix + 1,))
+    ranges.append((start, None))
+    return ranges
+
+
+class CacheSnapshot:
+    """The committed state at one commit, unchanged by later ones (StateCache.snapshot)."""
+
+    __slots__ = ("_streamed", "_resident", "_overlay", "_base")
+
+    def __init__(self, cache: StateCache) -> None:
+        self._streamed = cache._streamed
+        self._resident: SortedDict = cache._resident.copy()
+        streamed = self._streamed
+        self._overlay = {k: v for k, v in cache._unwritten.items() if k and k[0] in streamed}
+        self._base = cache.backend.snapshot()
+
+    def get(self, key: bytes) -> bytes | None:
+        if not key or key[0] not in self._streamed:
+            value: bytes | None = self._resident.get(key)
+            return value
+        value = self._overlay.get(key, _MISSING)
+        return self._base.get(key) if value is _MISSING else value
+
+    def iterate(
+        self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        resident = self._resident
+        entries = [
+            (key, resident[key])
+            for key in resident.irange(start, stop, inclusive=(True, False), reverse=reverse)
+        ]
+        streamed = self._streamed
+        overlay = sorted(
+            (key, value)
+            for key, value in self._overlay.items()
+            if (start is None or key >= start) and (stop is None or key < stop)
+        )
+        if reverse:
+            overlay.reverse()
+        base = (
+            entry
+            for entry in self._base.iterate(start, stop, reverse)
+            if entry[0] and entry[0][0] in streamed
+        )
+        return merge(entries, _overlay(base, overlay, reverse), key=_key, reverse=reverse)
+
+
+def _key(entry: tuple[bytes, bytes]) -> bytes:
+    return entry[0]
+
+
+def _overlay(
+    base: Iterator[tuple[bytes, bytes]],
+    overlay: list[tuple[bytes, bytes | None]],
+    reverse: bool,
+) -> Iterator[tuple[bytes, bytes]]:
+    """``base`` in key order with ``overlay``'s entries replacing (None: hiding) its own."""
+    if not overlay:
+        yield from base
+        return
+    replaced = {key for key, _ in overlay}
+    kept = (entry for entry in base if entry[0] not in replaced)
+    added = [(key, value) for key, value in overlay if value is not None]
+    yield from merge(kept, added, key=lambda entry: entry[0], reverse=reverse)
