@@ -193,7 +193,7 @@ class _SelectionIndex:
         self.tables: dict[str, SelectionTable] = {}
         self.models: dict[str, _ModelTable] = {}
         self.dirty: dict[str, set[str]] = {}
-        # Verdicts the policy handed over with a commit (PolicyContext.set_verdict), each at the
+        # Verdicts the policy handed over with a commit (PolicyStore.set_verdict), each at the
         # height of the last commit that touched its participant.
         self.pushed: dict[str, Health] = {}
 
@@ -459,7 +459,7 @@ class Chain:
                         if policy.verdict_reads_participants
                         else keeper.verdict_touched,
                         reset,
-                        ctx.policy_ctx.verdicts,
+                        ctx.policy_store.verdicts,
                     )
         except BaseException:
             buffer.discard()

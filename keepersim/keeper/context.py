@@ -9,20 +9,20 @@ the block built again without the message; handlers check before they write, so 
 from __future__ import annotations
 
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies.base import HealthPolicy, PolicyContext
+from keepersim.keeper.policies.base import HealthPolicy, PolicyStore
 from keepersim.keeper.sprt import SprtConstants, compute_sprt_constants
 from keepersim.types.events import Outcome
 from keepersim.types.messages import Inference
 
 
 class BlockContext:
-    __slots__ = ("keeper", "policy", "height", "policy_ctx", "_sprt", "policy_calls")
+    __slots__ = ("keeper", "policy", "height", "policy_store", "_sprt", "policy_calls")
 
     def __init__(self, keeper: Keeper, policy: HealthPolicy, height: int) -> None:
         self.keeper = keeper
         self.policy = policy
         self.height = height
-        self.policy_ctx = PolicyContext(keeper, policy, height)
+        self.policy_store = PolicyStore(keeper, policy, height)
         self._sprt: SprtConstants | None = None
         # Calls of the policy's hooks so far (process_policy_start / process_policy_outcome).
         self.policy_calls = 0
@@ -30,12 +30,12 @@ class BlockContext:
     def process_policy_start(self, address: str, inference: Inference) -> None:
         """The policy's start hook (counted: a rejected message that reached it is rebuilt)."""
         self.policy_calls += 1
-        self.policy.process_start(self.policy_ctx, address, inference)
+        self.policy.process_start(self.policy_store, address, inference)
 
     def process_policy_outcome(self, address: str, outcome: Outcome, inference: Inference) -> None:
         """The policy's outcome hook (counted like process_policy_start)."""
         self.policy_calls += 1
-        self.policy.process_outcome(self.policy_ctx, address, outcome, inference)
+        self.policy.process_outcome(self.policy_store, address, outcome, inference)
 
     def get_message_mark(self) -> tuple[int, int, int, int]:
         """How far the block's in-memory state goes before a message (discard_message)."""

@@ -50,8 +50,7 @@ def begin_block(keeper: Keeper, height: int) -> None:
 
 
 def process_policy_end_block(ctx: BlockContext) -> None:
-    ctx.policy_ctx.process_deferred()  # the block's starts and outcomes a policy deferred
-    ctx.policy.process_end_block(ctx.policy_ctx, sorted(ctx.keeper.touched))
+    ctx.policy.process_end_block(ctx.policy_store, sorted(ctx.keeper.touched))
 
 
 END_BLOCK_STEPS: tuple[Callable[[BlockContext], None], ...] = (
@@ -64,4 +63,4 @@ END_BLOCK_STEPS: tuple[Callable[[BlockContext], None], ...] = (
 def end_block(ctx: BlockContext) -> None:
     for step in END_BLOCK_STEPS:
         step(ctx)
-    ctx.policy_ctx.flush()  # the policy's block-cached entries and wake-ups reach the store
+    ctx.policy_store.flush()  # the policy's block-cached entries and wake-ups reach the store

@@ -31,7 +31,7 @@ def process_epoch_boundary(ctx: BlockContext) -> None:
     if not is_epoch_boundary(ctx.height, keeper.get_params().epoch_params.epoch_length):
         return
     settled = keeper.get_effective_epoch_index()
-    ctx.policy.process_epoch_boundary(ctx.policy_ctx)
+    ctx.policy.process_epoch_boundary(ctx.policy_store)
     participants = list(keeper.iterate_participants())
     for participant in participants:
         stats = participant.current_epoch_stats

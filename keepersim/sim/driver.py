@@ -202,6 +202,11 @@ class GovernanceError(SimulationError):
     """A scheduled params change is invalid (names the entry and the rule it breaks)."""
 
 
+# Commits between two write-backs of a run's state cache (keepersim.store.cache): the backend
+# sees one batch instead of one per block, and a killed run resumes from the last write-back.
+WRITE_EVERY = 64
+
+
 def get_known_policies() -> list[str]:
     """Policies a run can use: every registered built-in plus the ``oracle`` baseline."""
     return sorted({*BUILTIN_POLICIES, ORACLE_POLICY_NAME})
@@ -518,6 +523,7 @@ def run_scenario(
                 genesis=genesis,
                 policy_override=override,
                 resume=resume,
+                write_every=WRITE_EVERY,
             )
         except StoreNotEmptyError as exc:
             raise SimulationError(f"{exc} (--resume goes on with the run in it)") from exc

@@ -66,6 +66,7 @@ class StateCache:
         "_memos",
         "_unwritten",
         "_commits",
+        "_complete",
         "_closed",
         "__weakref__",
     )
@@ -102,6 +103,11 @@ class StateCache:
         self._resident: SortedDict = SortedDict()
         for start, stop in _get_resident_ranges(self._streamed):
             self._resident.update(backend.iterate(start, stop))
+        # Every streamed key is in memory while the backend had none at open and nothing was
+        # evicted: a key not in memory is then known to be absent, without a read.
+        self._complete = not any(
+            next(iter(backend.iterate(bytes((p,)), bytes((p + 1,)))), None) for p in self._streamed
+        )
         _LIVE.add(self)
 
     # -- reads: the committed state ------------------------------------------------------------
@@ -114,7 +120,7 @@ class StateCache:
         if value is _MISSING:
             value = self._old.get(key, _MISSING)
             if value is _MISSING:
-                value = self.backend.get(key)
+                value = None if self._complete else self.backend.get(key)
             self._young[key] = value
         return value
 
@@ -178,6 +184,34 @@ class StateCache:
                 term = 0 if value is None else compute_entry_term(key, value)
             self._terms[key] = term
         return term
+
+    def compute_sum_change(
+        self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]
+    ) -> tuple[int, dict[bytes, int]]:
+        """What a commit of ``puts`` and ``deletes`` adds to the state sum (not reduced), and the
+        new entries' terms; each old term from memory when known."""
+        self._check_open()
+        streamed = self._streamed
+        resident_get = self._resident.get
+        terms_get = self._terms.get
+        term = compute_entry_term
+        delta = 0
+        new_terms: dict[bytes, int] = {}
+        for key, value in puts.items():
+            old = self.get(key) if key and key[0] in streamed else resident_get(key)
+            if old is not None:
+                if old == value:
+                    continue
+                known = terms_get(key)
+                delta -= self.get_term(key) if known is None else known
+            new = new_terms[key] = term(key, value)
+            delta += new
+        for key in deletes:
+            old = self.get(key) if key and key[0] in streamed else resident_get(key)
+            if old is not None:
+                known = terms_get(key)
+                delta -= self.get_term(key) if known is None else known
+        return delta, new_terms
 
     # -- decoded objects and memos, for the block being built (never for queries) --------------
     def peek_decoded(self, key: bytes, decode: Callable[[bytes], T]) -> T | None:
@@ -244,9 +278,12 @@ class StateCache:
         young = self._young
         term_of = self._terms
         objects = self._decoded
+        set_resident = dict.__setitem__
         for key, value in puts.items():
             if key and key[0] in streamed:
                 young[key] = value
+            elif key in resident:
+                set_resident(resident, key, value)  # a known key: SortedDict's order stands
             else:
                 resident[key] = value
             if unwritten is not None:
@@ -291,6 +328,7 @@ class StateCache:
 
     def _evict(self) -> None:
         """Drop the old generation of streamed entries (all written back) and age the young."""
+        self._complete = False
         self._old, self._young = self._young, {}
         keep = self._old
         streamed = self._streamed
@@ -323,6 +361,7 @@ class StateCache:
                 self._resident = SortedDict()
                 self._streamed = frozenset(range(256))
                 self._young, self._old = {}, {}
+                self._complete = False
 
     def _check_open(self) -> None:
         if self._closed:

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping
 from keepersim.store.apphash import (
     MODULUS,
     compute_app_hash,
-    compute_entry_term,
     compute_state_sum,
 )
 from keepersim.store.buffer import RESERVED_PREFIX, BlockBuffer
@@ -103,22 +102,8 @@ class CommitStore:
                 raise ValueError(f"meta key {key!r} must start with {RUN_META_PREFIX!r}")
         puts, deletes = buffer.pending()
         cache = self.backend
-        get = cache.get
-        get_term = cache.get_term
-        term = compute_entry_term
-        state_sum = self._state_sum
-        terms: dict[bytes, int] = {}
-        for key, value in puts.items():
-            old = get(key)
-            if old is not None:
-                if old == value:
-                    continue
-                state_sum -= get_term(key)
-            new = terms[key] = term(key, value)
-            state_sum += new
-        for key in deletes:
-            if get(key) is not None:
-                state_sum -= get_term(key)
+        delta, terms = cache.compute_sum_change(puts, deletes)
+        state_sum = self._state_sum + delta
         state_sum %= MODULUS
         app_hash = compute_app_hash(state_sum)
         puts[HEIGHT_KEY] = height.to_bytes(8, "big")

@@ -1,7 +1,7 @@
 """Per-message isolation: a rejected message leaves no write, event, touched mark or policy work.
 
 A handler is swapped in (``_HANDLERS``) that writes, emits and touches before it raises; the block
-with it must equal, in app hash, events, touched sets and the policy's deferred work, the same
+with it must equal, in app hash, events, touched sets and the policy's entries in this block, the same
 block without it.
 """
 
@@ -115,13 +115,16 @@ class Counter:
 
 @pytest.fixture
 def end_block_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
-    """What each end block starts from: touched, verdict-touched, deferred policy work."""
+    """What each end block starts from: touched, verdict-touched, the policy's block entries."""
     seen: list[tuple[Any, ...]] = []
     real = chain_module.end_block
 
     def spy(ctx: BlockContext) -> None:
-        deferred = [(f.__name__, args[1:]) for f, args in ctx.policy_ctx._deferred]
-        seen.append((sorted(ctx.keeper.touched), sorted(ctx.keeper.verdict_touched), deferred))
+        entries = sorted(
+            (address, entry.SerializeToString())
+            for address, entry in ctx.policy_store._entries.items()
+        )
+        seen.append((sorted(ctx.keeper.touched), sorted(ctx.keeper.verdict_touched), entries))
         real(ctx)
 
     monkeypatch.setattr(chain_module, "end_block", spy)
@@ -190,7 +193,7 @@ def test_rejected_half_way_leaves_nothing(
     seen_without = list(end_block_spy)
     assert a == b
     assert a[-1][1] is True  # the committed state matches its app hash
-    # Each end block starts from the same touched sets and deferred policy work.
+    # Each end block starts from the same touched sets and policy entries.
     assert seen_with == seen_without
     # Writes, events and decoded participants are taken back in place; touched marks and the
     # policy's state by building the block again without the message.

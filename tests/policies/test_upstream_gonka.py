@@ -24,7 +24,7 @@ from policy_helpers import Net, NetFactory, make_params, make_policy_genesis
 
 from keepersim.chain import Chain
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies.base import PolicyContext
+from keepersim.keeper.policies.base import PolicyStore
 from keepersim.keeper.policies.gonka import GonkaBreaker
 from keepersim.keeper.policies.gonka_api import GonkaCBKeeper
 from keepersim.module.genesis import init_genesis
@@ -594,7 +594,7 @@ class ExcludesA1AtBlock5(GonkaBreaker):
     name = "gonka-with-a1-excluded"
     prefix = b"\x7e"
 
-    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
         if ctx.height == 5:
             GonkaCBKeeper(ctx).exclude_cb_entry(ctx.height, A1, False)
         super().process_end_block(ctx, touched)

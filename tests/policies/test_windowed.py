@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from policy_helpers import MODEL, Net, NetFactory, make_params, to_names
 
-from keepersim.keeper.policies.base import PolicyContext
+from keepersim.keeper.policies.base import PolicyStore
 from keepersim.keeper.policies.windowed import (
     compute_cooldown,
     compute_jitter_pct,
@@ -437,13 +437,13 @@ def test_quiet_blocks_read_no_policy_state(
     record(net, "p001", 2, 2)
     net.run(5)
     calls = []
-    original = PolicyContext.get_cached_if_stored
+    original = PolicyStore.find
 
-    def counting(self: PolicyContext, address: str, decode: Any) -> Any:
+    def counting(self: PolicyStore, address: str, decode: Any) -> Any:
         calls.append(address)
         return original(self, address, decode)
 
-    monkeypatch.setattr(PolicyContext, "get_cached_if_stored", counting)
+    monkeypatch.setattr(PolicyStore, "find", counting)
     net.run(3)
     assert calls == []
     net.run_until(int(net.state("p001")["probe_at_block"]))  # type: ignore[call-overload]
@@ -611,10 +611,10 @@ def test_the_in_memory_starts_list_decides_as_the_timeout_index(make_net: NetFac
     assert hashes[0] == hashes[1]
 
 
-def test_deferred_events_run_in_message_order_at_the_end_block(make_net: NetFactory) -> None:
-    """windowed handles its starts and outcomes in the policy end block, in the order they
-    came: a probe started and finished in one block takes its slot and frees it (the other way
-    round the slot would stay taken), and the block's transitions follow its message events."""
+def test_events_are_handled_in_message_order(make_net: NetFactory) -> None:
+    """windowed handles its starts and outcomes as the messages come: a probe started and
+    finished in one block takes its slot and frees it (the other way round the slot would stay
+    taken), and the re-admission comes with the finish that earned it."""
     net = make_net(make_w_params(), FLEET)
     exclude(net, "a", successes=3, misses=2)
     reach_probe(net, "a")
@@ -625,4 +625,4 @@ def test_deferred_events_run_in_message_order_at_the_end_block(make_net: NetFact
         assert net.state("a")["probes_in_flight"] == 0
     assert len(results) == 2  # 2 of 6 still fails the gate, 2 of 7 passes
     kinds = [type(e).__name__ for e in results[-1].events]
-    assert kinds == ["InferenceStarted", "InferenceFinished", "HealthTransition"]
+    assert kinds == ["InferenceStarted", "HealthTransition", "InferenceFinished"]

@@ -232,3 +232,21 @@ def test_a_snapshot_keeps_its_commit(write_every: int) -> None:
     assert user_entries(view) == before
     assert (view.get(b"\x01a"), view.get(b"\x05i"), view.get(b"\x05j")) == (b"1", b"1", None)
     assert list(view.iterate(b"\x05", RESERVED_PREFIX, reverse=True)) == [(b"\x05i", b"1")]
+
+
+def test_on_a_store_that_began_empty_a_new_streamed_key_costs_no_read() -> None:
+    """Until the first eviction every streamed key is in memory, so an absent one is known
+    absent (a new inference's id); after it, the backend is asked again."""
+    backend = MemoryBackend()
+    cache = StateCache(backend, streamed=[STREAMED], max_streamed=2)
+    store = CommitStore(cache)
+    reads: list[bytes] = []
+    original = backend.get
+    backend.get = lambda key: reads.append(key) or original(key)  # type: ignore[method-assign]
+    assert cache.get(b"\x05new") is None
+    assert reads == []
+    apply_block(store, 1, [(b"\x05a", b"1"), (b"\x05b", b"2")])  # reaches max_streamed
+    apply_block(store, 2, [])
+    assert cache.get(b"\x05other") is None
+    assert reads == [b"\x05other"]
+    assert cache.get(b"\x05a") == b"1"  # from the old generation, or read back: never lost

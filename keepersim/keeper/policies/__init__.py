@@ -12,8 +12,8 @@ from keepersim.keeper.policies.base import (
     ADMITTED,
     Health,
     HealthPolicy,
-    PolicyContext,
     PolicyReader,
+    PolicyStore,
 )
 from keepersim.keeper.policies.consecutive import ConsecutiveBreaker
 from keepersim.keeper.policies.gonka import GonkaBreaker
@@ -110,7 +110,7 @@ __all__ = [
     "Health",
     "HealthPolicy",
     "NoPolicy",
-    "PolicyContext",
+    "PolicyStore",
     "PolicyReader",
     "SprtOnlyPolicy",
     "TrinAdditive",

@@ -7,7 +7,7 @@ end-block / epoch hooks (never from a query); it reads heights, never clocks; in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from google.protobuf.message import Message
@@ -143,8 +143,14 @@ def get_height_records(store: KVStore, prefix: bytes) -> list[tuple[int, bytes]]
     ]
 
 
-class PolicyContext:
-    """What a policy may touch while a block is processed: its own store, its queue, params."""
+class PolicyStore:
+    """All a policy touches while a block is processed: its entries, its wake-ups, its log and
+    its events, plus the block's height and params.
+
+    An entry is read once per block (``get`` / ``find``: the block's own object, to change
+    freely) and, once ``set``, written when the block ends; what the state cache hands on
+    from the block below comes decoded. Nothing here needs to know how the store is cached.
+    """
 
     __slots__ = (
         "keeper",
@@ -152,15 +158,14 @@ class PolicyContext:
         "expiration_blocks",
         "height",
         "recheck",
+        "memo",
+        "verdicts",
         "_state",
         "_name",
-        "_cache",
-        "memo",
+        "_entries",
         "_dirty",
         "_queue",
         "_items",
-        "verdicts",
-        "_deferred",
         "_log",
     )
 
@@ -175,153 +180,108 @@ class PolicyContext:
         self._log = keys.POLICY_LOG + policy.prefix
         # Addresses the policy wants to look at again in this block's end block.
         self.recheck: set[str] = set()
-        self._cache: dict[str, Message] = {}
-        # Hints a policy keeps for its next blocks (e.g. windowed's list of the starts it saw),
-        # handed on by the state cache with the commit; a policy must decide the same without.
+        self._entries: dict[str, Message] = {}
+        self._dirty: set[str] = set()
+        # Acceleration beside a plain form, each tested equal to it: ``memo``, what a policy
+        # derives from its state (an index of its log), handed to the next block by the state
+        # cache; a policy must decide the same without it (the tests forget it). ``verdicts``:
+        # set_verdict.
         store = keeper.store
         memo = store.take_memo(self._state) if isinstance(store, BlockBuffer) else None
         self.memo: dict[str, object] = memo if isinstance(memo, dict) else {}
-        self._dirty: set[str] = set()
-        self._queue = HeightQueue(keeper.store, keys.POLICY_QUEUE + policy.prefix, height)
-        self._items = HeightQueue(keeper.store, keys.POLICY_ITEMS + policy.prefix, height)
-        # Verdicts at this height on the state this block leaves, handed to the chain with the
-        # commit so it need not ask get_health (set_verdict).
         self.verdicts: dict[str, Health] = {}
-        self._deferred: list[tuple[Callable[..., None], tuple[object, ...]]] = []
+        self._queue = HeightQueue(store, keys.POLICY_QUEUE + policy.prefix, height)
+        self._items = HeightQueue(store, keys.POLICY_ITEMS + policy.prefix, height)
 
-    # A block's decoded entries: a policy that touches an entry several times in a block (a
-    # start, a result, the end-block gate) decodes it once and encodes it once, in flush() at
-    # the end of the end block (the state cache hands the last block's objects on, decoded).
-    # Mixing these with get_raw/set_message on the same address in one block is an error of
-    # the policy.
-    def get_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
-        """The block's decoded entry of ``address`` (``decode(raw or None, address)`` once)."""
-        entry = self._cache.get(address)
-        if entry is not None:
-            return entry  # type: ignore[return-value]
-        entry = self.get_cached_if_stored(address, decode)
+    # -- entries -----------------------------------------------------------------------------
+    def get(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
+        """The entry of ``address`` (``decode(None, address)``, a new one, when it has none)."""
+        entry = self.find(address, decode)
         if entry is None:
-            entry = self._cache[address] = decode(None, address)
+            entry = self._entries[address] = decode(None, address)
         return entry
 
-    def get_uncached(self, addresses: Iterable[str]) -> set[str]:
-        """Those of ``addresses`` the policy has not looked at in this block."""
-        cache = self._cache
-        return {a for a in addresses if a not in cache}
-
-    def get_cached_if_stored(
-        self, address: str, decode: Callable[[bytes | None, str], M]
-    ) -> M | None:
-        """Like get_cached, but None (and nothing cached) when ``address`` has no entry."""
-        entry = self._cache.get(address)
+    def find(self, address: str, decode: Callable[[bytes | None, str], M]) -> M | None:
+        """The entry of ``address``, or None when it has none."""
+        entry = self._entries.get(address)
         if entry is None:
             entry = self.keeper.store.take_message(
                 self._state + address.encode(), lambda raw: decode(raw, address)
             )
             if entry is None:
                 return None
-            self._cache[address] = entry
+            self._entries[address] = entry
         return entry  # type: ignore[return-value]
 
-    def peek_cached(self, address: str, decode: Callable[[bytes | None, str], M]) -> M | None:
-        """The entry of ``address`` as this block has it, to read only (None: no entry). To
-        change it, take it with get_cached."""
-        entry = self._cache.get(address)
-        if entry is not None:
-            return entry  # type: ignore[return-value]
-        return self.keeper.store.peek_message(
-            self._state + address.encode(), lambda raw: decode(raw, address)
-        )
+    def is_seen(self, address: str) -> bool:
+        """Whether the policy read or wrote the entry of ``address`` in this block."""
+        return address in self._entries
 
-    def mark_dirty(self, address: str, verdict: bool = True) -> None:
-        """The cached entry changed: flush() writes it. ``verdict=False``: the change cannot
-        alter the participant's health verdict, so the chain need not ask for it again."""
+    def set(self, address: str, entry: Message, *, verdict: bool = True) -> None:
+        """``entry`` is the entry of ``address`` now; written when the block ends.
+        ``verdict=False``: the change cannot alter the participant's health verdict, so the
+        chain need not ask for it again (an acceleration: the tests compare the chain's memo
+        with fresh verdicts at every height)."""
+        self._entries[address] = entry
         self._dirty.add(address)
         keeper = self.keeper
         keeper.touched.add(address)
         if verdict:
             keeper.verdict_touched.add(address)
 
-    def flush(self) -> None:
-        """Write the block's changed cached entries and its new wake-ups (end of end block)."""
-        store = self.keeper.store
-        for address in sorted(self._dirty):
-            store.set_message(self._state + address.encode(), self._cache[address])
-        self._dirty.clear()
-        self._queue.flush()
-        self._items.flush()
-        if isinstance(store, BlockBuffer):
-            store.give_memo(self._state, self.memo)
-
-    def get_raw(self, address: str) -> bytes | None:
-        return self.keeper.store.get(self._state + address.encode())
-
-    def set_message(self, address: str, message: Message) -> None:
-        self.keeper.store.set(self._state + address.encode(), message.SerializeToString())
-        self.keeper.touched.add(address)
-        self.keeper.verdict_touched.add(address)
-
-    def set_verdict(self, address: str, health: Health) -> None:
-        """``health`` is what get_health will say of ``address`` at this height once the block
-        is committed (the policy's last write of the participant in this block is done). A
-        later write of the participant in this block must set it again or drop it."""
-        self.verdicts[address] = health
-
-    def drop_verdict(self, address: str) -> None:
-        self.verdicts.pop(address, None)
-
     def delete(self, address: str) -> None:
         self.drop_verdict(address)
-        self._cache.pop(address, None)
+        self._entries.pop(address, None)
         self._dirty.discard(address)
         self.keeper.store.delete(self._state + address.encode())
         self.keeper.touched.add(address)
         self.keeper.verdict_touched.add(address)
 
-    # The policy's log: one record per height it chooses (protobuf), kept until it deletes it.
-    def set_log(self, height: int, message: Message) -> None:
-        """Write the record of ``height``."""
-        self.keeper.store.set_message(self._log + keys.height_key(height), message)
-
-    def delete_log(self, height: int) -> None:
-        self.keeper.store.delete(self._log + keys.height_key(height))
-
-    def get_log_records(self) -> list[tuple[int, bytes]]:
-        """Every log record as this block has it, ascending by height."""
-        return get_height_records(self.keeper.store, self._log)
-
-    def iterate_raw(self) -> Iterable[tuple[str, bytes]]:
+    def iterate(self, decode: Callable[[bytes | None, str], M]) -> list[tuple[str, M]]:
+        """Every entry, in address order."""
+        self.write_entries()
         n = len(self._state)
-        for key, raw in list(self.keeper.store.iterate(self._state, prefix_end(self._state))):
-            yield key[n:].decode(), raw
+        stop = prefix_end(self._state)
+        return [
+            (key[n:].decode(), self.find(key[n:].decode(), decode))  # type: ignore[misc]
+            for key, _ in list(self.keeper.store.iterate(self._state, stop))
+        ]
 
     def clear_all(self) -> list[str]:
-        """Delete every entry and queued wake-up; return the addresses that had entries."""
-        addresses = [address for address, _ in self.iterate_raw()]
+        """Delete every entry, wake-up and log record; return the addresses that had entries."""
+        self.write_entries()
+        n = len(self._state)
+        stop = prefix_end(self._state)
+        addresses = [key[n:].decode() for key, _ in self.keeper.store.iterate(self._state, stop)]
         for address in addresses:
             self.delete(address)
-        self._cache.clear()  # entries decoded but never stored go too
+        self._entries.clear()  # entries decoded but never stored go too
         self.memo.clear()
         self.verdicts.clear()
-        self._dirty.clear()
         self._queue.clear()
         self._items.clear()
         for height, _ in self.get_log_records():
             self.delete_log(height)
         return addresses
 
-    def defer(self, process: Callable[..., None], *args: object) -> None:
-        """Run ``process(*args)`` at the start of this block's policy end block, in the order
-        deferred. A policy whose state nothing reads before then (not even the keeper) may
-        handle its starts and outcomes so: one warm loop over the block's events costs less
-        than the same work spread between the keeper's."""
-        self._deferred.append((process, args))
+    def write_entries(self) -> None:
+        """Write the entries set so far (flush does; the upstream-shaped keeper APIs, whose
+        reads go through the store at once, too)."""
+        store = self.keeper.store
+        for address in sorted(self._dirty):
+            store.set_message(self._state + address.encode(), self._entries[address])
+        self._dirty.clear()
 
-    def process_deferred(self) -> None:
-        deferred, self._deferred = self._deferred, []
-        for process, args in deferred:
-            process(*args)
+    def flush(self) -> None:
+        """Write the block's changed entries and its new wake-ups (the end of the end block)."""
+        self.write_entries()
+        self._queue.flush()
+        self._items.flush()
+        store = self.keeper.store
+        if isinstance(store, BlockBuffer):
+            store.give_memo(self._state, self.memo)
 
+    # -- wake-ups ----------------------------------------------------------------------------
     def schedule(self, height: int, address: str) -> None:
         """Wake this policy for ``address`` in the end block of ``height`` (a past height: the
         next end block)."""
@@ -340,10 +300,32 @@ class PolicyContext:
     def pop_due_items(self) -> list[str]:
         return self._items.pop_due()
 
+    # -- the log: one record per height the policy chooses, kept until it deletes it ---------
+    def set_log(self, height: int, message: Message) -> None:
+        self.keeper.store.set_message(self._log + keys.height_key(height), message)
+
+    def delete_log(self, height: int) -> None:
+        self.keeper.store.delete(self._log + keys.height_key(height))
+
+    def get_log_records(self) -> list[tuple[int, bytes]]:
+        """Every log record as this block has it, ascending by height."""
+        return get_height_records(self.keeper.store, self._log)
+
+    # -- events and verdicts -----------------------------------------------------------------
     def emit_transition(self, address: str, from_state: str, to_state: str, reason: str) -> None:
         self.keeper.emit(
             HealthTransition(self.height, self._name, address, from_state, to_state, reason)
         )
+
+    def set_verdict(self, address: str, health: Health) -> None:
+        """``health`` is what get_health will say of ``address`` at this height once the block
+        is committed, handed to the chain so it need not ask (an acceleration, tested like
+        ``set(verdict=False)``). A later write of the participant in this block must set it
+        again or drop it."""
+        self.verdicts[address] = health
+
+    def drop_verdict(self, address: str) -> None:
+        self.verdicts.pop(address, None)
 
 
 class PolicyReader:
@@ -413,11 +395,11 @@ class PolicyLog(Generic[R]):
                 self.records = dict(sorted(self.records.items()))
         return record
 
-    def process_write(self, ctx: PolicyContext, height: int, message: Message) -> None:
+    def process_write(self, ctx: PolicyStore, height: int, message: Message) -> None:
         """Store the record of ``height`` as ``message``."""
         ctx.set_log(height, message)
 
-    def pop_oldest(self, ctx: PolicyContext, oldest: int) -> tuple[int, R] | None:
+    def pop_oldest(self, ctx: PolicyStore, oldest: int) -> tuple[int, R] | None:
         """Remove the oldest record, from the store too, if its height is ``oldest`` or below;
         return it."""
         height = next(iter(self.records), None)
@@ -431,7 +413,7 @@ IndexT = TypeVar("IndexT")
 
 
 def get_log_index(
-    holder: PolicyContext | PolicyReader,
+    holder: PolicyStore | PolicyReader,
     key: str,
     kind: type[IndexT],
     build: Callable[[list[tuple[int, bytes]]], IndexT],
@@ -455,18 +437,18 @@ class HealthPolicy:
     # otherwise only the policy's own writes can).
     verdict_reads_participants: ClassVar[bool] = False
 
-    def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
+    def process_start(self, ctx: PolicyStore, address: str, inference: Inference) -> None:
         """An inference was assigned to ``address`` in this block."""
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         """A result about ``address`` became known in this block."""
 
-    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
         """Once per block, after expiries; ``touched``: sorted addresses whose state changed."""
 
-    def process_epoch_boundary(self, ctx: PolicyContext) -> None:
+    def process_epoch_boundary(self, ctx: PolicyStore) -> None:
         """At epoch settlement, before summaries are written and stats reset."""
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:

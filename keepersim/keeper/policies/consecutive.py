@@ -36,8 +36,8 @@ from typing import ClassVar
 from keepersim.keeper.policies.base import (
     Health,
     HealthPolicy,
-    PolicyContext,
     PolicyReader,
+    PolicyStore,
 )
 from keepersim.types.events import Outcome
 from keepersim.types.messages import Inference
@@ -126,12 +126,12 @@ def compute_outcome_class(outcome: Outcome, pushback: frozenset[str]) -> Outcome
 
 
 def process_result(
-    ctx: PolicyContext, address: str, kind: Outcome, settings: BreakerSettings, height: int
+    ctx: PolicyStore, address: str, kind: Outcome, settings: BreakerSettings, height: int
 ) -> None:
     """One classified result at ``height`` (SMG's record_success / record_failure; a neutral
     one records nothing on the breaker). As SMG: a success counts in the success streak and a
     failure in the failure streak in every state, each resetting the other streak."""
-    entry = ConsecutiveBreaker.get_entry(ctx.get_raw(address), address)
+    entry = ctx.get(address, ConsecutiveBreaker.get_entry)
     if not settings.enabled and entry.state != CLOSED:
         # Opened before the breaker was disabled: disabling closes it at its next result.
         from_state = STATE_NAMES[entry.state]
@@ -162,11 +162,11 @@ def process_result(
             elif entry.consecutive_failures == settings.failure_threshold:
                 entry.would_open_count += 1
                 entry.last_would_open_block = height
-    ctx.set_message(address, entry)
+    ctx.set(address, entry)
 
 
 def process_open(
-    ctx: PolicyContext,
+    ctx: PolicyStore,
     entry: ConsecutiveEntry,
     settings: BreakerSettings,
     reason: str,
@@ -184,7 +184,7 @@ def process_open(
     ctx.emit_transition(entry.address, from_state, "open", reason)
 
 
-def process_close(ctx: PolicyContext, entry: ConsecutiveEntry, reason: str) -> None:
+def process_close(ctx: PolicyStore, entry: ConsecutiveEntry, reason: str) -> None:
     """To CLOSED (SMG's transition_to(Closed)): both streaks cleared. The caller stores it."""
     from_state = STATE_NAMES[entry.state]
     entry.state = CLOSED
@@ -193,7 +193,7 @@ def process_close(ctx: PolicyContext, entry: ConsecutiveEntry, reason: str) -> N
     ctx.emit_transition(entry.address, from_state, "closed", reason)
 
 
-def process_half_open(ctx: PolicyContext, entry: ConsecutiveEntry, height: int) -> bool:
+def process_half_open(ctx: PolicyStore, entry: ConsecutiveEntry, height: int) -> bool:
     """OPEN -> HALF_OPEN once ``height`` reaches the timeout (SMG's check of the state), both
     streaks cleared, and stored; False (nothing done) for any other entry."""
     if entry.state != OPEN or height < entry.half_open_at_block:
@@ -201,7 +201,7 @@ def process_half_open(ctx: PolicyContext, entry: ConsecutiveEntry, height: int) 
     entry.state = HALF_OPEN
     entry.consecutive_failures = 0
     entry.consecutive_successes = 0
-    ctx.set_message(entry.address, entry)
+    ctx.set(entry.address, entry)
     ctx.emit_transition(
         entry.address,
         "open",
@@ -211,13 +211,13 @@ def process_half_open(ctx: PolicyContext, entry: ConsecutiveEntry, height: int) 
     return True
 
 
-def process_timeouts(ctx: PolicyContext, height: int) -> None:
+def process_timeouts(ctx: PolicyStore, height: int) -> None:
     """The queued timeouts due by ``height``: OPEN -> HALF_OPEN (a stale wake-up, of an entry
     reopened since with a later timeout or closed, does nothing)."""
     for address in ctx.pop_due(height):
-        raw = ctx.get_raw(address)
-        if raw is not None:
-            process_half_open(ctx, ConsecutiveEntry.FromString(raw), height)
+        entry = ctx.find(address, ConsecutiveBreaker.get_entry)
+        if entry is not None:
+            process_half_open(ctx, entry, height)
 
 
 class ConsecutiveBreaker(HealthPolicy):
@@ -231,13 +231,13 @@ class ConsecutiveBreaker(HealthPolicy):
         return ConsecutiveEntry.FromString(raw)
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         settings = get_settings(ctx.params.health_params.consecutive, address)
         kind = compute_outcome_class(outcome, settings.pushback)
         process_result(ctx, address, kind, settings, ctx.height)
 
-    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
         """Only queued timeouts: OPEN -> HALF_OPEN once its timeout height is reached."""
         process_timeouts(ctx, ctx.height)
 

@@ -13,7 +13,7 @@ writes its queued wake-ups. Heights must not be below the context's height.
 from __future__ import annotations
 
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies.base import PolicyContext
+from keepersim.keeper.policies.base import PolicyStore
 from keepersim.keeper.policies.consecutive import (
     STATE_NAMES,
     BreakerSettings,
@@ -34,13 +34,13 @@ class ConsecutiveBreakers:
 
     __slots__ = ("ctx",)
 
-    def __init__(self, ctx: PolicyContext) -> None:
+    def __init__(self, ctx: PolicyStore) -> None:
         self.ctx = ctx
 
     @classmethod
     def open(cls, keeper: Keeper, height: int = 0) -> ConsecutiveBreakers:
         """Breakers of their own over ``keeper``'s store, for calls at heights >= ``height``."""
-        return cls(PolicyContext(keeper, ConsecutiveBreaker(), height))
+        return cls(PolicyStore(keeper, ConsecutiveBreaker(), height))
 
     def flush(self) -> None:
         self.ctx.flush()
@@ -49,8 +49,15 @@ class ConsecutiveBreakers:
         return get_settings(self.ctx.params.health_params.consecutive, address)
 
     def get_entry(self, address: str) -> ConsecutiveEntry:
-        """The stored entry as it is (no timeout applied): CLOSED and zero when none."""
-        return ConsecutiveBreaker.get_entry(self.ctx.get_raw(address), address)
+        """The stored entry as it is (no timeout applied): CLOSED and zero when none. A copy, as
+        SMG's clone: it does not move with the breaker."""
+        entry = ConsecutiveEntry()
+        entry.CopyFrom(self.get_live_entry(address))
+        return entry
+
+    def get_live_entry(self, address: str) -> ConsecutiveEntry:
+        """The block's own entry, for the calls below that change it."""
+        return self.ctx.get(address, ConsecutiveBreaker.get_entry)
 
     # recording
     def record_outcome(self, height: int, address: str, success: bool) -> None:
@@ -70,7 +77,7 @@ class ConsecutiveBreakers:
     # state (SMG's state() moves a timed-out OPEN breaker to HALF_OPEN as it reads it)
     def state(self, height: int, address: str) -> str:
         """ "closed" / "open" / "half_open" at ``height``; a due OPEN -> HALF_OPEN is made."""
-        entry = self.get_entry(address)
+        entry = self.get_live_entry(address)
         process_half_open(self.ctx, entry, height)
         return STATE_NAMES[entry.state]
 
@@ -104,17 +111,17 @@ class ConsecutiveBreakers:
     # manual intervention
     def reset(self, height: int, address: str) -> None:
         """To CLOSED with both streaks cleared (a transition only if it was not CLOSED)."""
-        entry = self.get_entry(address)
+        entry = self.get_live_entry(address)
         if entry.state != CLOSED:
             process_close(self.ctx, entry, "reset")
         entry.consecutive_failures = 0
         entry.consecutive_successes = 0
-        self.ctx.set_message(address, entry)
+        self.ctx.set(address, entry)
 
     def force_open(self, height: int, address: str) -> None:
         """To OPEN at ``height``; an OPEN breaker is left as it is (its timeout runs on)."""
-        entry = self.get_entry(address)
+        entry = self.get_live_entry(address)
         if entry.state == OPEN:
             return
         process_open(self.ctx, entry, self.get_settings(address), "forced open", height)
-        self.ctx.set_message(address, entry)
+        self.ctx.set(address, entry)

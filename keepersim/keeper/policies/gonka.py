@@ -20,8 +20,8 @@ from typing import ClassVar
 from keepersim.keeper.policies.base import (
     Health,
     HealthPolicy,
-    PolicyContext,
     PolicyReader,
+    PolicyStore,
 )
 from keepersim.types.events import Outcome
 from keepersim.types.messages import CurrentEpochStats, Inference
@@ -63,22 +63,29 @@ def get_cb_entry(raw: bytes | None, address: str, params: CbSettings) -> Circuit
     return CircuitBreakerEntry.FromString(raw)
 
 
+def decode_cb_entry(raw: bytes | None, address: str) -> CircuitBreakerEntry:
+    """A stored entry (policy stores only look up stored ones with it: raw is never None)."""
+    return (
+        CircuitBreakerEntry(address=address) if raw is None else CircuitBreakerEntry.FromString(raw)
+    )
+
+
 def get_cb_wakeup(entry: CircuitBreakerEntry) -> int | None:
     """The end block that must look at ``entry``: an EXCLUDED one's cooldown end."""
     return get_cooldown_end(entry) if entry.state == EXCLUDED else None
 
 
-def process_set_cb_entry(ctx: PolicyContext, entry: CircuitBreakerEntry) -> None:
+def process_set_cb_entry(ctx: PolicyStore, entry: CircuitBreakerEntry) -> None:
     """SetCBEntry, with the wake-up queue kept in step (an EXCLUDED entry is promoted in the
     end block of its cooldown end, as upstream's scan of every entry would)."""
-    ctx.set_message(entry.address, entry)
+    ctx.set(entry.address, entry)
     wakeup = get_cb_wakeup(entry)
     if wakeup is not None:
         ctx.schedule(wakeup, entry.address)
 
 
 def process_exclude(
-    ctx: PolicyContext,
+    ctx: PolicyStore,
     entry: CircuitBreakerEntry,
     height: int,
     re_exclusion: bool,
@@ -100,33 +107,30 @@ def process_exclude(
     ctx.emit_transition(entry.address, from_state, "excluded", reason)
 
 
-def process_promote(ctx: PolicyContext, entry: CircuitBreakerEntry, height: int) -> None:
+def process_promote(ctx: PolicyStore, entry: CircuitBreakerEntry, height: int) -> None:
     """PromoteCBEntryToProbe: PROBE; no counter moves."""
     from_state = STATE_NAMES[entry.state]
     entry.state = PROBE
-    ctx.set_message(entry.address, entry)
+    ctx.set(entry.address, entry)
     ctx.emit_transition(entry.address, from_state, "probe", "cooldown expired")
 
 
-def process_restore(ctx: PolicyContext, entry: CircuitBreakerEntry, height: int) -> None:
+def process_restore(ctx: PolicyStore, entry: CircuitBreakerEntry, height: int) -> None:
     """A successful probe: HEALTHY, kept with its cooldown and probe attempts, marked restored
     at ``height`` (the one-block grace of the end-block pass)."""
     entry.state = HEALTHY
     entry.last_restored_block = height
     entry.probe_restored = True
-    ctx.set_message(entry.address, entry)
+    ctx.set(entry.address, entry)
     # The miss-rate rule may exclude it again from the next block on (no grace after that).
     ctx.schedule(height + 1, entry.address)
     ctx.emit_transition(entry.address, "probe", "healthy", "probe succeeded")
 
 
-def process_cb_result(ctx: PolicyContext, address: str, height: int, success: bool) -> None:
+def process_cb_result(ctx: PolicyStore, address: str, height: int, success: bool) -> None:
     """RecordCBResult: acts only in PROBE (success restores, a miss re-excludes)."""
-    raw = ctx.get_raw(address)
-    if raw is None:
-        return
-    entry = CircuitBreakerEntry.FromString(raw)
-    if entry.state != PROBE:
+    entry = ctx.find(address, decode_cb_entry)
+    if entry is None or entry.state != PROBE:
         return
     if success:
         process_restore(ctx, entry, height)
@@ -134,7 +138,7 @@ def process_cb_result(ctx: PolicyContext, address: str, height: int, success: bo
         process_exclude(ctx, entry, height, True)
 
 
-def process_cb_state_for_block(ctx: PolicyContext, height: int, addresses: Iterable[str]) -> None:
+def process_cb_state_for_block(ctx: PolicyStore, height: int, addresses: Iterable[str]) -> None:
     """UpdateCBStateForBlock: 1. EXCLUDED entries whose cooldown ended -> PROBE; 2. HEALTHY
     participants among ``addresses`` (and those woken) meeting the miss-rate rule -> EXCLUDED,
     except in the block of their restoration. Upstream scans every entry and participant; here
@@ -143,15 +147,12 @@ def process_cb_state_for_block(ctx: PolicyContext, height: int, addresses: Itera
     cb = get_cb_settings(ctx.params)
     due = ctx.pop_due(height)
     for address in due:
-        raw = ctx.get_raw(address)
-        if raw is None:
-            continue
-        entry = CircuitBreakerEntry.FromString(raw)
-        if entry.state == EXCLUDED and height >= get_cooldown_end(entry):
+        entry = ctx.find(address, decode_cb_entry)
+        if entry is not None and entry.state == EXCLUDED and height >= get_cooldown_end(entry):
             process_promote(ctx, entry, height)
     keeper = ctx.keeper
     for address in sorted(set(addresses).union(due)):
-        entry = get_cb_entry(ctx.get_raw(address), address, cb)
+        entry = ctx.find(address, decode_cb_entry) or get_cb_entry(None, address, cb)
         if entry.state != HEALTHY:
             continue
         if entry.probe_restored and entry.last_restored_block == height:
@@ -166,11 +167,9 @@ def process_cb_state_for_block(ctx: PolicyContext, height: int, addresses: Itera
         process_exclude(ctx, entry, height, False, f"miss rate {stats.missed_requests}/{total}")
 
 
-def process_clear_all(ctx: PolicyContext) -> None:
+def process_clear_all(ctx: PolicyStore) -> None:
     """ClearAllCBState: every entry (and wake-up) deleted; a non-HEALTHY one reports its reset."""
-    states = {
-        address: CircuitBreakerEntry.FromString(raw).state for address, raw in ctx.iterate_raw()
-    }
+    states = {address: entry.state for address, entry in ctx.iterate(decode_cb_entry)}
     for address in ctx.clear_all():
         if states[address] != HEALTHY:  # a kept (restored) entry changes no state
             ctx.emit_transition(
@@ -207,16 +206,16 @@ class GonkaBreaker(HealthPolicy):
     verdict_reads_participants: ClassVar[bool] = True  # the epoch miss rate
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         """RecordCBResult (a decline records nothing)."""
         if outcome is not Outcome.NEUTRAL:
             process_cb_result(ctx, address, ctx.height, outcome is Outcome.SUCCESS)
 
-    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
         process_cb_state_for_block(ctx, ctx.height, touched)
 
-    def process_epoch_boundary(self, ctx: PolicyContext) -> None:
+    def process_epoch_boundary(self, ctx: PolicyStore) -> None:
         """ClearAllCBState: the epoch is the backstop; no exclusion outlives it."""
         process_clear_all(ctx)
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies.base import PolicyContext, PolicyReader
+from keepersim.keeper.policies.base import PolicyReader, PolicyStore
 from keepersim.keeper.policies.gonka import (
     GonkaBreaker,
+    decode_cb_entry,
     get_cb_entry,
     get_cb_health,
     process_cb_result,
@@ -35,14 +36,14 @@ class GonkaCBKeeper:
 
     __slots__ = ("ctx", "_policy")
 
-    def __init__(self, ctx: PolicyContext) -> None:
+    def __init__(self, ctx: PolicyStore) -> None:
         self.ctx = ctx
         self._policy = GonkaBreaker()
 
     @classmethod
     def open(cls, keeper: Keeper, height: int = 0) -> GonkaCBKeeper:
         """A keeper of its own over ``keeper``'s store, for calls at heights >= ``height``."""
-        return cls(PolicyContext(keeper, GonkaBreaker(), height))
+        return cls(PolicyStore(keeper, GonkaBreaker(), height))
 
     def flush(self) -> None:
         """Write the queued wake-ups (and hand the context's state on, as a block's flush)."""
@@ -51,21 +52,28 @@ class GonkaCBKeeper:
     def get_cb_entry(self, address: str) -> CircuitBreakerEntry:
         """GetCBEntry: HEALTHY with the initial cooldown when there is no entry."""
         ctx = self.ctx
-        return get_cb_entry(ctx.get_raw(address), address, get_cb_settings(ctx.params))
+        stored = ctx.find(address, decode_cb_entry)
+        if stored is None:
+            return get_cb_entry(None, address, get_cb_settings(ctx.params))
+        entry = CircuitBreakerEntry()
+        entry.CopyFrom(stored)  # a value, as upstream's getter returns: set_cb_entry writes it
+        return entry
 
     def has_cb_entry(self, address: str) -> bool:
-        return self.ctx.get_raw(address) is not None
+        return self.ctx.find(address, decode_cb_entry) is not None
 
     def set_cb_entry(self, entry: CircuitBreakerEntry) -> None:
         """SetCBEntry; an EXCLUDED entry is also queued for its cooldown end."""
-        process_set_cb_entry(self.ctx, entry)
+        stored = CircuitBreakerEntry()
+        stored.CopyFrom(entry)  # the caller's value stays the caller's
+        process_set_cb_entry(self.ctx, stored)
 
     def delete_cb_entry(self, address: str) -> None:
         self.ctx.delete(address)
 
     def get_all_cb_entries(self) -> list[CircuitBreakerEntry]:
         """GetAllCBEntries, in address order."""
-        return [CircuitBreakerEntry.FromString(raw) for _, raw in self.ctx.iterate_raw()]
+        return [self.get_cb_entry(address) for address, _ in self.ctx.iterate(decode_cb_entry)]
 
     def clear_all_cb_state(self) -> None:
         """ClearAllCBState (the epoch boundary's)."""
@@ -91,6 +99,7 @@ class GonkaCBKeeper:
     def filter_candidates(self, height: int, addresses: Sequence[str]) -> list[str]:
         """createHealthFilterFn at ``height`` over ``addresses``: those the filter admits, in
         their order, or all of them when it admits none (upstream's safety fallback)."""
+        self.ctx.write_entries()  # the filter reads the store, as upstream's does
         reader = PolicyReader(self.ctx.keeper, self._policy)
         admitted = [a for a in addresses if get_cb_health(reader, a, height).admitted]
         return admitted if admitted else list(addresses)

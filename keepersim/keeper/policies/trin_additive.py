@@ -10,7 +10,7 @@ State: a log, one record per height with outcomes (TrinScoreRecord: each partici
 of that height merged into one delta), kept while the window counts it and deleted after. No
 per-participant entry is written: a block writes one record and deletes one, whatever its
 traffic. The log's index, each participant's (height, delta) pairs (``Events``), is kept in
-memory between blocks (PolicyContext.memo) and rebuilt from the records after a restart; a
+memory between blocks (PolicyStore.memo) and rebuilt from the records after a restart; a
 reader builds it once for a whole table (PolicyReader.memo).
 
 Ageing needs no end-block work: an event stops counting at ``height + window_blocks``, and the
@@ -36,9 +36,9 @@ from keepersim.keeper.policies.base import (
     Health,
     HealthPolicy,
     ParamsView,
-    PolicyContext,
     PolicyLog,
     PolicyReader,
+    PolicyStore,
     Then,
     get_log_index,
 )
@@ -197,7 +197,7 @@ class ScoreLog(PolicyLog[dict[str, int]]):
         events = self.events[address] = self.events.get(address, NO_EVENTS).get_with(height, delta)
         return events
 
-    def process_prune(self, ctx: PolicyContext, oldest: int) -> None:
+    def process_prune(self, ctx: PolicyStore, oldest: int) -> None:
         """Delete the records at ``oldest`` and below; their pairs leave the events."""
         events = self.events
         while (popped := self.pop_oldest(ctx, oldest)) is not None:
@@ -223,18 +223,18 @@ class TrinAdditive(HealthPolicy):
         return self._score_params.get(params)
 
     @staticmethod
-    def get_score_log(holder: PolicyContext | PolicyReader) -> ScoreLog:
+    def get_score_log(holder: PolicyStore | PolicyReader) -> ScoreLog:
         return get_log_index(holder, "scores", ScoreLog, ScoreLog.from_records)
 
     def get_reader_events(self, reader: PolicyReader, address: str) -> Events:
         return self.get_score_log(reader).events.get(address, NO_EVENTS)
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
-        ctx.defer(self.process_score_event, ctx, address, outcome)  # nothing reads it sooner
+        self.process_score_event(ctx, address, outcome)
 
-    def process_score_event(self, ctx: PolicyContext, address: str, outcome: Outcome) -> None:
+    def process_score_event(self, ctx: PolicyStore, address: str, outcome: Outcome) -> None:
         """Log the outcome (the record is written in end block) and hand the verdict over."""
         params = self.get_score_params(ctx.params)
         height = ctx.height
@@ -247,7 +247,7 @@ class TrinAdditive(HealthPolicy):
         else:
             ctx.set_verdict(address, self.compute_health(events, height, params))
 
-    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
         """Write this block's record; delete those the window no longer counts."""
         log = self.get_score_log(ctx)
         height = ctx.height

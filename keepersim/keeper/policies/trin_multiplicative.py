@@ -39,9 +39,9 @@ from keepersim.keeper.policies.base import (
     Health,
     HealthPolicy,
     ParamsView,
-    PolicyContext,
     PolicyLog,
     PolicyReader,
+    PolicyStore,
     get_log_index,
 )
 from keepersim.types.events import Outcome
@@ -167,58 +167,58 @@ class TrinMultiplicative(HealthPolicy):
         return verdict
 
     @staticmethod
-    def get_offer_log(holder: PolicyContext | PolicyReader) -> OfferLog:
+    def get_offer_log(holder: PolicyStore | PolicyReader) -> OfferLog:
         return get_log_index(holder, "offers", OfferLog, OfferLog.from_records)
 
-    def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
+    def process_start(self, ctx: PolicyStore, address: str, inference: Inference) -> None:
         """The offer: the idle clock restarts. Noted in the log's index now (a write's verdict
         in this block sees it); the record and the offered participants' verdicts are written
         in end block, after the block's outcomes."""
         self.get_offer_log(ctx).process_offer(address, ctx.height)
 
-    def process_offer_verdicts(self, ctx: PolicyContext, offered: list[str]) -> None:
+    def process_offer_verdicts(self, ctx: PolicyStore, offered: list[str]) -> None:
         """The verdicts of the participants offered in this block, at this height, to the chain
         with the commit: their idle clock is at 0."""
         height = ctx.height
         key_params = self.get_key_params(ctx.params)
         for address in offered:
-            entry = ctx.peek_cached(address, self.get_entry)
+            entry = ctx.find(address, self.get_entry)
             failure_bits = 0 if entry is None else entry.failure_bits
             key = compute_verdict_key(failure_bits, height, height, key_params)
             ctx.set_verdict(address, self.get_verdict(key, key_params))
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
-        ctx.defer(self.process_outcome_event, ctx, address, outcome, inference)
+        self.process_outcome_event(ctx, address, outcome, inference)
 
     def process_outcome_event(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         if outcome is Outcome.NEUTRAL:
             return  # a rejected offer is neither a failure nor part of the history
-        seen = ctx.peek_cached(address, self.get_entry)
+        seen = ctx.find(address, self.get_entry)
         failure_bits = 0 if seen is None else seen.failure_bits
         outcome_count = 0 if seen is None else seen.outcome_count
         new_bits = ((failure_bits << 1) | (outcome is Outcome.MISS)) & HISTORY_MASK
         new_count = min(outcome_count + 1, HISTORY_BITS)
         if seen is not None and new_bits == failure_bits and new_count == outcome_count:
             return  # a full, clean history meets another success: the entry stays as it is
-        entry = ctx.get_cached(address, self.get_entry)
+        entry = ctx.get(address, self.get_entry)
         entry.failure_bits = new_bits
         entry.outcome_count = new_count
         key_params = self.get_key_params(ctx.params)
         history = key_params[0]
         if compute_misses(new_bits, history) == compute_misses(failure_bits, history):
             # The verdict is made of the misses and the last offer alone: the chain's stands.
-            ctx.mark_dirty(address, verdict=False)
+            ctx.set(address, entry, verdict=False)
             return
-        ctx.mark_dirty(address)
+        ctx.set(address, entry)
         last_offer = self.get_offer_log(ctx).get_last_offer(entry)
         key = compute_verdict_key(new_bits, last_offer, ctx.height, key_params)
         ctx.set_verdict(address, self.get_verdict(key, key_params))
 
-    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
         """Log this block's offers and hand over their verdicts; fold the records leaving the
         log into their entries."""
         log = self.get_offer_log(ctx)
@@ -234,10 +234,10 @@ class TrinMultiplicative(HealthPolicy):
                 if log.latest.get(address) != logged:
                     continue  # offered again since: the later record speaks for it
                 del log.latest[address]
-                entry = ctx.get_cached(address, self.get_entry)
+                entry = ctx.get(address, self.get_entry)
                 if entry.last_selected_block < logged:
                     entry.last_selected_block = logged
-                    ctx.mark_dirty(address, verdict=False)  # the same last offer: same verdict
+                    ctx.set(address, entry, verdict=False)  # the same last offer: same verdict
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         """Asked only when no verdict came with a commit (a new table, a reset): writes hand

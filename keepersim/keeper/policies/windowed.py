@@ -63,7 +63,7 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   overload fleet even the oracle's exclusions raise the miss rate).
 
 State is written by outcomes, by starts while probing, and by the end block's wake-ups
-(overdue deadlines, cooldown ends) and gate, each entry once per block (PolicyContext's block
+(overdue deadlines, cooldown ends) and gate, each entry once per block (PolicyStore's block
 cache), so a quiet block costs nothing per participant and a healthy participant's start
 reads and writes nothing of its own. The fleet's latency samples, capacity-miss ring and list
 of probing participants live in the entry of the empty address (never a participant's).
@@ -80,8 +80,8 @@ from keepersim.keeper.policies.base import (
     ADMITTED,
     Health,
     HealthPolicy,
-    PolicyContext,
     PolicyReader,
+    PolicyStore,
 )
 from keepersim.types.events import Outcome
 from keepersim.types.messages import STARTED, Inference
@@ -369,7 +369,7 @@ class StartsMemo:
     """The starts this process saw, by timeout height, less those it saw resolve: the overdue
     check's list without reading the chain's timeout index and every inference in it.
 
-    A hint carried between blocks (PolicyContext.memo): complete for the starts from height
+    A hint carried between blocks (PolicyStore.memo): complete for the starts from height
     ``since`` on under one ``expiration_blocks`` (a change starts a new memo); for older starts
     (a reopened chain, a params change) the check reads the index. At any timeout height it
     lists every inference of the index that is still open (and perhaps a few resolved ones),
@@ -384,7 +384,7 @@ class StartsMemo:
         return started_at >= self.since
 
 
-def get_starts_memo(ctx: PolicyContext, expiration: int) -> StartsMemo:
+def get_starts_memo(ctx: PolicyStore, expiration: int) -> StartsMemo:
     memo = ctx.memo.get("starts")
     if not isinstance(memo, StartsMemo) or memo.expiration != expiration:
         memo = ctx.memo["starts"] = StartsMemo(since=ctx.height, expiration=expiration)
@@ -407,7 +407,7 @@ class WindowedBreaker(HealthPolicy):
     name: ClassVar[str] = "windowed"
     prefix: ClassVar[bytes] = b"\x05"
 
-    def get_starts_memo(self, ctx: PolicyContext) -> StartsMemo:
+    def get_starts_memo(self, ctx: PolicyStore) -> StartsMemo:
         return get_starts_memo(ctx, ctx.expiration_blocks)
 
     @staticmethod
@@ -418,10 +418,10 @@ class WindowedBreaker(HealthPolicy):
 
     # --- writes -------------------------------------------------------------------------
 
-    def process_start(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
-        ctx.defer(self.process_start_event, ctx, address, inference)  # nothing reads it sooner
+    def process_start(self, ctx: PolicyStore, address: str, inference: Inference) -> None:
+        self.process_start_event(ctx, address, inference)
 
-    def process_start_event(self, ctx: PolicyContext, address: str, inference: Inference) -> None:
+    def process_start_event(self, ctx: PolicyStore, address: str, inference: Inference) -> None:
         """Only a probe's start is recorded (it takes a slot). Every start's overdue check
         finds it through the chain's own timeout index (process_overdue_checks), so a healthy
         participant's start reads and writes nothing of its own."""
@@ -429,31 +429,31 @@ class WindowedBreaker(HealthPolicy):
             return  # finished before it started: already resolved (and no timeout)
         memo = self.get_starts_memo(ctx)
         memo.open.setdefault(ctx.height + memo.expiration, set()).add(inference.inference_id)
-        probing = ctx.get_cached(FLEET, self.get_entry).probing
+        probing = ctx.get(FLEET, self.get_entry).probing
         if not probing or address not in probing:  # (a protobuf list: its `in` costs more)
             return
         expiration = ctx.expiration_blocks
-        entry = ctx.get_cached(address, self.get_entry)
+        entry = ctx.get(address, self.get_entry)
         process_prune(entry, ctx.height, expiration)
         entry.open.append(
             OpenInference(start_height=ctx.height, probe=True, inference_id=inference.inference_id)
         )
-        ctx.mark_dirty(address)  # a probe slot taken
+        ctx.set(address, entry)  # a probe slot taken
 
     def process_outcome(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
-        ctx.defer(self.process_outcome_event, ctx, address, outcome, inference)
+        self.process_outcome_event(ctx, address, outcome, inference)
 
     def process_outcome_event(
-        self, ctx: PolicyContext, address: str, outcome: Outcome, inference: Inference
+        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         params = ctx.params.health_params.windowed
         memo = self.get_starts_memo(ctx)
         listed = memo.open.get(inference.start_block_height + memo.expiration)
         if listed is not None:
             listed.discard(inference.inference_id)
-        entry = ctx.get_cached(address, self.get_entry)
+        entry = ctx.get(address, self.get_entry)
         before = entry.state
         item = process_take_open(entry, inference.inference_id)
         if item is None and outcome is Outcome.NEUTRAL:
@@ -498,17 +498,18 @@ class WindowedBreaker(HealthPolicy):
                     self.process_readmit(ctx, entry, misses, samples)
         if outcome is Outcome.SUCCESS and entry.state == W_HEALTHY and is_recovery_proven(entry):
             self.process_recovered(ctx, entry)
-        ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
+        ctx.set(address, entry, verdict=entry.state != W_HEALTHY or entry.state != before)
 
-    def process_record_miss(self, ctx: PolicyContext, entry: WindowedEntry, capacity: bool) -> None:
+    def process_record_miss(self, ctx: PolicyStore, entry: WindowedEntry, capacity: bool) -> None:
         """Count a miss in the window and tell the fleet whether it was a capacity miss."""
         process_push(entry, miss=True)
         ctx.recheck.add(entry.address)
         entry.capacity_misses += int(capacity)
-        process_push_capacity_bit(ctx.get_cached(FLEET, self.get_entry), capacity)
-        ctx.mark_dirty(FLEET, verdict=False)
+        fleet = ctx.get(FLEET, self.get_entry)
+        process_push_capacity_bit(fleet, capacity)
+        ctx.set(FLEET, fleet, verdict=False)
 
-    def process_fleet_latency(self, ctx: PolicyContext, latency: int) -> None:
+    def process_fleet_latency(self, ctx: PolicyStore, latency: int) -> None:
         """Noted for now: the fleet entry takes the block's latencies together at the start of
         the end block, before anything reads them (process_add_fleet_latencies)."""
         pending = ctx.memo.get("fleet_latencies")
@@ -516,28 +517,28 @@ class WindowedBreaker(HealthPolicy):
             pending = ctx.memo["fleet_latencies"] = []
         pending.append(latency)
 
-    def process_add_fleet_latencies(self, ctx: PolicyContext) -> None:
+    def process_add_fleet_latencies(self, ctx: PolicyStore) -> None:
         pending = ctx.memo.pop("fleet_latencies", None)
         if not isinstance(pending, list) or not pending:
             return
-        latencies = ctx.get_cached(FLEET, self.get_entry).recent_latencies
-        latencies.extend(pending)
-        process_bound(latencies, FLEET_LATENCY_SAMPLES)
-        ctx.mark_dirty(FLEET, verdict=False)
+        fleet = ctx.get(FLEET, self.get_entry)
+        fleet.recent_latencies.extend(pending)
+        process_bound(fleet.recent_latencies, FLEET_LATENCY_SAMPLES)
+        ctx.set(FLEET, fleet, verdict=False)
 
-    def process_end_block(self, ctx: PolicyContext, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
         """Overdue deadlines, cooldown ends, then the gate for the windows that may now fail
         (the block's entries are written once, after the end block)."""
         self.process_add_fleet_latencies(ctx)
         self.process_overdue_checks(ctx)
         for address in ctx.pop_due():
-            entry = ctx.get_cached_if_stored(address, self.get_entry)
+            entry = ctx.find(address, self.get_entry)
             if entry is None:
                 continue
             if entry.state != W_EXCLUDED or ctx.height < entry.probe_at_block:
                 continue
             self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
-            ctx.mark_dirty(address)
+            ctx.set(address, entry)
         # Gates after every wake-up: the saturation guard sees all of this block's overdue
         # flags. A window can start failing only on a new miss or by reaching min_samples
         # (process_outcome marks both for recheck); everyone touched is judged under new params,
@@ -545,14 +546,14 @@ class WindowedBreaker(HealthPolicy):
         if ctx.keeper.params_changed:
             judge = ctx.recheck.union(touched)
         else:
-            judge = ctx.recheck.union(ctx.get_uncached(touched))
+            judge = ctx.recheck.union(a for a in touched if not ctx.is_seen(a))
         judge.discard(FLEET)
         for address in sorted(judge):
-            entry = ctx.get_cached_if_stored(address, self.get_entry)
+            entry = ctx.find(address, self.get_entry)
             if entry is not None and self.process_gate(ctx, entry):
-                ctx.mark_dirty(address)
+                ctx.set(address, entry)
 
-    def process_gate(self, ctx: PolicyContext, entry: WindowedEntry) -> bool:
+    def process_gate(self, ctx: PolicyStore, entry: WindowedEntry) -> bool:
         """Exclude a healthy participant whose window fails the gate; True if it did. Not while
         the fleet is saturated: its traffic would only overload the others."""
         if entry.state != W_HEALTHY:
@@ -560,13 +561,13 @@ class WindowedBreaker(HealthPolicy):
         params = ctx.params.health_params.windowed
         if not is_gate_failing(entry, params):
             return False
-        if is_fleet_saturated(ctx.get_cached(FLEET, self.get_entry), params):
+        if is_fleet_saturated(ctx.get(FLEET, self.get_entry), params):
             return False
         misses, samples = compute_window(entry, params.window)
         self.process_exclude(ctx, entry, f"window {misses}/{samples} missed")
         return True
 
-    def process_recovered(self, ctx: PolicyContext, entry: WindowedEntry) -> None:
+    def process_recovered(self, ctx: PolicyStore, entry: WindowedEntry) -> None:
         """A recovery proven: its incident is over (incident_blocks), and with
         strikes_until_proven its episode closes (the next exclusion starts from no strikes)."""
         params = ctx.params.health_params.windowed
@@ -578,18 +579,18 @@ class WindowedBreaker(HealthPolicy):
             entry.strikes = 0
             entry.episode_started_at = 0
 
-    def process_incident_over(self, ctx: PolicyContext, recovered: WindowedEntry) -> None:
+    def process_incident_over(self, ctx: PolicyStore, recovered: WindowedEntry) -> None:
         """``recovered`` came back from an exclusion and stayed in: whoever was excluded in the
         same incident (an episode begun within incident_blocks of its own) is probed now
         instead of sitting out its cooldown. Still bad, it fails its probe as usual."""
         incident = ctx.params.health_params.windowed.incident_blocks
-        for address in list(ctx.get_cached(FLEET, self.get_entry).excluded):
-            entry = ctx.get_cached(address, self.get_entry)
+        for address in list(ctx.get(FLEET, self.get_entry).excluded):
+            entry = ctx.get(address, self.get_entry)
             if abs(entry.episode_started_at - recovered.episode_started_at) <= incident:
                 self.process_promote(ctx, entry, f"incident over: {recovered.address} recovered")
-                ctx.mark_dirty(address)
+                ctx.set(address, entry)
 
-    def process_overdue_checks(self, ctx: PolicyContext) -> None:
+    def process_overdue_checks(self, ctx: PolicyStore) -> None:
         """Look at the inferences started overdue_min_blocks ago (the chain's timeout index
         lists them by expiry height) and at those whose participant's own threshold is due."""
         expiration = ctx.expiration_blocks
@@ -610,7 +611,7 @@ class WindowedBreaker(HealthPolicy):
             self.process_overdue(ctx, inference_id)
 
     def process_overdue(
-        self, ctx: PolicyContext, inference_id: str, started_at: int | None = None
+        self, ctx: PolicyStore, inference_id: str, started_at: int | None = None
     ) -> None:
         """Still unfinished past its participant's overdue threshold: a provisional miss. The
         threshold is taken now, from the latencies seen up to now; not yet reached, the
@@ -625,7 +626,7 @@ class WindowedBreaker(HealthPolicy):
         if started_at is not None and inference.start_block_height != started_at:
             return  # its timeout was set under another expiration_blocks: it expires unchecked
         address = inference.assigned_to
-        entry = ctx.get_cached(address, self.get_entry)
+        entry = ctx.get(address, self.get_entry)
         overdue = self.get_overdue_blocks(ctx, entry)
         if overdue is None or overdue >= ctx.expiration_blocks:
             return  # no latency seen yet, or the expiry comes first
@@ -648,16 +649,16 @@ class WindowedBreaker(HealthPolicy):
         entry.overdue_flags += 1
         if item.probe and entry.state == W_PROBE:
             self.process_exclude(ctx, entry, "probe overdue", failed_probe=True)
-        ctx.mark_dirty(address, verdict=entry.state != W_HEALTHY or entry.state != before)
+        ctx.set(address, entry, verdict=entry.state != W_HEALTHY or entry.state != before)
 
-    def get_overdue_blocks(self, ctx: PolicyContext, entry: WindowedEntry) -> int | None:
-        fleet = ctx.get_cached(FLEET, self.get_entry).recent_latencies
+    def get_overdue_blocks(self, ctx: PolicyStore, entry: WindowedEntry) -> int | None:
+        fleet = ctx.get(FLEET, self.get_entry).recent_latencies
         return compute_overdue_blocks(
             get_own_latencies(entry), fleet, ctx.params.health_params.windowed
         )
 
     def process_exclude(
-        self, ctx: PolicyContext, entry: WindowedEntry, reason: str, failed_probe: bool = False
+        self, ctx: PolicyStore, entry: WindowedEntry, reason: str, failed_probe: bool = False
     ) -> None:
         params = ctx.params.health_params.windowed
         from_state = STATE_NAMES[entry.state]
@@ -687,26 +688,27 @@ class WindowedBreaker(HealthPolicy):
         )
 
     def process_set_state(
-        self, ctx: PolicyContext, entry: WindowedEntry, state: WindowedState.ValueType
+        self, ctx: PolicyStore, entry: WindowedEntry, state: WindowedState.ValueType
     ) -> None:
         """Every state change passes here: the fleet entry lists who is probing."""
         for listed_state, attribute in ((W_PROBE, "probing"), (W_EXCLUDED, "excluded")):
             if (entry.state == listed_state) != (state == listed_state):
-                listed = getattr(ctx.get_cached(FLEET, self.get_entry), attribute)
+                fleet = ctx.get(FLEET, self.get_entry)
+                listed = getattr(fleet, attribute)
                 if state == listed_state:
                     listed.append(entry.address)
                 else:
                     listed.remove(entry.address)
-                ctx.mark_dirty(FLEET, verdict=False)
+                ctx.set(FLEET, fleet, verdict=False)
         entry.state = state
 
-    def process_promote(self, ctx: PolicyContext, entry: WindowedEntry, reason: str) -> None:
+    def process_promote(self, ctx: PolicyStore, entry: WindowedEntry, reason: str) -> None:
         self.process_set_state(ctx, entry, W_PROBE)
         entry.probe_from_seq = entry.outcome_seq
         ctx.emit_transition(entry.address, "excluded", "probe", reason)
 
     def process_readmit(
-        self, ctx: PolicyContext, entry: WindowedEntry, misses: int, samples: int
+        self, ctx: PolicyStore, entry: WindowedEntry, misses: int, samples: int
     ) -> None:
         self.process_set_state(ctx, entry, W_HEALTHY)
         entry.readmitted_at_block = ctx.height
@@ -714,7 +716,7 @@ class WindowedBreaker(HealthPolicy):
             entry.address, "probe", "healthy", f"probe succeeded; window {misses}/{samples} missed"
         )
 
-    def process_epoch_boundary(self, ctx: PolicyContext) -> None:
+    def process_epoch_boundary(self, ctx: PolicyStore) -> None:
         """Nothing: the window and any exclusion outlive the epoch (a reset discards evidence)."""
 
     # --- reads --------------------------------------------------------------------------
