@@ -239,8 +239,12 @@ class StateCache:
 
     # -- writes ------------------------------------------------------------------------------
     def write_batch(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
-        """Apply a batch as one commit (terms computed here): see commit_batch."""
-        self.commit_batch(puts, list(deletes), {}, {}, {})
+        """Apply a batch as one commit (its terms computed when next asked): see commit_batch."""
+        dels = list(deletes)
+        for key in [*puts, *dels]:
+            self._terms.pop(key, None)
+            self._old_terms.pop(key, None)
+        self.commit_batch(puts, dels, {}, {}, {})
 
     def commit_batch(
         self,
@@ -252,7 +256,8 @@ class StateCache:
     ) -> None:
         """Apply one commit: ``puts`` then ``deletes``, with the new entries' app-hash terms
         (those not given are computed when next asked), the decoded objects of written values
-        and the memos handed to the next block. Written back every ``write_every`` commits."""
+        and the memos handed to the next block. Written back every ``write_every`` commits.
+        A put without a term in ``terms`` must leave its value as it was, or be metadata."""
         self._check_open()
         for key, value in puts.items():
             if key.__class__ is not bytes or value.__class__ is not bytes:
@@ -276,8 +281,6 @@ class StateCache:
         streamed = self._streamed
         resident = self._resident
         young = self._young
-        term_of = self._terms
-        objects = self._decoded
         set_resident = dict.__setitem__
         for key, value in puts.items():
             if key and key[0] in streamed:
@@ -286,27 +289,21 @@ class StateCache:
                 set_resident(resident, key, value)  # a known key: SortedDict's order stands
             else:
                 resident[key] = value
-            if unwritten is not None:
-                unwritten[key] = value
-            term = terms.get(key)
-            if term is None:
-                term_of.pop(key, None)
-                self._old_terms.pop(key, None)
-            else:
-                term_of[key] = term
-            obj = decoded.get(key)
-            if obj is None:
-                objects.pop(key, None)
-            else:
-                objects[key] = obj
         for key in deletes:
             if key and key[0] in streamed:
                 young[key] = None
             else:
                 resident.pop(key, None)
-            if unwritten is not None:
-                unwritten[key] = None
-            term_of[key] = 0
+        if unwritten is not None:
+            unwritten.update(puts)
+            unwritten.update(dict.fromkeys(deletes))
+        # A put without a new term left its value as it was (or is metadata, never hashed).
+        self._terms.update(terms)
+        objects = self._decoded
+        for key in puts.keys() - decoded.keys():
+            objects.pop(key, None)
+        objects.update(decoded)
+        for key in deletes:
             objects.pop(key, None)
         self._memos = dict(memos)
         self._commits += 1
