@@ -241,6 +241,12 @@ class StateCache:
     def write_batch(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
         """Apply a batch as one commit (its terms computed when next asked): see commit_batch."""
         dels = list(deletes)
+        for key, value in puts.items():
+            if key.__class__ is not bytes or value.__class__ is not bytes:
+                raise TypeError(f"keys and values must be bytes, got {key!r}: {value!r}")
+        for key in dels:
+            if key.__class__ is not bytes:
+                raise TypeError(f"keys must be bytes, got {key!r}")
         for key in [*puts, *dels]:
             self._terms.pop(key, None)
             self._old_terms.pop(key, None)
@@ -257,24 +263,22 @@ class StateCache:
         """Apply one commit: ``puts`` then ``deletes``, with the new entries' app-hash terms
         (those not given are computed when next asked), the decoded objects of written values
         and the memos handed to the next block. Written back every ``write_every`` commits.
-        A put without a term in ``terms`` must leave its value as it was, or be metadata."""
+        A put without a term in ``terms`` must leave its value as it was, or be metadata. Keys
+        and values are bytes (the block buffer checked them)."""
         self._check_open()
-        for key, value in puts.items():
-            if key.__class__ is not bytes or value.__class__ is not bytes:
-                raise TypeError(f"keys and values must be bytes, got {key!r}: {value!r}")
-        for key in deletes:
-            if key.__class__ is not bytes:
-                raise TypeError(f"keys must be bytes, got {key!r}")
         if self.verify_objects:
             for key, obj in decoded.items():
                 if obj.SerializeToString() != puts.get(key):  # type: ignore[attr-defined]
                     raise AssertionError(f"the object handed back for {key!r} was changed")
         if (self._commits + 1) % self.write_every == 0:
             # Written first: if the backend refuses the batch, memory has not moved either.
-            batch = dict(self._unwritten)
-            batch.update(puts)
-            batch.update(dict.fromkeys(deletes))
-            self._write_back(batch)
+            if self._unwritten:
+                batch = dict(self._unwritten)
+                batch.update(puts)
+                batch.update(dict.fromkeys(deletes))
+                self._write_back(batch)
+            else:
+                self.backend.write_batch(puts, deletes)
             unwritten = None
         else:
             unwritten = self._unwritten
