@@ -43,11 +43,19 @@ def _compute_constants(p0: PyDecimal, p1: PyDecimal, threshold: PyDecimal) -> Sp
 
 
 def compute_sprt_constants(params: ValidationParams) -> SprtConstants:
-    return _compute_constants(
-        get_decimal_value(params.downtime_good_percentage),
-        get_decimal_value(params.downtime_bad_percentage),
-        get_decimal_value(params.downtime_h_threshold),
+    good, bad, h = (
+        params.downtime_good_percentage,
+        params.downtime_bad_percentage,
+        params.downtime_h_threshold,
     )
+    # Keyed by the decimals' integers: reading them is cheap, converting them is not.
+    return _compute_for(good.value, good.exponent, bad.value, bad.exponent, h.value, h.exponent)
+
+
+@lru_cache(maxsize=32)
+def _compute_for(*digits: int) -> SprtConstants:
+    good, bad, h = (Decimal(value=v, exponent=e) for v, e in zip(digits[::2], digits[1::2]))
+    return _compute_constants(get_decimal_value(good), get_decimal_value(bad), get_decimal_value(h))
 
 
 def compute_llr_update(llr: int, fails: int, passes: int, constants: SprtConstants) -> int:
