@@ -20,6 +20,9 @@ merged delta is 0, is skipped), so the chain's memo recomputes it exactly then a
 An outcome hands its verdict to the chain (set_verdict) and chains the verdicts of the events
 that will leave the window (Health.then), so the chain reads nothing back.
 
+The rule in plain form, compute_reference_health (every record decoded, the window summed, no
+index, no hints), is what the optimized form is tested against.
+
 All scores at 0: trin returns no peers; here the pipeline raises NoExecutorsError unless
 ``fallback_when_all_zero`` asks for the unfiltered list.
 """
@@ -103,6 +106,24 @@ def get_score_health(score: int, valid_until: int, then: Then, params: ScorePara
     if score == 0:
         return Health(False, 1, 1, params.top, valid_until, "zero", then)
     return Health(True, score, params.initial, params.top - score, valid_until, "scored", then)
+
+
+def compute_reference_health(
+    records: list[tuple[int, bytes]], address: str, height: int, params: TrinAdditiveParams
+) -> Health:
+    """trin's rule read off the log, plainly: the reference the optimized form (the index, the
+    hints, the handed-over verdicts) is tested against. Its valid_until and then say nothing."""
+    total = params.initial_score
+    for record_height, raw in records:
+        # The last window_blocks heights, this one included (spelled out, not is_in_window).
+        if height - params.window_blocks < record_height <= height:
+            total += sum(
+                e.delta for e in TrinScoreRecord.FromString(raw).deltas if e.address == address
+            )
+    score = max(0, min(params.max_score, total))
+    if score == 0:
+        return Health(False, 1, 1, params.max_score, NEVER, "zero")
+    return Health(True, score, params.initial_score, params.max_score - score, NEVER, "scored")
 
 
 class Events:
