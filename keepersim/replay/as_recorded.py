@@ -879,6 +879,7 @@ def replay_as_recorded(
                 store_dir=store_dir,
                 name=policy,
                 resume=resume,
+                resumable=fingerprint is not None,
             )
             lane = _Lane(PolicyShadow(policy), chain)
             lanes.append(lane)

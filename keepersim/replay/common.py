@@ -84,8 +84,9 @@ def check_policies(policies: Sequence[str]) -> None:
             raise ReplayError(str(exc.args[0])) from None
 
 
-# Commits between two write-backs of a replay's state cache: a killed replay resumes from the last
-# one (keepersim.store.cache), and the backend sees one batch instead of one per block.
+# Commits between two write-backs of a replay's state cache (keepersim.store.cache): the backend
+# sees one batch instead of one per block. A resumable replay writes back every block: its
+# lanes must stay within one block of each other on disk.
 WRITE_EVERY = 64
 
 
@@ -98,6 +99,7 @@ def open_policy_chain(
     store_dir: str | os.PathLike[str] | None,
     name: str,
     resume: bool = False,
+    resumable: bool = False,
 ) -> Chain:
     """A fresh chain for one replay, with the trace's genesis (:func:`build_genesis`) and
     ``policy`` (and ``shadow``) in force: in memory, or LevelDB under ``store_dir/name`` (which
@@ -115,7 +117,7 @@ def open_policy_chain(
             Path(store_dir) / name,
             genesis=genesis,
             resume=resume,
-            write_every=WRITE_EVERY,
+            write_every=1 if resumable or resume else WRITE_EVERY,
         )
     except StoreNotEmptyError as exc:
         raise ReplayError(

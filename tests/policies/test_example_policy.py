@@ -109,3 +109,27 @@ def test_policies_md_shows_the_example_as_it_is() -> None:
             break
     else:
         pytest.fail("'Writing a policy' does not show StrikesPolicy")
+
+
+class ForgetfulStrikes(EXAMPLE.StrikesPolicy):  # type: ignore[misc, name-defined]
+    """The example with a bug: a success resets the streak in memory and never sets it."""
+
+    def process_outcome(
+        self, ctx: object, address: str, outcome: object, inference: object
+    ) -> None:
+        entry = ctx.find(address, self.decode)  # type: ignore[attr-defined]
+        if entry is not None and outcome is EXAMPLE.Outcome.SUCCESS:
+            entry.consecutive_failures = 0  # lost: no ctx.set
+            return
+        super().process_outcome(ctx, address, outcome, inference)
+
+
+def test_a_change_without_set_is_caught_by_the_tests() -> None:
+    """PolicyStore.verify_unchanged (on under tests/conftest.py): an entry changed and never
+    set would silently be lost; the block fails instead, naming the policy and the entry."""
+    genesis = make_policy_genesis(make_params("none", expiration_blocks=3), WEIGHTS)
+    with Chain.open(memory=True, genesis=genesis, policy_override=ForgetfulStrikes) as chain:
+        net = Net(chain)
+        net.miss("a")
+        with pytest.raises(AssertionError, match="strikes: the entry of 'a' changed without set"):
+            net.succeed("a")

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 from keepersim.keeper.keeper import Keeper
 from keepersim.store.buffer import BlockBuffer, KVStore
+from keepersim.store.cache import StateCache
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.events import HealthTransition, Outcome
@@ -148,8 +149,15 @@ class PolicyStore:
     its events, plus the block's height and params.
 
     An entry is read once per block (``get`` / ``find``: the block's own object, to change
-    freely) and, once ``set``, written when the block ends; what the state cache hands on
-    from the block below comes decoded. Nothing here needs to know how the store is cached.
+    freely) and, once ``set``, written when the block ends; a change without ``set`` is lost
+    (the tests catch one). What the state cache hands on from the block below comes decoded.
+
+    For a policy: ``get``, ``find``, ``set``, ``delete``, ``iterate``, ``schedule``,
+    ``pop_due``, ``schedule_item``, ``pop_due_items``, the log (``set_log``, ``delete_log``,
+    ``get_log_records``), ``emit_transition``; ``height``, ``params``, ``expiration_blocks``,
+    ``keeper`` (to read participants and inferences). Accelerations beside a plain form, each
+    tested equal to it: ``memo``, ``set_verdict``, ``set(verdict=False)``, ``is_seen``,
+    ``recheck``. For the chain: ``flush``, ``write_entries``, ``clear_all``.
     """
 
     __slots__ = (
@@ -274,12 +282,25 @@ class PolicyStore:
 
     def flush(self) -> None:
         """Write the block's changed entries and its new wake-ups (the end of the end block)."""
+        if StateCache.verify_objects:
+            self.verify_unchanged()
         self.write_entries()
         self._queue.flush()
         self._items.flush()
         store = self.keeper.store
         if isinstance(store, BlockBuffer):
             store.give_memo(self._state, self.memo)
+
+    def verify_unchanged(self) -> None:
+        """Tests: every entry read but not set still encodes to its stored bytes (a change
+        without set would be lost, or kept only while the cache held the object)."""
+        store = self.keeper.store
+        for address, entry in self._entries.items():
+            if address in self._dirty:
+                continue
+            stored = store.get(self._state + address.encode())
+            if stored is not None and entry.SerializeToString() != stored:
+                raise AssertionError(f"{self._name}: the entry of {address!r} changed without set")
 
     # -- wake-ups ----------------------------------------------------------------------------
     def schedule(self, height: int, address: str) -> None:
