@@ -54,7 +54,8 @@ def compute_sprt_constants(params: ValidationParams) -> SprtConstants:
 
 @lru_cache(maxsize=32)
 def _compute_for(*digits: int) -> SprtConstants:
-    good, bad, h = (Decimal(value=v, exponent=e) for v, e in zip(digits[::2], digits[1::2]))
+    pairs = zip(digits[::2], digits[1::2], strict=True)
+    good, bad, h = (Decimal(value=v, exponent=e) for v, e in pairs)
     return _compute_constants(get_decimal_value(good), get_decimal_value(bad), get_decimal_value(h))
 
 
