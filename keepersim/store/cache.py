@@ -230,7 +230,7 @@ class StateCache:
         obj = self._decoded.pop(key, None)
         if obj is not None:
             return obj  # type: ignore[return-value]
-        raw = self.get(key)
+        raw = self._resident.get(key) if not key or key[0] not in self._streamed else self.get(key)
         return None if raw is None else decode(raw)
 
     def take_memo(self, name: object) -> object | None:

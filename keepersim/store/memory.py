@@ -1,9 +1,11 @@
 """In-memory backend: same semantics as LevelDB, for fast tests and throwaway runs.
 
-State is a dict plus a SortedList of its keys (O(log n) inserts and deletes, so a store of
-millions of inferences costs the same per block as a small one). Snapshots and iterators are copy-on-write views: taking one is
-O(1); the next write copies the dict and list once, and only if a view is still alive (tracked
-with a weak reference), so iterating every block does not cost a copy per block.
+State is a dict plus a SortedList of its keys, sorted again when a scan needs it after writes
+added or removed keys: behind the state cache (keepersim.store.cache) writes come in batches and
+scans of the backend are rare, so keeping the order at every write would be wasted. Snapshots and
+iterators are copy-on-write views: taking one is O(1); the next write copies the dict once, and
+only if a view is still alive (tracked with a weak reference); the key list is never changed in
+place, only replaced, so views share it.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class MemoryBackend:
 
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
-        self._keys = SortedList()
+        self._keys: SortedList | None = SortedList()  # None: to be sorted at the next scan
         self._view: weakref.ref[MemoryView] | None = None
         self._state = _State()
         self.get = self._data.get
@@ -83,6 +85,8 @@ class MemoryBackend:
     def _current_view(self) -> MemoryView:
         view = self._view() if self._view is not None else None
         if view is None:
+            if self._keys is None:
+                self._keys = SortedList(self._data)
             view = MemoryView(self._data, self._keys, self._state)
             self._view = weakref.ref(view)
         return view
@@ -115,21 +119,19 @@ class MemoryBackend:
         if not puts and not dels:
             return
         if self._view is not None:
-            if self._view() is not None:  # a live view still reads the current objects
+            if self._view() is not None:  # a live view still reads the current dict
                 self._data = dict(self._data)
-                self._keys = SortedList(self._keys)
                 self.get = self._data.get
+            # (the key list is never changed in place, only replaced: views may share it)
             self._view = None
         data = self._data
-        keys = self._keys
-        new = [key for key in puts if key not in data]
+        if self._keys is not None and (
+            any(key not in data for key in puts) or any(key in data for key in dels)
+        ):
+            self._keys = None  # the key set changes: sorted again at the next scan
         data.update(puts)
-        if new:
-            keys.update(new)
         for key in dels:
-            if key in data:
-                del data[key]
-                keys.remove(key)
+            data.pop(key, None)
 
     def close(self) -> None:
         """Mark closed; later calls (and calls on its snapshots) raise StoreClosedError."""
