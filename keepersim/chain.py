@@ -119,10 +119,11 @@ class _ModelTable:
     """One model's memo: its candidates' verdicts (in an :class:`IncrementalTable`), the last
     table, and a min-heap of (valid_until, position) that says whose verdict lapses next."""
 
-    __slots__ = ("candidates", "state", "position", "expiry", "table")
+    __slots__ = ("candidates", "state", "position", "expiry", "table", "weights")
 
     def __init__(self, candidates: list[Candidate], healths: list[Health]) -> None:
         self.candidates = candidates
+        self.weights: dict[str, int] | None = None  # address -> candidate weight, when asked
         self.state = IncrementalTable(candidates, healths)
         self.position = {c.address: i for i, c in enumerate(candidates)}
         self.expiry = [(h.valid_until, i) for i, h in enumerate(healths) if h.valid_until < NEVER]
@@ -509,6 +510,20 @@ class Chain:
                 table = self._compute_table(k, model)
                 self._index.tables[model] = table
             return table
+
+    def get_table_weights(self, model: str = "") -> tuple[SelectionTable, Mapping[str, int]]:
+        """The selection table of the committed height and the weight each of its candidates
+        entered the pipeline with (:class:`Candidate` ``weight``: the group weight,
+        reputation-adjusted when the params say so), before gate, cap and weight factor. The
+        mapping is shared: read it, do not change it."""
+        table = self.get_selection_table(model)
+        with self._index_lock:
+            memo = self._index.models.get(model)
+            if memo is None or memo.table is not table:
+                raise RuntimeError(f"the selection table of model {model!r} changed meanwhile")
+            if memo.weights is None:
+                memo.weights = {c.address: c.weight for c in memo.candidates}
+            return table, memo.weights
 
     def _compute_table(self, keeper: Keeper, model: str) -> SelectionTable:
         index = self._index

@@ -340,6 +340,7 @@ def print_what_if(
             "miss_rate",
             "fallback",
             "false_excl_share",
+            "withheld_share",
             "calib_err_med",
             "calib_err_p90",
         )
@@ -355,6 +356,7 @@ def print_what_if(
                 f"{run['miss_rate']:.4f}",
                 str(run["fallback_selections"]),
                 f"{run['false_exclusion_weight_share']:.4f}",
+                f"{run['withheld_weight_share']:.4f}",
                 _format_error(error.get("median_abs_relative_error")),
                 _format_error(error.get("p90_abs_relative_error")),
             )

@@ -128,6 +128,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             "fallback_selections",
             "panic_selections",
             "false_exclusion_weight_share",
+            "withheld_weight_share",
             "excluded_weight_share",
             "transitions",
             "in_flight_at_end",

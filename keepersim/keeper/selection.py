@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, compress, islice
+from itertools import accumulate, chain, compress, islice
+from operator import lt, sub
 
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies.base import Health, HealthPolicy
@@ -419,6 +420,25 @@ def compute_draw(table: SelectionTable, seed: int) -> str:
 def compute_member_weights(table: SelectionTable) -> list[int]:
     """Each drawable member's weight (``table.addresses`` order), from the cumulative sums."""
     return [b - a for a, b in zip((0, *table.cumulative), table.cumulative, strict=False)]
+
+
+def compute_weight_factors(
+    table: SelectionTable, candidate_weights: Mapping[str, int]
+) -> dict[str, float]:
+    """The drawable members of ``table`` it gives less than their candidate weight (the weight
+    they entered the pipeline with, ``candidate_weights``: every drawable member is in it), each
+    with the fraction it gives: draw weight / candidate weight, in (0, 1). Members at full
+    weight (or above: a factor over 1) are left out; so are the kept out (:func:`get_kept_out`),
+    which are not drawn at all."""
+    cumulative = table.cumulative
+    drawn = list(map(sub, cumulative, chain((0,), cumulative)))
+    weights = list(map(candidate_weights.__getitem__, table.addresses))
+    short = list(map(lt, drawn, weights))
+    if not any(short):
+        return {}
+    return {
+        a: d / w for a, d, w in compress(zip(table.addresses, drawn, weights, strict=True), short)
+    }
 
 
 def get_kept_out(table: SelectionTable) -> tuple[str, ...]:

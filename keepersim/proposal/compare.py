@@ -54,6 +54,7 @@ LOWER_IS_BETTER = frozenset(
         "fallback_selections",
         "panic_selections",
         "false_exclusion_weight_share",
+        "withheld_weight_share",
         "detection_delay",
         "undetected_periods",
         "undetected_share",

@@ -41,7 +41,7 @@ from typing import Any, Final
 from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain
-from keepersim.keeper.selection import get_candidates
+from keepersim.keeper.selection import compute_weight_factors, get_candidates
 from keepersim.replay.calibration import compute_calibration_note
 from keepersim.replay.common import (
     BlockFeeder,
@@ -155,12 +155,24 @@ _RUN_STATE = (
     "fallback_blocks",
     "panic_blocks",
     "false_exclusion_sum",
+    "withheld_sum",
     "excluded_share_sum",
     "blocks",
     "unserved",
     "tx_failures",
     "excluded",
 )
+
+
+def get_table_factors(chain: Chain) -> dict[str, float]:
+    """The admitted participants the committed height's selection table for model "" draws at
+    less than their candidate weight, each with the fraction it gives
+    (:func:`~keepersim.keeper.selection.compute_weight_factors`); empty when there is no table."""
+    try:
+        table, weights = chain.get_table_weights("")
+    except KeepersimError:
+        return {}
+    return compute_weight_factors(table, weights)
 
 
 class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
@@ -209,6 +221,7 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         self.fallback_blocks = 0
         self.panic_blocks = 0
         self.false_exclusion_sum = 0.0
+        self.withheld_sum = 0.0
         self.excluded_share_sum = 0.0
         self.blocks = 0
         self.unserved = Listed(max_listed)
@@ -345,11 +358,15 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         self.excluded = excluded
         if height >= self.last_height:
             return
-        self.account_exclusions(height + 1, excluded)
+        self.account_exclusions(height + 1, excluded, get_table_factors(self.chain))
 
-    def account_exclusions(self, height: int, excluded: frozenset[str]) -> None:
+    def account_exclusions(
+        self, height: int, excluded: frozenset[str], factors: dict[str, float]
+    ) -> None:
+        """The shares of the requests of ``height``: ``excluded`` kept out, ``factors`` the
+        admitted drawn below their candidate weight (:func:`get_table_factors`)."""
         self.intervals.observe(height, excluded)
-        if not excluded:
+        if not excluded and not factors:
             return
         try:
             with self.chain.read() as keeper:
@@ -360,14 +377,22 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         if total <= 0:
             return
         out = sum(c.weight for c in candidates if c.address in excluded)
-        false_out = sum(
-            c.weight
+        # Healthy: the estimated p <= FALSE_EXCLUSION_P (the one test of both shares below).
+        healthy = [
+            c
             for c in candidates
-            if c.address in excluded
+            if (c.address in excluded or c.address in factors)
             and self.estimator.get_miss_probability(c.address, height) <= FALSE_EXCLUSION_P
+        ]
+        false_out = sum(c.weight for c in healthy if c.address in excluded)
+        reduced = sum(
+            c.weight * (1.0 - factors[c.address])
+            for c in healthy
+            if c.address in factors and c.address not in excluded
         )
         self.excluded_share_sum += out / total
         self.false_exclusion_sum += false_out / total
+        self.withheld_sum += (false_out + reduced) / total
 
     def process_record(self, record: InferenceRecord | ParamsRecord | ParticipantsRecord) -> None:
         if isinstance(record, InferenceRecord):
@@ -404,7 +429,8 @@ def replay_what_if(
     Pass a fitted ``estimator`` (from :func:`~keepersim.replay.estimator.estimate_trace`) to
     compare several policies without estimating again. The result has the simulator's run keys
     where they mean the same (``inferences``, ``misses``, ``miss_rate``, ``fallback_selections``,
-    ``false_exclusion_weight_share`` - on estimated probabilities -, ``app_hash``).
+    ``false_exclusion_weight_share`` and ``withheld_weight_share`` - on estimated probabilities -,
+    ``app_hash``).
     ``on_request(height, inference_id, executor, latency)`` sees every assignment (latency None
     for a miss). A ``resumable`` leveldb replay checkpoints (see ``replay_as_recorded``):
     ``resume`` goes on with the store ``store_dir/what-if-<policy>`` from its last committed
@@ -487,7 +513,7 @@ def replay_what_if(
             )
             if state is None:
                 excluded, _, _ = get_table_exclusions(chain)
-                run.account_exclusions(header.first_height, excluded)
+                run.account_exclusions(header.first_height, excluded, get_table_factors(chain))
                 for record in prologue.extra:
                     assert isinstance(record, ParamsRecord | ParticipantsRecord)
                     schedule_record(schedule, record, tracker, run.committed)
@@ -535,6 +561,7 @@ def replay_what_if(
         "panic_selections": counts["panic_selections"],
         "fallback_blocks": run.fallback_blocks,
         "false_exclusion_weight_share": run.false_exclusion_sum / blocks,
+        "withheld_weight_share": run.withheld_sum / blocks,
         "excluded_weight_share": run.excluded_share_sum / blocks,
         "oracle_efficiency": None,
         "app_hash": app_hash,

@@ -133,6 +133,7 @@ def _aggregate(
         "misses_avoided_ci_high": avoided_hi,
         **shares("degraded_traffic_share"),
         **shares("false_exclusion_weight_share"),
+        **shares("withheld_weight_share"),
         **shares("excluded_weight_share"),
         "detection_delay_median": _median(detection),
         "detection_delay_mean": float(statistics.fmean(detection)) if detection else None,

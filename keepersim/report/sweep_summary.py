@@ -35,6 +35,7 @@ SUMMARY_METRICS = (
     "miss_rate",
     "oracle_efficiency",
     "false_exclusion_weight_share",
+    "withheld_weight_share",
     "excluded_weight_share",
     "fallback_selections",
 )
@@ -185,7 +186,7 @@ def format_sweep_table(summary: Sequence[dict[str, Any]], paths: Sequence[str]) 
         "miss rate [95% CI]",
         "oracle eff. [95% CI]",
     ]
-    headers += ["false excl.", "excluded", "fallback"]
+    headers += ["false excl.", "withheld", "excluded", "fallback"]
     right = [False, False, *([True] * (len(headers) - 2))]
     lines: list[list[str]] = []
     for row in summary:
@@ -197,6 +198,7 @@ def format_sweep_table(summary: Sequence[dict[str, Any]], paths: Sequence[str]) 
             _with_ci(row, "miss_rate", 100, 2, "%"),
             _with_ci(row, "oracle_efficiency", 1, 2, ""),
             _with_ci(row, "false_exclusion_weight_share", 100, 2, "%").split(" [")[0],
+            _with_ci(row, "withheld_weight_share", 100, 2, "%").split(" [")[0],
             _with_ci(row, "excluded_weight_share", 100, 2, "%").split(" [")[0],
             _with_ci(row, "fallback_selections", 1, 1, "").split(" [")[0],
         ]

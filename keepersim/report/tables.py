@@ -83,6 +83,7 @@ SUMMARY_COLUMNS: tuple[tuple[str, bool, Any], ...] = (
     ("avoided", True, lambda r: _num(r.get("misses_avoided_mean"), 1)),
     ("to degraded", True, lambda r: _pct(r.get("degraded_traffic_share_mean"))),
     ("false excl.", True, lambda r: _pct(r.get("false_exclusion_weight_share_mean"))),
+    ("withheld", True, lambda r: _pct(r.get("withheld_weight_share_mean"))),
     ("excluded", True, lambda r: _pct(r.get("excluded_weight_share_mean"))),
     ("detect med", True, lambda r: _num(r.get("detection_delay_median"))),
     ("undetected", True, lambda r: _pct(r.get("undetected_share"), 0)),

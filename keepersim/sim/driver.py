@@ -105,7 +105,12 @@ from keepersim.chain import (
 )
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import BUILTIN_POLICIES, PolicyFactory
-from keepersim.keeper.selection import SelectionTable, get_kept_out, get_selection_rule
+from keepersim.keeper.selection import (
+    SelectionTable,
+    compute_weight_factors,
+    get_kept_out,
+    get_selection_rule,
+)
 from keepersim.module.genesis import compute_genesis
 from keepersim.sim.metrics import (
     DECLINED,
@@ -850,6 +855,7 @@ class _Run:
         self._last_tables: tuple[SelectionTable | str, ...] = ()
         self._last_inactive: frozenset[str] = frozenset()
         self._kept: frozenset[str] = frozenset()
+        self._factors: dict[str, float] = {}
 
     def record_selection(self, height: int, sel: Selection, p_miss: float) -> None:
         if self.journal is not None:
@@ -870,31 +876,44 @@ class _Run:
 
     # per block -----------------------------------------------------------------------------
 
-    def get_kept_out(self) -> frozenset[str]:
-        """Who the health machinery keeps out of the selection of the next block."""
+    def get_selection_view(self) -> tuple[frozenset[str], Mapping[str, float]]:
+        """What the selection of the next block gives: who the health machinery keeps out, and
+        the admitted participants it draws at less than their candidate weight, each with the
+        fraction it gives (the smallest over the participant's models; see
+        :func:`~keepersim.keeper.selection.compute_weight_factors`)."""
         tables: list[SelectionTable | str] = []
+        weights: list[Mapping[str, int]] = []
         for model in self.models:
             try:
-                tables.append(self.chain.get_selection_table(model))
+                table, candidate_weights = self.chain.get_table_weights(model)
             except NoExecutorsError:
                 tables.append(model)  # nobody selectable for this model
+                weights.append({})
+            else:
+                tables.append(table)
+                weights.append(candidate_weights)
         inactive = frozenset(self.inactive)
         if (
             len(tables) == len(self._last_tables)
             and all(a is b for a, b in zip(tables, self._last_tables, strict=True))
             and inactive == self._last_inactive
         ):
-            return self._kept
+            return self._kept, self._factors
         kept: set[str] = set(inactive)
-        for model, table in zip(self.models, tables, strict=True):
-            if isinstance(table, str):
+        factors: dict[str, float] = {}
+        for model, entry, candidate_weights in zip(self.models, tables, weights, strict=True):
+            if isinstance(entry, str):
                 kept.update(self.model_members[model])
-            else:
-                kept.update(get_kept_out(table))
+                continue
+            kept.update(get_kept_out(entry))
+            for address, f in compute_weight_factors(entry, candidate_weights).items():
+                if f < factors.get(address, 1.0):
+                    factors[address] = f
         self._last_tables = tuple(tables)
         self._last_inactive = inactive
         self._kept = frozenset(kept)
-        return self._kept
+        self._factors = {a: f for a, f in factors.items() if a not in kept}
+        return self._kept, self._factors
 
     # resuming ------------------------------------------------------------------------------
 
@@ -1014,7 +1033,8 @@ class _Run:
         try:
             while not stepper.is_done():
                 h = chain.height + 1
-                metrics.record_block(h, self.get_kept_out())
+                kept_out, factors = self.get_selection_view()
+                metrics.record_block(h, kept_out, factors)
                 result = stepper.step()
                 self.process_block(h, result.events)
                 pending_bar += 1

@@ -5,7 +5,9 @@ The driver (:mod:`keepersim.sim.driver`) feeds a :class:`MetricsCollector`:
 * once per block ``h``, *before* the block's requests are assigned, the set of participants the
   health machinery keeps out of the selection the requests of block ``h`` are drawn from (the
   selection table of the state committed at ``h - 1``: ``table.excluded``, or
-  ``table.shadow_excluded`` in shadow mode, plus participants the SPRT made INACTIVE);
+  ``table.shadow_excluded`` in shadow mode, plus participants the SPRT made INACTIVE), and the
+  admitted participants that table draws at less than their candidate weight, with the fraction
+  it gives each (a weight factor below 1: trin's halving, windowed's ramp);
 * every selection (its fallback / panic flags) and every assignment;
 * every resolved inference (finished, expired = a miss, declined = capacity pushback), with its
   start height, as the chain's events report them.
@@ -22,11 +24,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from keepersim.sim.oracle import HEALTHY_MISS_THRESHOLD
+from keepersim.sim.oracle import HEALTHY_MISS_THRESHOLD, is_truly_healthy
 from keepersim.sim.scenario import ParticipantSpec, Scenario
 
 __all__ = [
@@ -38,6 +40,8 @@ __all__ = [
 ]
 
 DEFAULT_BUCKET_BLOCKS = 100
+
+_NO_FACTORS: Mapping[str, float] = {}
 
 FINISHED = "finished"
 EXPIRED = "expired"
@@ -97,6 +101,7 @@ class _Bucket:
         "blocks",
         "excluded",
         "false_excluded",
+        "withheld",
         "started",
         "misses",
         "declines",
@@ -109,6 +114,7 @@ class _Bucket:
         self.blocks = 0
         self.excluded = 0.0
         self.false_excluded = 0.0
+        self.withheld = 0.0
         self.started = 0  # inferences started in the bucket that finished or expired
         self.misses = 0
         self.declines = 0
@@ -145,6 +151,7 @@ class MetricsCollector:
         self._blocks_recorded = 0
         self._excluded_sum = 0.0
         self._false_sum = 0.0
+        self._withheld_sum = 0.0
         self._kept: frozenset[str] = frozenset()
         self._kept_weight = 0
         self._open: dict[str, int] = {}  # address -> first height of its current kept-out run
@@ -170,8 +177,16 @@ class MetricsCollector:
 
     # feeding -----------------------------------------------------------------------------
 
-    def record_block(self, height: int, kept_out: frozenset[str]) -> None:
-        """The participants kept out of the selection the requests of ``height`` are drawn from."""
+    def record_block(
+        self,
+        height: int,
+        kept_out: frozenset[str],
+        factors: Mapping[str, float] = _NO_FACTORS,
+    ) -> None:
+        """What the selection the requests of ``height`` are drawn from gives: ``kept_out``, the
+        participants kept out of it; ``factors``, the admitted participants it draws at less
+        than their candidate weight, each with the fraction it gives (in (0, 1); everyone else
+        admitted gets 1)."""
         if kept_out != self._kept:
             for address in self._kept - kept_out:
                 start = self._open.pop(address)
@@ -180,20 +195,29 @@ class MetricsCollector:
                 self._open[address] = height
             self._kept = kept_out
             self._kept_weight = sum(self._weights.get(a, 0) for a in kept_out)
+        specs = self._specs
         false_weight = 0
         for address in kept_out:
-            spec = self._specs.get(address)
-            if spec is not None and spec.get_miss_probability(height) <= HEALTHY_MISS_THRESHOLD:
+            spec = specs.get(address)
+            if spec is not None and is_truly_healthy(spec, height):
                 false_weight += spec.weight
+        reduced_weight = 0.0  # healthy weight admitted but drawn below its candidate weight
+        for address, f in factors.items():
+            spec = specs.get(address)
+            if spec is not None and address not in kept_out and is_truly_healthy(spec, height):
+                reduced_weight += spec.weight * (1.0 - f)
         excluded = self._kept_weight / self._total_weight
         false = false_weight / self._total_weight
+        withheld = (false_weight + reduced_weight) / self._total_weight
         self._blocks_recorded += 1
         self._excluded_sum += excluded
         self._false_sum += false
+        self._withheld_sum += withheld
         bucket = self._bucket(height)
         bucket.blocks += 1
         bucket.excluded += excluded
         bucket.false_excluded += false
+        bucket.withheld += withheld
 
     def record_request(self) -> None:
         self.requests += 1
@@ -330,6 +354,7 @@ class MetricsCollector:
                     "false_exclusion_weight_share": b.false_excluded / b.blocks
                     if b.blocks
                     else 0.0,
+                    "withheld_weight_share": b.withheld / b.blocks if b.blocks else 0.0,
                     "inferences": b.started,
                     "misses": b.misses,
                     "declines": b.declines,
@@ -358,6 +383,7 @@ class MetricsCollector:
             "fallback_selections": self.fallback_selections,
             "panic_selections": self.panic_selections,
             "false_exclusion_weight_share": self._false_sum / n if n else 0.0,
+            "withheld_weight_share": self._withheld_sum / n if n else 0.0,
             "excluded_weight_share": self._excluded_sum / n if n else 0.0,
             "transitions": self.transitions,
             "degraded_periods": periods,

@@ -181,3 +181,25 @@ def test_sprt_what_if_runs_the_chains_sprt(trace: Path) -> None:
     p1_sprt = sprt["per_participant"]["p1"]["inferences"]
     assert p1_sprt < none["per_participant"]["p1"]["inferences"]
     assert sprt["misses"] < none["misses"]
+
+
+def test_what_if_reports_the_weight_a_factor_withholds(tmp_path: Path) -> None:
+    # p2 and p3 are healthy (estimated p <= 0.05) but miss now and then: trin-multiplicative
+    # halves their weight for a while, keeps nobody out (false exclusion 0) and withholds.
+    path, _ = record_trace(
+        tmp_path / "trace.jsonl",
+        blocks=400,
+        participants=5,
+        arrivals=2.0,
+        miss={"p1": 0.8, "p2": 0.04, "p3": 0.03},
+        latency=(1, 6),
+        seed=21,
+    )
+    _, estimator = estimate_trace(path, window_blocks=100)
+    trin = replay_what_if(path, "trin-multiplicative", seed=5, estimator=estimator)
+    assert trin["false_exclusion_weight_share"] == 0.0
+    assert trin["withheld_weight_share"] > 0.0
+    none = replay_what_if(path, "none", seed=5, estimator=estimator)
+    assert none["withheld_weight_share"] == 0.0
+    gonka = replay_what_if(path, "gonka", seed=5, estimator=estimator)
+    assert gonka["withheld_weight_share"] == gonka["false_exclusion_weight_share"]

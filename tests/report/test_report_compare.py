@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,7 @@ from keepersim.report.compare import (
     format_compare_table,
     write_compare_report,
 )
+from keepersim.report.sweep_summary import compute_sweep_summary, format_sweep_table
 from keepersim.sim.driver import build_params, compute_run_mechanisms
 from keepersim.sim.suite import get_builtin_scenario
 
@@ -37,6 +39,7 @@ def make_record(policy: str, seed: int, misses: int, inferences: int) -> dict[st
         "never_readmitted": 0,
         "degraded_traffic_share": 0.0,
         "false_exclusion_weight_share": 0.0,
+        "withheld_weight_share": 0.0,
         "excluded_weight_share": 0.0,
         "fallback_selections": 0,
         "panic_selections": 0,
@@ -135,3 +138,37 @@ def test_the_files_hold_the_report(tmp_path: Path) -> None:
     assert "participants" not in runs[0]
     with (tmp_path / "summary.csv").open(newline="") as f:
         assert [r["policy"] for r in csv.DictReader(f)] == POLICIES
+
+
+def test_withheld_weight_is_aggregated_and_shown_apart_from_false_exclusion() -> None:
+    runs = make_runs([(10, 5, 1), (12, 9, 2)])
+    for record in runs.records:
+        if record["policy"] == "gonka":
+            record["false_exclusion_weight_share"] = 0.01
+            record["withheld_weight_share"] = 0.1 + 0.02 * record["seed"]  # 12% and 14%
+    report = compute_compare_report(runs)
+    rows = {row["policy"]: row for row in report["summary"]}
+    assert rows["gonka"]["withheld_weight_share_mean"] == pytest.approx(0.13)
+    assert rows["gonka"]["false_exclusion_weight_share_mean"] == pytest.approx(0.01)
+    low, high = (rows["gonka"][f"withheld_weight_share_ci_{end}"] for end in ("low", "high"))
+    assert low == pytest.approx(0.12) and high == pytest.approx(0.14)
+    assert rows["none"]["withheld_weight_share_mean"] == 0.0
+    lines = format_compare_table(report).splitlines()
+    head = lines[2]
+    assert "false excl." in head and "withheld" in head
+    gonka = next(line for line in lines if line.split()[1:2] == ["gonka"])
+    assert "13.00%" in gonka and "1.00%" in gonka
+
+
+def test_the_sweep_table_shows_withheld_weight() -> None:
+    header = ["scenario", "policy", "seed", "status", "misses", "withheld_weight_share"]
+    rows = [
+        {"scenario": "s", "policy": "trin", "seed": str(seed), "status": "ok", "misses": "3"}
+        | {"withheld_weight_share": str(value)}
+        for seed, value in ((1, 0.02), (2, 0.04))
+    ]
+    summary = compute_sweep_summary(header, rows, [])
+    assert summary[0]["withheld_weight_share_mean"] == pytest.approx(0.03)
+    table = format_sweep_table(summary, []).splitlines()
+    assert "withheld" in table[0]
+    assert "3.00%" in table[2]

@@ -151,6 +151,7 @@ RATE_INTERVALS = (
     ("miss_rate_pooled", "miss_rate_pooled"),
     ("degraded_traffic_share_mean", "degraded_traffic_share"),
     ("false_exclusion_weight_share_mean", "false_exclusion_weight_share"),
+    ("withheld_weight_share_mean", "withheld_weight_share"),
     ("excluded_weight_share_mean", "excluded_weight_share"),
     ("undetected_share", "undetected_share"),
 )
