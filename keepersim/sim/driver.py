@@ -208,7 +208,8 @@ class GovernanceError(SimulationError):
 
 
 # Commits between two write-backs of a run's state cache (keepersim.store.cache): the backend
-# sees one batch instead of one per block, and a killed run resumes from the last write-back.
+# sees one batch instead of one per block. A resumable run (a store folder) writes back every
+# block, each with its checkpoint.
 WRITE_EVERY = 64
 
 
@@ -528,7 +529,7 @@ def run_scenario(
                 genesis=genesis,
                 policy_override=override,
                 resume=resume,
-                write_every=WRITE_EVERY,
+                write_every=WRITE_EVERY if fingerprint is None else 1,
             )
         except StoreNotEmptyError as exc:
             raise SimulationError(f"{exc} (--resume goes on with the run in it)") from exc

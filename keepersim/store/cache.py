@@ -17,10 +17,10 @@ state across blocks: the rules read and write plainly through the block buffer.
   block leaves nothing changed behind; ``peek_decoded``: read only).
 - **Memos**: what a policy derives from its state (an index of its log) may be handed from one
   block to the next the same way: given with a commit, taken by the next block.
-- **Write-back**: the default is every commit (the node prototype, tests). Every N commits
-  (simulate and replay: 64) batches the backend's writes; the app hash is still computed at
-  every commit, and a crash loses at most the blocks since the last write-back: the backend's
-  height is the last one written, from which ``--resume`` goes on.
+- **Write-back**: the default is every commit (the node prototype, tests, resumable runs).
+  Every N commits (other simulate and replay runs: 64) batches the backend's writes; the app
+  hash is still computed at every commit, and a crash loses at most the blocks since the last
+  write-back: the backend's height is the last one written.
 
 The cache is the committed state as the chain sees it; queries read it under the chain's read
 lock. ``tests/store/test_store_cache.py`` proves it equal to the state as a plain dict.
