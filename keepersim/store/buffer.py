@@ -109,10 +109,6 @@ class BlockBuffer:
         pending = self._pending
         if key in pending:
             return pending[key]
-        cache = self._cache
-        if cache is not None and key and key[0] not in cache._streamed:
-            value: bytes | None = cache._resident.get(key)  # StateCache.get, without its frame
-            return value
         return self.backend.get(key)
 
     def take_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
@@ -166,9 +162,6 @@ class BlockBuffer:
         pending = self._pending
         if key in pending:
             return pending[key] is not None
-        cache = self._cache
-        if cache is not None and key and key[0] not in cache._streamed:
-            return key in cache._resident
         return self.backend.get(key) is not None
 
     def set(self, key: bytes, value: bytes) -> None:

@@ -37,7 +37,7 @@ from sortedcontainers import SortedDict
 
 from keepersim.store.apphash import compute_entry_term
 from keepersim.store.errors import StoreClosedError
-from keepersim.store.kv import KVBackend, KVReader
+from keepersim.store.kv import KVBackend, KVReader, check_batch
 
 T = TypeVar("T")
 
@@ -150,23 +150,9 @@ class StateCache:
         self, start: bytes | None, stop: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
         """The streamed entries in range: the backend's, overlaid by what is not written yet."""
-        streamed = self._streamed
-        overlay = sorted(
-            (key, value)
-            for key, value in self._unwritten.items()
-            if key
-            and key[0] in streamed
-            and (start is None or key >= start)
-            and (stop is None or key < stop)
+        return _iterate_streamed(
+            self.backend, self._unwritten, self._streamed, start, stop, reverse
         )
-        if reverse:
-            overlay.reverse()
-        base = (
-            entry
-            for entry in self.backend.iterate(start, stop, reverse)
-            if entry[0] and entry[0][0] in streamed
-        )
-        return _overlay(base, overlay, reverse)
 
     def snapshot(self) -> KVReader:
         """A consistent view of the committed state now: a copy of what is held in memory over
@@ -230,7 +216,7 @@ class StateCache:
         obj = self._decoded.pop(key, None)
         if obj is not None:
             return obj  # type: ignore[return-value]
-        raw = self._resident.get(key) if not key or key[0] not in self._streamed else self.get(key)
+        raw = self.get(key)
         return None if raw is None else decode(raw)
 
     def take_memo(self, name: object) -> object | None:
@@ -241,12 +227,7 @@ class StateCache:
     def write_batch(self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
         """Apply a batch as one commit (its terms computed when next asked): see commit_batch."""
         dels = list(deletes)
-        for key, value in puts.items():
-            if key.__class__ is not bytes or value.__class__ is not bytes:
-                raise TypeError(f"keys and values must be bytes, got {key!r}: {value!r}")
-        for key in dels:
-            if key.__class__ is not bytes:
-                raise TypeError(f"keys must be bytes, got {key!r}")
+        check_batch(puts, dels)
         for key in [*puts, *dels]:
             self._terms.pop(key, None)
             self._old_terms.pop(key, None)
@@ -346,9 +327,6 @@ class StateCache:
         self._terms = {}
         self._old_terms = {}
 
-    def has_unwritten(self) -> bool:
-        return bool(self._unwritten)
-
     def close(self) -> None:
         """Write back what is left, then close the backend (later reads raise
         StoreClosedError, as the backend's do). Idempotent."""
@@ -417,20 +395,37 @@ class CacheSnapshot:
             (key, resident[key])
             for key in resident.irange(start, stop, inclusive=(True, False), reverse=reverse)
         ]
-        streamed = self._streamed
-        overlay = sorted(
-            (key, value)
-            for key, value in self._overlay.items()
-            if (start is None or key >= start) and (stop is None or key < stop)
+        streamed = _iterate_streamed(
+            self._base, self._overlay, self._streamed, start, stop, reverse
         )
-        if reverse:
-            overlay.reverse()
-        base = (
-            entry
-            for entry in self._base.iterate(start, stop, reverse)
-            if entry[0] and entry[0][0] in streamed
-        )
-        return merge(entries, _overlay(base, overlay, reverse), key=_key, reverse=reverse)
+        return merge(entries, streamed, key=_key, reverse=reverse)
+
+
+def _iterate_streamed(
+    base: KVReader,
+    unwritten: Mapping[bytes, bytes | None],
+    streamed: frozenset[int],
+    start: bytes | None,
+    stop: bytes | None,
+    reverse: bool,
+) -> Iterator[tuple[bytes, bytes]]:
+    """The streamed entries of ``[start, stop)``: ``base``'s, overlaid by ``unwritten``."""
+    overlay = sorted(
+        (key, value)
+        for key, value in unwritten.items()
+        if key
+        and key[0] in streamed
+        and (start is None or key >= start)
+        and (stop is None or key < stop)
+    )
+    if reverse:
+        overlay.reverse()
+    entries = (
+        entry
+        for entry in base.iterate(start, stop, reverse)
+        if entry[0] and entry[0][0] in streamed
+    )
+    return _overlay(entries, overlay, reverse)
 
 
 def _key(entry: tuple[bytes, bytes]) -> bytes:

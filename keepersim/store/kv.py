@@ -53,3 +53,14 @@ def prefix_end(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+def check_batch(puts: Mapping[bytes, bytes], deletes: Iterable[bytes]) -> None:
+    """A write batch's keys and values are bytes (None would read as a tombstone): checked
+    before anything is written, so a bad batch changes nothing."""
+    for key, value in puts.items():
+        if key.__class__ is not bytes or value.__class__ is not bytes:
+            raise TypeError(f"keys and values must be bytes, got {key!r}: {value!r}")
+    for key in deletes:
+        if key.__class__ is not bytes:
+            raise TypeError(f"keys must be bytes, got {key!r}")

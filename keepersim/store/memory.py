@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from sortedcontainers import SortedList
 
 from keepersim.store.errors import StoreClosedError
+from keepersim.store.kv import check_batch
 
 
 def _closed_get(key: bytes) -> bytes | None:
@@ -110,12 +111,7 @@ class MemoryBackend:
         if self._state.closed:
             raise StoreClosedError("memory store is closed")
         dels = deletes if isinstance(deletes, list | tuple) else list(deletes)
-        for key, value in puts.items():
-            if key.__class__ is not bytes or value.__class__ is not bytes:
-                raise TypeError(f"keys and values must be bytes, got {key!r}: {value!r}")
-        for key in dels:
-            if key.__class__ is not bytes:
-                raise TypeError(f"keys must be bytes, got {key!r}")
+        check_batch(puts, dels)
         if not puts and not dels:
             return
         if self._view is not None:
