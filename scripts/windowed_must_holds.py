@@ -5,8 +5,8 @@
 RUNS.csv is a `keepersim sweep` runs file over the built-in suite (scripts/sweeps/
 windowed-tuning.json). ``--cell`` picks windowed's grid point (default: the row whose cells
 equal the default params). Prints a markdown table: each scenario's mean miss rate under every
-policy, then windowed's false exclusion, oracle efficiency and misses avoided against gonka's;
-and the four checks:
+policy, then windowed's false exclusion, withheld weight, oracle efficiency and misses avoided
+against gonka's; and the four checks:
 
 - false exclusion (time-averaged healthy weight kept out) at most 1% on every scenario;
 - at least as many misses avoided (none's misses - the policy's, per seed) as gonka everywhere;
@@ -90,8 +90,8 @@ def main() -> int:
     lines = [
         "| scenario | "
         + " | ".join(POLICIES)
-        + " | FE windowed | eff. windowed | avoided windowed / gonka |",
-        "|---|" + "---|" * (len(POLICIES) + 3),
+        + " | FE windowed | withheld windowed | eff. windowed | avoided windowed / gonka |",
+        "|---|" + "---|" * (len(POLICIES) + 4),
     ]
     failures: list[str] = []
     efficiencies: list[float] = []
@@ -103,6 +103,10 @@ def main() -> int:
         rate = {p: mean([float(runs[p][s]["miss_rate"]) for s in seeds]) for p in POLICIES}
         misses = {p: {s: int(float(runs[p][s]["misses"])) for s in seeds} for p in POLICIES}
         fe = mean([float(runs["windowed"][s]["false_exclusion_weight_share"]) for s in seeds])
+        # (a sweep from before the metric has no withheld column: shown as "-")
+        withheld = mean(
+            [float(runs["windowed"][s].get("withheld_weight_share") or "nan") for s in seeds]
+        )
         avoided = {
             p: mean([misses["none"][s] - misses[p][s] for s in seeds])
             for p in ("gonka", "windowed")
@@ -129,7 +133,9 @@ def main() -> int:
         cells = " | ".join(f"{rate[p]:.2%}" for p in POLICIES)
         shown_eff = "-" if math.isnan(eff) else f"{eff:.2f}"
         lines.append(
-            f"| {scenario} | {cells} | {fe:.2%} | {shown_eff} | "
+            f"| {scenario} | {cells} | {fe:.2%} | "
+            + ("-" if math.isnan(withheld) else f"{withheld:.2%}")
+            + f" | {shown_eff} | "
             f"{avoided['windowed']:.1f} / {avoided['gonka']:.1f} |"
         )
     median = statistics.median(efficiencies) if efficiencies else math.nan

@@ -43,6 +43,7 @@ def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> ModuleP
     w.incident_blocks = 0
     w.strikes_until_proven = False
     w.recovered_max_cooldown_blocks = 0
+    w.suspicion_prior_pct = 0
     for key, value in changes.items():
         setattr(w, key, value)
     return params

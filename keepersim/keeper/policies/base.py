@@ -345,6 +345,12 @@ class PolicyStore:
         again or drop it."""
         self.verdicts[address] = health
 
+    def touch_all_verdicts(self) -> None:
+        """Every participant's verdict may have changed: an input they all read moved (a
+        fleet-wide state in the policy's own entries). The chain asks for each again."""
+        self.keeper.verdict_touched.update(p.address for p in self.keeper.iterate_participants())
+        self.verdicts.clear()
+
     def drop_verdict(self, address: str) -> None:
         self.verdicts.pop(address, None)
 

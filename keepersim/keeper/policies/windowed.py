@@ -23,6 +23,14 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   enough; 30% misses over 32 outcomes is, 5% is not. With ``short_window`` the gate also judges
   the newest short_window outcomes, so a burst after a long clean record (a shared outage) is
   not diluted in the window.
+- Suspicion weighting, for the evidence too thin to exclude on: a participant in keeps the
+  share of its weight that is its posterior probability of being healthy given its window
+  (compute_healthy_ppm: a prior share suspicion_prior_pct of bad participants, a healthy miss
+  rate against a bad one, exact integers), at least 1%, and all of it without a miss in the
+  window. Back from an exclusion it is judged on the outcomes since its probing began. One
+  miss on a newcomer costs it most of its weight at once; a miss among 20 successes nothing.
+  Held while the fleet is saturated (the saturation guard below), and a change of that state
+  asks every verdict again.
 - Cooldown initial * 2^strikes (capped), with a jitter of +-jitter_pct derived from
   sha256(address, exclusion count): bounded, deterministic, and different per participant.
   Strikes = failed probes and re-exclusions of the episode: with ``strikes_until_proven`` an
@@ -255,6 +263,56 @@ def is_recovery_proven(entry: WindowedEntry) -> bool:
     return entry.failure_bits & ((1 << RECOVERY_EVIDENCE) - 1) == 0
 
 
+def compute_healthy_ppm(misses: int, samples: int, params: WindowedParams) -> int:
+    """Posterior probability, in ppm, that a participant with ``misses`` among ``samples``
+    outcomes is healthy: prior share of bad participants suspicion_prior_pct, miss rate
+    suspicion_good_miss_pct when healthy and suspicion_bad_miss_pct when bad. Exact integers:
+    the two likelihoods are products of whole percents (at most 64 factors each)."""
+    prior, good, bad = (
+        params.suspicion_prior_pct,
+        params.suspicion_good_miss_pct,
+        params.suspicion_bad_miss_pct,
+    )
+    successes = samples - misses
+    healthy = (100 - prior) * good**misses * (100 - good) ** successes
+    degraded = prior * bad**misses * (100 - bad) ** successes
+    return healthy * PPM // (healthy + degraded)
+
+
+def compute_suspicion_window(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
+    """The evidence suspicion weighting reads: the window, or for a participant back from an
+    exclusion only the outcomes since its probing began (its old misses already cost it the
+    exclusion, and the gate still reads them)."""
+    if entry.exclusions == 0:
+        return compute_window(entry, params.window)
+    return compute_window(entry, min(params.window, count_probe_outcomes(entry)))
+
+
+def get_suspicion_pct(entry: WindowedEntry, params: WindowedParams) -> int:
+    """The percent of its weight a participant in keeps under suspicion weighting: its
+    posterior probability of being healthy, rounded, at least 1; 100 without a recent miss."""
+    if params.suspicion_prior_pct == 0:
+        return 100
+    misses, samples = compute_suspicion_window(entry, params)
+    if misses == 0:
+        return 100
+    return max(1, (compute_healthy_ppm(misses, samples, params) + 5_000) // 10_000)
+
+
+def get_verdict_marker(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
+    """What a healthy participant's verdict depends on besides its ramp: its state and its
+    suspicion weight."""
+    if entry.state != W_HEALTHY:
+        return entry.state, 100
+    return entry.state, get_suspicion_pct(entry, params)
+
+
+def is_verdict_moved(entry: WindowedEntry, before: tuple[int, int], params: WindowedParams) -> bool:
+    """Whether a write may change the participant's verdict: always while it is not healthy
+    (a probe slot, the cooldown's end), else when its state or suspicion weight moved."""
+    return entry.state != W_HEALTHY or get_verdict_marker(entry, params) != before
+
+
 def compute_miss_ppm(misses: int, samples: int) -> int:
     return misses * PPM // samples if samples else 0
 
@@ -454,7 +512,7 @@ class WindowedBreaker(HealthPolicy):
         if listed is not None:
             listed.discard(inference.inference_id)
         entry = ctx.get(address, self.get_entry)
-        before = entry.state
+        before = get_verdict_marker(entry, params)
         item = process_take_open(entry, inference.inference_id)
         if item is None and outcome is Outcome.NEUTRAL:
             return  # pushback about nothing we track: nothing to record
@@ -498,7 +556,7 @@ class WindowedBreaker(HealthPolicy):
                     self.process_readmit(ctx, entry, misses, samples)
         if outcome is Outcome.SUCCESS and entry.state == W_HEALTHY and is_recovery_proven(entry):
             self.process_recovered(ctx, entry)
-        ctx.set(address, entry, verdict=entry.state != W_HEALTHY or entry.state != before)
+        ctx.set(address, entry, verdict=is_verdict_moved(entry, before, params))
 
     def process_record_miss(self, ctx: PolicyStore, entry: WindowedEntry, capacity: bool) -> None:
         """Count a miss in the window and tell the fleet whether it was a capacity miss."""
@@ -506,8 +564,12 @@ class WindowedBreaker(HealthPolicy):
         ctx.recheck.add(entry.address)
         entry.capacity_misses += int(capacity)
         fleet = ctx.get(FLEET, self.get_entry)
+        params = ctx.params.health_params.windowed
+        saturated = is_fleet_saturated(fleet, params)
         process_push_capacity_bit(fleet, capacity)
         ctx.set(FLEET, fleet, verdict=False)
+        if params.suspicion_prior_pct and is_fleet_saturated(fleet, params) != saturated:
+            ctx.touch_all_verdicts()  # suspicion weighting is held while the fleet is saturated
 
     def process_fleet_latency(self, ctx: PolicyStore, latency: int) -> None:
         """Noted for now: the fleet entry takes the block's latencies together at the start of
@@ -633,7 +695,8 @@ class WindowedBreaker(HealthPolicy):
         if inference.start_block_height + overdue > ctx.height:
             ctx.schedule_item(inference.start_block_height + overdue, inference_id)
             return
-        before = entry.state
+        params = ctx.params.health_params.windowed
+        before = get_verdict_marker(entry, params)
         process_prune(entry, ctx.height, ctx.expiration_blocks)
         index = find_open(entry, inference_id)
         if index is None:
@@ -649,7 +712,7 @@ class WindowedBreaker(HealthPolicy):
         entry.overdue_flags += 1
         if item.probe and entry.state == W_PROBE:
             self.process_exclude(ctx, entry, "probe overdue", failed_probe=True)
-        ctx.set(address, entry, verdict=entry.state != W_HEALTHY or entry.state != before)
+        ctx.set(address, entry, verdict=is_verdict_moved(entry, before, params))
 
     def get_overdue_blocks(self, ctx: PolicyStore, entry: WindowedEntry) -> int | None:
         fleet = ctx.get(FLEET, self.get_entry).recent_latencies
@@ -728,12 +791,25 @@ class WindowedBreaker(HealthPolicy):
         params = reader.params.health_params.windowed
         entry = WindowedEntry.FromString(raw)
         if entry.state == W_HEALTHY:
+            suspicion = get_suspicion_pct(entry, params)
+            if suspicion != 100 and self.is_saturated(reader):
+                suspicion = 100
             ramp = compute_ramp(entry.readmitted_at_block, height, params)
             if ramp is None:
-                return ADMITTED
+                if suspicion == 100:
+                    return ADMITTED
+                return Health(True, factor_num=suspicion, factor_den=100, state="suspect")
             pct, valid_until = ramp
+            if suspicion != 100:
+                pct, den = pct * suspicion, 100 * 100
+            else:
+                den = 100
             return Health(
-                True, factor_num=pct, factor_den=100, valid_until=valid_until, state="ramping"
+                True,
+                factor_num=pct,
+                factor_den=den,
+                valid_until=valid_until,
+                state="ramping",
             )
         severity = compute_miss_ppm(*compute_window(entry, params.window))
         if entry.state == W_EXCLUDED and height < entry.probe_at_block:
@@ -757,6 +833,16 @@ class WindowedBreaker(HealthPolicy):
             return Health(False, severity=severity, valid_until=frees_at - 1, state="probe_full")
         return Health(True, state="probe")
 
+    def is_saturated(self, reader: PolicyReader) -> bool:
+        """The saturation guard, read once per reader: while the fleet is saturated, down-
+        weighting a node only moves its traffic onto full nodes, as excluding it would."""
+        saturated = reader.memo.get("saturated")
+        if not isinstance(saturated, bool):
+            fleet = self.get_entry(reader.get_raw(FLEET), FLEET)
+            saturated = is_fleet_saturated(fleet, reader.params.health_params.windowed)
+            reader.memo["saturated"] = saturated
+        return saturated
+
     def get_exclusion_cap_pct(self, params: ExtensionParams) -> int:
         return params.health_params.windowed.max_excluded_weight_pct
 
@@ -779,6 +865,7 @@ class WindowedBreaker(HealthPolicy):
             "window_samples": samples,
             "window_miss_ppm": compute_miss_ppm(misses, samples),
             "window_failing": is_window_failing(misses, samples, params),
+            "suspicion_pct": get_suspicion_pct(entry, params),
             "outcomes_recorded": entry.outcome_seq,
             "exclusions": entry.exclusions,
             "strikes": entry.strikes,

@@ -270,6 +270,9 @@ class WindowedParams(_message.Message):
     INCIDENT_BLOCKS_FIELD_NUMBER: _builtins.int
     STRIKES_UNTIL_PROVEN_FIELD_NUMBER: _builtins.int
     RECOVERED_MAX_COOLDOWN_BLOCKS_FIELD_NUMBER: _builtins.int
+    SUSPICION_PRIOR_PCT_FIELD_NUMBER: _builtins.int
+    SUSPICION_GOOD_MISS_PCT_FIELD_NUMBER: _builtins.int
+    SUSPICION_BAD_MISS_PCT_FIELD_NUMBER: _builtins.int
     window: _builtins.int
     baseline_miss_pct: _builtins.int
     """Exclude when the window's misses are, with this z-score confidence, above the baseline rate."""
@@ -317,6 +320,16 @@ class WindowedParams(_message.Message):
     """A participant that has proven a recovery before (it flaps, it is not persistently bad)
     waits at most this long between probes (never above max_cooldown_blocks); 0: off.
     """
+    suspicion_prior_pct: _builtins.int
+    """Suspicion weighting: a participant in (no exclusion) with misses among its recent outcomes
+    keeps the share of its weight that is its posterior probability of being healthy, from a
+    prior share suspicion_prior_pct of bad participants and the likelihood of its outcomes
+    under a healthy miss rate (suspicion_good_miss_pct) against a bad one
+    (suspicion_bad_miss_pct), in whole percent (at least 1); 0: off. It acts on the first miss,
+    long before the gate has the evidence to exclude, and costs the participant no exclusion.
+    """
+    suspicion_good_miss_pct: _builtins.int
+    suspicion_bad_miss_pct: _builtins.int
     def __init__(
         self,
         *,
@@ -340,10 +353,13 @@ class WindowedParams(_message.Message):
         incident_blocks: _builtins.int = ...,
         strikes_until_proven: _builtins.bool = ...,
         recovered_max_cooldown_blocks: _builtins.int = ...,
+        suspicion_prior_pct: _builtins.int = ...,
+        suspicion_good_miss_pct: _builtins.int = ...,
+        suspicion_bad_miss_pct: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "incident_blocks", b"incident_blocks", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "recovered_max_cooldown_blocks", b"recovered_max_cooldown_blocks", "saturation_pct", b"saturation_pct", "short_window", b"short_window", "strikes_until_proven", b"strikes_until_proven", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "incident_blocks", b"incident_blocks", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "recovered_max_cooldown_blocks", b"recovered_max_cooldown_blocks", "saturation_pct", b"saturation_pct", "short_window", b"short_window", "strikes_until_proven", b"strikes_until_proven", "suspicion_bad_miss_pct", b"suspicion_bad_miss_pct", "suspicion_good_miss_pct", b"suspicion_good_miss_pct", "suspicion_prior_pct", b"suspicion_prior_pct", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
