@@ -160,6 +160,9 @@ ROWS: list[tuple[str, Callable[[ModuleParams], None]]] = [
     (W + "short_window", setter(W + "short_window", 65)),  # beyond the 64-outcome ring
     (W + "incident_blocks", setter(W + "incident_blocks", -1)),
     (W + "recovered_max_cooldown_blocks", setter(W + "recovered_max_cooldown_blocks", -1)),
+    (W + "suspicion_prior_pct", setter(W + "suspicion_prior_pct", 100)),
+    (W + "suspicion_good_miss_pct", setter(W + "suspicion_good_miss_pct", 15)),  # = bad (15)
+    (W + "suspicion_bad_miss_pct", setter(W + "suspicion_bad_miss_pct", 100)),
     # Neither half may be missing (no message can carry that: each handler rejects it first).
     ("params", clearer("params")),
     ("extension_params", clearer("extension_params")),
