@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from policy_helpers import NetFactory
-from test_windowed import exclude, make_w_params, reach_probe, weights
+from test_windowed import FLEET as FIVE
+from test_windowed import exclude, make_w_params, overflow, reach_probe, weights
 
 from keepersim.keeper.policies.windowed import compute_healthy_ppm, get_suspicion_pct
 from keepersim.types.errors import InvalidParamsError
@@ -114,6 +115,24 @@ def test_back_from_an_exclusion_it_is_judged_on_the_probe_evidence(make_net: Net
     assert net.state("a")["window_misses"] == 4
     assert weights(net)["a"] == 100
     assert net.state("a")["suspicion_pct"] == 100
+
+
+def test_suspicion_is_held_while_the_fleet_is_saturated(make_net: NetFactory) -> None:
+    """Down-weighting on a full fleet only moves traffic onto full nodes: once most of the
+    fleet's misses are capacity misses, a suspect keeps its whole weight, and the flip alone
+    (a's entry unchanged) re-asks its verdict."""
+    net = make_net(make_w_params(min_samples=32, **RULE), FIVE)
+    net.succeed_many("a", 20)
+    net.miss("a", 2)
+    assert not net.state("a")["fleet_saturated"]
+    held = net.state("a")["suspicion_pct"]
+    assert weights(net)["a"] == held < 100
+    for address in ("c", "d", "e"):
+        overflow(net, address, 6)  # 18 capacity misses of the fleet's 20
+    assert net.state("a")["fleet_saturated"]
+    assert net.state("a")["suspicion_pct"] == held  # a's own evidence did not move
+    assert weights(net) == dict.fromkeys(FIVE, 100)
+    assert net.transitions() == []
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   (compute_healthy_ppm: a prior share suspicion_prior_pct of bad participants, a healthy miss
   rate against a bad one, exact integers), at least 1%, and all of it without a miss in the
   window. Back from an exclusion it is judged on the outcomes since its probing began. One
-  miss on a newcomer costs it most of its weight at once; a miss among 20 successes nothing.
+  miss on a newcomer costs it most of its weight at once; a miss among 31 successes 1%.
   Held while the fleet is saturated (the saturation guard below), and a change of that state
   asks every verdict again.
 - Cooldown initial * 2^strikes (capped), with a jitter of +-jitter_pct derived from
@@ -800,16 +800,9 @@ class WindowedBreaker(HealthPolicy):
                     return ADMITTED
                 return Health(True, factor_num=suspicion, factor_den=100, state="suspect")
             pct, valid_until = ramp
-            if suspicion != 100:
-                pct, den = pct * suspicion, 100 * 100
-            else:
-                den = 100
+            num, den = (pct, 100) if suspicion == 100 else (pct * suspicion, 100 * 100)
             return Health(
-                True,
-                factor_num=pct,
-                factor_den=den,
-                valid_until=valid_until,
-                state="ramping",
+                True, factor_num=num, factor_den=den, valid_until=valid_until, state="ramping"
             )
         severity = compute_miss_ppm(*compute_window(entry, params.window))
         if entry.state == W_EXCLUDED and height < entry.probe_at_block:
