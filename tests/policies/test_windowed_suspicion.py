@@ -15,7 +15,6 @@ from test_windowed import exclude, make_w_params, overflow, reach_probe, weights
 from keepersim.keeper.policies.windowed import compute_healthy_ppm, get_suspicion_pct
 from keepersim.types.errors import InvalidParamsError
 from keepersim.types.params import get_default_health_params, validate_params
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import WindowedParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import WindowedEntry
 
 FLEET = {"a": 100, "b": 100, "c": 100}
@@ -40,12 +39,9 @@ def test_healthy_ppm_is_bayes_rule(prior: int, good: int, bad: int, m: int, n: i
     if good == bad:
         bad += 1
     m = min(m, n)
-    p = WindowedParams(
-        suspicion_prior_pct=prior, suspicion_good_miss_pct=good, suspicion_bad_miss_pct=bad
-    )
     h = Fraction(100 - prior) * Fraction(good, 100) ** m * Fraction(100 - good, 100) ** (n - m)
     d = Fraction(prior) * Fraction(bad, 100) ** m * Fraction(100 - bad, 100) ** (n - m)
-    assert compute_healthy_ppm(m, n, p) == int(h / (h + d) * 1_000_000)
+    assert compute_healthy_ppm(m, n, prior, good, bad) == int(h / (h + d) * 1_000_000)
 
 
 def test_suspicion_vectors() -> None:

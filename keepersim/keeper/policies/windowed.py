@@ -79,6 +79,7 @@ of probing participants live in the entry of the empty address (never a particip
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import MutableSequence, Sequence
 from dataclasses import dataclass, field
@@ -263,20 +264,22 @@ def is_recovery_proven(entry: WindowedEntry) -> bool:
     return entry.failure_bits & ((1 << RECOVERY_EVIDENCE) - 1) == 0
 
 
-def compute_healthy_ppm(misses: int, samples: int, params: WindowedParams) -> int:
+def compute_healthy_ppm(misses: int, samples: int, prior: int, good: int, bad: int) -> int:
     """Posterior probability, in ppm, that a participant with ``misses`` among ``samples``
-    outcomes is healthy: prior share of bad participants suspicion_prior_pct, miss rate
-    suspicion_good_miss_pct when healthy and suspicion_bad_miss_pct when bad. Exact integers:
-    the two likelihoods are products of whole percents (at most 64 factors each)."""
-    prior, good, bad = (
-        params.suspicion_prior_pct,
-        params.suspicion_good_miss_pct,
-        params.suspicion_bad_miss_pct,
-    )
+    outcomes is healthy, for a prior share of ``prior`` percent bad participants and a miss
+    rate of ``good`` percent when healthy and ``bad`` percent when bad. Exact integers: the two
+    likelihoods are products of whole percents (at most 64 factors each)."""
     successes = samples - misses
     healthy = (100 - prior) * good**misses * (100 - good) ** successes
     degraded = prior * bad**misses * (100 - bad) ** successes
     return healthy * PPM // (healthy + degraded)
+
+
+@functools.lru_cache(maxsize=4096)
+def compute_suspicion_pct(misses: int, samples: int, prior: int, good: int, bad: int) -> int:
+    """compute_healthy_ppm in whole percents, rounded, at least 1 (pure, so memoized: at
+    most 65 x 65 values per params)."""
+    return max(1, (compute_healthy_ppm(misses, samples, prior, good, bad) + 5_000) // 10_000)
 
 
 def compute_suspicion_window(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
@@ -296,7 +299,13 @@ def get_suspicion_pct(entry: WindowedEntry, params: WindowedParams) -> int:
     misses, samples = compute_suspicion_window(entry, params)
     if misses == 0:
         return 100
-    return max(1, (compute_healthy_ppm(misses, samples, params) + 5_000) // 10_000)
+    return compute_suspicion_pct(
+        misses,
+        samples,
+        params.suspicion_prior_pct,
+        params.suspicion_good_miss_pct,
+        params.suspicion_bad_miss_pct,
+    )
 
 
 def get_verdict_marker(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
