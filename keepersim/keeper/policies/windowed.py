@@ -270,8 +270,9 @@ def compute_healthy_ppm(misses: int, samples: int, prior: int, good: int, bad: i
     rate of ``good`` percent when healthy and ``bad`` percent when bad. Exact integers: the two
     likelihoods are products of whole percents (at most 64 factors each)."""
     successes = samples - misses
-    healthy = (100 - prior) * good**misses * (100 - good) ** successes
-    degraded = prior * bad**misses * (100 - bad) ** successes
+    # (int ** int is typed Any: a negative exponent would give a float; these never are)
+    healthy: int = (100 - prior) * good**misses * (100 - good) ** successes
+    degraded: int = prior * bad**misses * (100 - bad) ** successes
     return healthy * PPM // (healthy + degraded)
 
 
