@@ -122,6 +122,7 @@ def test_suspicion_is_held_while_the_fleet_is_saturated(make_net: NetFactory) ->
     net.miss("a", 2)
     assert not net.state("a")["fleet_saturated"]
     held = net.state("a")["suspicion_pct"]
+    assert isinstance(held, int)
     assert weights(net)["a"] == held < 100
     for address in ("c", "d", "e"):
         overflow(net, address, 6)  # 18 capacity misses of the fleet's 20
