@@ -442,6 +442,7 @@ class Chain:
             end_block(ctx)
             reset = (
                 keeper.params_changed
+                or keeper.verdicts_reset
                 or registered
                 or any(isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events)
             )

@@ -42,6 +42,7 @@ class Keeper:
         "touched",
         "verdict_touched",
         "params_changed",
+        "verdicts_reset",
         "_params",
         "_extension_params",
         "_participants",
@@ -64,6 +65,8 @@ class Keeper:
         self.touched: set[str] = set()
         self.verdict_touched: set[str] = set()
         self.params_changed = False  # new params took effect in this block
+        # A policy said every verdict may have changed (PolicyStore.touch_all_verdicts).
+        self.verdicts_reset = False
         self._params: Params | None = params
         self._extension_params: ExtensionParams | None = extension_params
         self._participants: dict[str, Participant] = {}

@@ -347,8 +347,9 @@ class PolicyStore:
 
     def touch_all_verdicts(self) -> None:
         """Every participant's verdict may have changed: an input they all read moved (a
-        fleet-wide state in the policy's own entries). The chain asks for each again."""
-        self.keeper.verdict_touched.update(p.address for p in self.keeper.iterate_participants())
+        fleet-wide state in the policy's own entries). The chain drops its selection index
+        after the block, as for new params, and asks for each verdict again."""
+        self.keeper.verdicts_reset = True
         self.verdicts.clear()
 
     def drop_verdict(self, address: str) -> None:

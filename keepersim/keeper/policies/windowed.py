@@ -575,11 +575,13 @@ class WindowedBreaker(HealthPolicy):
         entry.capacity_misses += int(capacity)
         fleet = ctx.get(FLEET, self.get_entry)
         params = ctx.params.health_params.windowed
-        saturated = is_fleet_saturated(fleet, params)
+        # Suspicion weighting is held while the fleet is saturated: a flip re-asks everyone.
+        watched = params.suspicion_prior_pct > 0
+        saturated = watched and is_fleet_saturated(fleet, params)
         process_push_capacity_bit(fleet, capacity)
         ctx.set(FLEET, fleet, verdict=False)
-        if params.suspicion_prior_pct and is_fleet_saturated(fleet, params) != saturated:
-            ctx.touch_all_verdicts()  # suspicion weighting is held while the fleet is saturated
+        if watched and is_fleet_saturated(fleet, params) != saturated:
+            ctx.touch_all_verdicts()
 
     def process_fleet_latency(self, ctx: PolicyStore, latency: int) -> None:
         """Noted for now: the fleet entry takes the block's latencies together at the start of
