@@ -241,6 +241,11 @@ def compute_readmission_window(entry: WindowedEntry, params: WindowedParams) -> 
     exclusion gate still reads); else the whole window."""
     if params.readmit_successes == 0:
         return compute_window(entry, params.window)
+    return compute_probe_window(entry, params)
+
+
+def compute_probe_window(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
+    """(misses, samples) among the outcomes since probing began, at most the window."""
     return compute_window(entry, min(params.window, count_probe_outcomes(entry)))
 
 
@@ -289,7 +294,7 @@ def compute_suspicion_window(entry: WindowedEntry, params: WindowedParams) -> tu
     exclusion, and the gate still reads them)."""
     if entry.exclusions == 0:
         return compute_window(entry, params.window)
-    return compute_window(entry, min(params.window, count_probe_outcomes(entry)))
+    return compute_probe_window(entry, params)
 
 
 def get_suspicion_pct(entry: WindowedEntry, params: WindowedParams) -> int:
