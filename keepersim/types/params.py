@@ -148,14 +148,18 @@ def get_default_health_params() -> HealthParams:
         # Then suspicion weighting (a 10% prior of bad nodes, 1% misses when healthy against
         # 15% when bad: the median oracle efficiency 0.74 -> 0.87 on seeds 1-2, where 2% / 15%
         # gave 0.83 and 2% / 30% 0.78) and the recovered cap 200 -> 100 (flapping's false
-        # exclusion -0.4 points, no miss lost; 50 gave the same).
+        # exclusion -0.4 points, no miss lost; 50 gave the same). Then probing by weight (10%,
+        # no probe cap: shared_outage's false exclusion 1.18 -> 0.59 on seeds 1-2, median
+        # efficiency 0.82 -> 0.88), which made probes cheap enough for a 400-block cooldown cap
+        # (flapping's false exclusion 1.26 -> 0.77 on seeds 3-5; 300 gave 0.46 at 0.02 less
+        # steady_degraded efficiency).
         windowed=WindowedParams(
             window=32,
             baseline_miss_pct=7,
             confidence_z_milli=2500,
             min_samples=4,
             initial_cooldown_blocks=100,
-            max_cooldown_blocks=1600,
+            max_cooldown_blocks=400,
             jitter_pct=20,
             max_probes=1,
             ramp_blocks=150,
@@ -173,6 +177,7 @@ def get_default_health_params() -> HealthParams:
             suspicion_prior_pct=10,
             suspicion_good_miss_pct=1,
             suspicion_bad_miss_pct=15,
+            probe_weight_pct=10,
         ),
     )
 
@@ -389,6 +394,12 @@ def validate_windowed_params(w: WindowedParams) -> None:
     )
     _require(w.jitter_pct <= 50, f + "jitter_pct", "<= 50", w.jitter_pct)
     _require(w.max_probes >= 1, f + "max_probes", ">= 1", w.max_probes)
+    _require(
+        w.probe_weight_pct <= 100,
+        f + "probe_weight_pct",
+        "in [0, 100] (0: probe at full weight, at most max_probes in flight)",
+        w.probe_weight_pct,
+    )
     _require(w.saturation_pct <= 100, f + "saturation_pct", "<= 100 (0: off)", w.saturation_pct)
     _require(
         w.readmit_successes <= w.window,

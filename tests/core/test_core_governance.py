@@ -163,6 +163,7 @@ ROWS: list[tuple[str, Callable[[ModuleParams], None]]] = [
     (W + "suspicion_prior_pct", setter(W + "suspicion_prior_pct", 100)),
     (W + "suspicion_good_miss_pct", setter(W + "suspicion_good_miss_pct", 15)),  # = bad (15)
     (W + "suspicion_bad_miss_pct", setter(W + "suspicion_bad_miss_pct", 100)),
+    (W + "probe_weight_pct", setter(W + "probe_weight_pct", 101)),
     # Neither half may be missing (no message can carry that: each handler rejects it first).
     ("params", clearer("params")),
     ("extension_params", clearer("extension_params")),

@@ -28,7 +28,8 @@ EXPIRY = 20
 def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> ModuleParams:
     """Windowed params with the pipeline's cap and panic off, no jitter and no overdue evidence
     (tests opt in): misses count when they expire. Issue 16's rules are off too and two probes
-    may fly (tests/policies/test_windowed_recovery.py turns each rule on)."""
+    may fly at full weight (tests/policies/test_windowed_recovery.py, test_windowed_suspicion.py
+    and test_windowed_probing.py turn each rule on)."""
     params = make_params("windowed", expiration_blocks=expiration_blocks)
     w = params.extension_params.health_params.windowed
     w.jitter_pct = 0
@@ -44,6 +45,7 @@ def make_w_params(expiration_blocks: int = EXPIRY, **changes: object) -> ModuleP
     w.strikes_until_proven = False
     w.recovered_max_cooldown_blocks = 0
     w.suspicion_prior_pct = 0
+    w.probe_weight_pct = 0
     for key, value in changes.items():
         setattr(w, key, value)
     return params

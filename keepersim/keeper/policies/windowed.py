@@ -42,8 +42,11 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   time). With ``incident_blocks`` the proof ends the incident: everyone excluded whose episode
   began within incident_blocks of its own is probed at once (mass degradations and shared
   outages end for many together; one still bad fails its probe as usual).
-- Probing: after the cooldown the participant is admitted with at most ``max_probes`` of its
-  inferences in flight (counted from process_start; any result frees a slot, a decline too).
+- Probing by weight: after the cooldown the participant is admitted at probe_weight_pct of its
+  weight, with no cap on its probes in flight. (With probe_weight_pct 0 it is admitted at full
+  weight with at most ``max_probes`` in flight, counted from process_start, any result freeing
+  a slot, a decline too; kept out while they are taken, which for a healthy node is false
+  exclusion, and a big node drew several probes in the block it came back: measured worse.)
   A probe that misses or turns overdue sends it back with a longer cooldown. When overdue
   evidence behind an exclusion is withdrawn (the inferences finished late) and the window passes
   again, probing starts at once: a false alarm costs no cooldown. A probe success
@@ -830,6 +833,10 @@ class WindowedBreaker(HealthPolicy):
                 state="excluded",
             )
         # Probing (or excluded past its cooldown, promoted in that height's end block).
+        if params.probe_weight_pct > 0:
+            return Health(
+                True, factor_num=params.probe_weight_pct, factor_den=100, state="probe"
+            )
         expiration = reader.expiration_blocks
         in_flight = count_probes_in_flight(entry, height, expiration)
         if in_flight >= params.max_probes:

@@ -273,6 +273,7 @@ class WindowedParams(_message.Message):
     SUSPICION_PRIOR_PCT_FIELD_NUMBER: _builtins.int
     SUSPICION_GOOD_MISS_PCT_FIELD_NUMBER: _builtins.int
     SUSPICION_BAD_MISS_PCT_FIELD_NUMBER: _builtins.int
+    PROBE_WEIGHT_PCT_FIELD_NUMBER: _builtins.int
     window: _builtins.int
     baseline_miss_pct: _builtins.int
     """Exclude when the window's misses are, with this z-score confidence, above the baseline rate."""
@@ -330,6 +331,13 @@ class WindowedParams(_message.Message):
     """
     suspicion_good_miss_pct: _builtins.int
     suspicion_bad_miss_pct: _builtins.int
+    probe_weight_pct: _builtins.int
+    """Probing by weight: a participant past its cooldown is admitted at this percent of its
+    weight with no cap on the probes in flight (the first miss or overdue probe still sends it
+    back); 0: probing at full weight, at most max_probes in flight. A full-weight probe is
+    kept out while its slot is taken (probe_full), which for a healthy node is false
+    exclusion, and a big node drew several probes in the block it came back.
+    """
     def __init__(
         self,
         *,
@@ -356,10 +364,11 @@ class WindowedParams(_message.Message):
         suspicion_prior_pct: _builtins.int = ...,
         suspicion_good_miss_pct: _builtins.int = ...,
         suspicion_bad_miss_pct: _builtins.int = ...,
+        probe_weight_pct: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "incident_blocks", b"incident_blocks", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "recovered_max_cooldown_blocks", b"recovered_max_cooldown_blocks", "saturation_pct", b"saturation_pct", "short_window", b"short_window", "strikes_until_proven", b"strikes_until_proven", "suspicion_bad_miss_pct", b"suspicion_bad_miss_pct", "suspicion_good_miss_pct", b"suspicion_good_miss_pct", "suspicion_prior_pct", b"suspicion_prior_pct", "window", b"window"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_miss_pct", b"baseline_miss_pct", "confidence_z_milli", b"confidence_z_milli", "incident_blocks", b"incident_blocks", "initial_cooldown_blocks", b"initial_cooldown_blocks", "jitter_pct", b"jitter_pct", "max_cooldown_blocks", b"max_cooldown_blocks", "max_excluded_weight_pct", b"max_excluded_weight_pct", "max_probes", b"max_probes", "min_samples", b"min_samples", "overdue_factor", b"overdue_factor", "overdue_min_blocks", b"overdue_min_blocks", "panic_healthy_weight_pct", b"panic_healthy_weight_pct", "probe_weight_pct", b"probe_weight_pct", "ramp_blocks", b"ramp_blocks", "ramp_start_pct", b"ramp_start_pct", "readmit_successes", b"readmit_successes", "recovered_max_cooldown_blocks", b"recovered_max_cooldown_blocks", "saturation_pct", b"saturation_pct", "short_window", b"short_window", "strikes_until_proven", b"strikes_until_proven", "suspicion_bad_miss_pct", b"suspicion_bad_miss_pct", "suspicion_good_miss_pct", b"suspicion_good_miss_pct", "suspicion_prior_pct", b"suspicion_prior_pct", "window", b"window"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
