@@ -834,9 +834,7 @@ class WindowedBreaker(HealthPolicy):
             )
         # Probing (or excluded past its cooldown, promoted in that height's end block).
         if params.probe_weight_pct > 0:
-            return Health(
-                True, factor_num=params.probe_weight_pct, factor_den=100, state="probe"
-            )
+            return Health(True, factor_num=params.probe_weight_pct, factor_den=100, state="probe")
         expiration = reader.expiration_blocks
         in_flight = count_probes_in_flight(entry, height, expiration)
         if in_flight >= params.max_probes:
