@@ -7,13 +7,13 @@ from __future__ import annotations
 from policy_helpers import NetFactory
 from test_windowed import FLEET, exclude, make_w_params, reach_probe, weights
 
+from keepersim.types.params import get_default_health_params
+
 RULE = {"probe_weight_pct": 10, "max_probes": 1}
 
 
-def test_past_its_cooldown_it_draws_at_the_probe_weight() -> None:
-    """(the params alone: the default is probing by weight, at the ramp's first step)"""
-    from keepersim.types.params import get_default_health_params
-
+def test_the_default_probes_by_weight_at_the_ramps_first_step() -> None:
+    """The probe weight equals ramp_start_pct, so a re-admission does not jump."""
     w = get_default_health_params().windowed
     assert w.probe_weight_pct == w.ramp_start_pct == 10
 
