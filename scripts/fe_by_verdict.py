@@ -5,7 +5,9 @@
 
 Runs the built-in SCENARIO under POLICY (in memory) and, every K blocks, looks at each truly
 healthy participant (sim/oracle.py: a true miss probability of at most 5%) that the next
-block's selection keeps out or draws below its weight. It splits the run's false exclusion by
+block's selection keeps out or draws below its weight (as the run's metrics read it:
+sim/driver.py, compute_selection_view; SPRT's deactivations, which the hook does not see, are
+not counted). It splits the run's false exclusion by
 the verdict the policy's state view gives (``verdict``, else ``state``: e.g. windowed's
 ``excluded`` / ``probe_full``) and by how the keep-out began: ``lag`` when the participant was
 truly bad at its start (it has recovered and is still kept out), ``false alarm`` when it was
@@ -24,7 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,37 +36,17 @@ if str(ROOT) not in sys.path:  # this checkout's keepersim, whatever PYTHONPATH 
     sys.path.insert(0, str(ROOT))
 
 from keepersim.chain import Chain  # noqa: E402
-from keepersim.keeper.selection import compute_weight_factors, get_kept_out  # noqa: E402
 from keepersim.sim.driver import (  # noqa: E402
     build_params,
     compute_params_with_changes,
+    compute_selection_view,
+    get_known_policies,
+    get_model_tables,
     run_scenario,
 )
 from keepersim.sim.oracle import is_truly_healthy  # noqa: E402
-from keepersim.sim.scenario import ParticipantSpec  # noqa: E402
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios  # noqa: E402
-from keepersim.types.errors import KeepersimError, NoExecutorsError  # noqa: E402
-from keepersim.types.policies import POLICY_NAMES  # noqa: E402
-
-
-def get_selection(
-    chain: Chain, specs: tuple[ParticipantSpec, ...]
-) -> tuple[set[str], dict[str, float]]:
-    """The next block's selection as the simulator's metrics see it (sim/driver.py,
-    get_selection_view): who is kept out, and the fraction an admitted participant draws (the
-    smallest over its models)."""
-    kept: set[str] = set()
-    factors: dict[str, float] = {}
-    for model in sorted({m for spec in specs for m in spec.models}):
-        try:
-            table, candidate_weights = chain.get_table_weights(model)
-        except NoExecutorsError:  # nobody selectable for this model
-            kept.update(spec.address for spec in specs if model in spec.models)
-            continue
-        kept.update(get_kept_out(table))
-        for address, f in compute_weight_factors(table, candidate_weights).items():
-            factors[address] = min(f, factors.get(address, 1.0))
-    return kept, {a: f for a, f in factors.items() if a not in kept}
+from keepersim.types.errors import KeepersimError  # noqa: E402
 
 
 def compute_breakdown(
@@ -76,15 +59,19 @@ def compute_breakdown(
         params = compute_params_with_changes(params, changes, "--set")
     specs = scenario.participants
     total = sum(spec.weight for spec in specs)
+    models = sorted({m for spec in specs for m in spec.models})
+    members = {m: frozenset(s.address for s in specs if m in s.models) for m in models}
     kept_since: dict[str, int] = {}  # kept out since this height
     by_verdict: Counter[str] = Counter()
     by_onset: Counter[str] = Counter()
-    withheld: Counter[str] = Counter()
+    withheld: defaultdict[str, float] = defaultdict(float)
     looked = 0
 
     def on_block(chain: Chain, height: int) -> None:
         nonlocal looked
-        kept, factors = get_selection(chain, specs)  # of block height + 1
+        kept, factors = compute_selection_view(  # of block height + 1
+            models, *get_model_tables(chain, models), members
+        )
         for address in list(kept_since):
             if address not in kept:
                 del kept_since[address]
@@ -111,7 +98,7 @@ def compute_breakdown(
     )
     metrics = result.metrics
 
-    def shares(counter: Counter[str]) -> dict[str, float]:
+    def shares(counter: Mapping[str, float]) -> dict[str, float]:
         ranked = sorted(counter.items(), key=lambda kv: -kv[1])
         return {k: v / total / max(1, looked) for k, v in ranked}
 
@@ -175,10 +162,9 @@ def main() -> int:
         known = ", ".join(list_builtin_scenarios())
         print(f"scenario: unknown {args.scenario!r} (built-ins: {known})", file=sys.stderr)
         return 2
-    if args.policy not in POLICY_NAMES:
-        print(
-            f"policy: unknown {args.policy!r} (one of {', '.join(POLICY_NAMES)})", file=sys.stderr
-        )
+    if args.policy not in get_known_policies():
+        known = ", ".join(get_known_policies())
+        print(f"policy: unknown {args.policy!r} (one of {known})", file=sys.stderr)
         return 2
     if args.every < 1:
         print(f"--every: expected a positive integer, got {args.every}", file=sys.stderr)

@@ -3,14 +3,12 @@ golden records, and the comparison that ``golden.py check`` reports with is righ
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from file_modules import load_file_module
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,16 +18,7 @@ GOLDEN_FILE = ROOT / "tests" / "golden" / "builtin-seed1.json"
 CHEAP_RUNS = [("sparse", "none"), ("sparse", "gonka"), ("sparse", "sprt"), ("sparse", "windowed")]
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("golden_script", ROOT / "scripts" / "golden.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # the process pool pickles its functions by module name
-    spec.loader.exec_module(module)
-    return module
-
-
-golden = _load_script()
+golden = load_file_module(ROOT / "scripts" / "golden.py", "golden_script")
 
 
 @pytest.fixture(scope="module")

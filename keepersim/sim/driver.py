@@ -218,6 +218,50 @@ def get_known_policies() -> list[str]:
     return sorted({*BUILTIN_POLICIES, ORACLE_POLICY_NAME})
 
 
+def get_model_tables(
+    chain: Chain, models: Sequence[str]
+) -> tuple[tuple[SelectionTable | str, ...], tuple[Mapping[str, int], ...]]:
+    """Each model's selection table of the committed height and its candidate weights; the
+    model's name (and no weights) where nobody is selectable."""
+    tables: list[SelectionTable | str] = []
+    weights: list[Mapping[str, int]] = []
+    for model in models:
+        try:
+            table, candidate_weights = chain.get_table_weights(model)
+        except NoExecutorsError:
+            tables.append(model)
+            weights.append({})
+        else:
+            tables.append(table)
+            weights.append(candidate_weights)
+    return tuple(tables), tuple(weights)
+
+
+def compute_selection_view(
+    models: Sequence[str],
+    tables: Sequence[SelectionTable | str],
+    weights: Sequence[Mapping[str, int]],
+    model_members: Mapping[str, frozenset[str]],
+    inactive: frozenset[str] = frozenset(),
+) -> tuple[frozenset[str], dict[str, float]]:
+    """What the metrics read of a block's selection (:func:`get_model_tables`): who is kept
+    out (``inactive``, every member of a model nobody is selectable for, and each table's
+    kept-out), and the admitted participants drawn at less than their candidate weight, each
+    with the fraction it gives (the smallest over its models; see
+    :func:`~keepersim.keeper.selection.compute_weight_factors`)."""
+    kept: set[str] = set(inactive)
+    factors: dict[str, float] = {}
+    for model, entry, candidate_weights in zip(models, tables, weights, strict=True):
+        if isinstance(entry, str):
+            kept.update(model_members[model])
+            continue
+        kept.update(get_kept_out(entry))
+        for address, f in compute_weight_factors(entry, candidate_weights).items():
+            if f < factors.get(address, 1.0):
+                factors[address] = f
+    return frozenset(kept), {a: f for a, f in factors.items() if a not in kept}
+
+
 def get_request_id(request_index: int, attempt: int = 0) -> str:
     """Inference id of request ``n``'s ``attempt``-th assignment (0 = the first)."""
     base = f"req-{request_index:08d}"
@@ -878,21 +922,10 @@ class _Run:
     # per block -----------------------------------------------------------------------------
 
     def get_selection_view(self) -> tuple[frozenset[str], Mapping[str, float]]:
-        """What the selection of the next block gives: who the health machinery keeps out, and
-        the admitted participants it draws at less than their candidate weight, each with the
-        fraction it gives (the smallest over the participant's models; see
-        :func:`~keepersim.keeper.selection.compute_weight_factors`)."""
-        tables: list[SelectionTable | str] = []
-        weights: list[Mapping[str, int]] = []
-        for model in self.models:
-            try:
-                table, candidate_weights = self.chain.get_table_weights(model)
-            except NoExecutorsError:
-                tables.append(model)  # nobody selectable for this model
-                weights.append({})
-            else:
-                tables.append(table)
-                weights.append(candidate_weights)
+        """What the selection of the next block gives (:func:`compute_selection_view`), with the
+        participants SPRT deactivated this epoch kept out too; recomputed only when a table or
+        the deactivated set moved."""
+        tables, weights = get_model_tables(self.chain, self.models)
         inactive = frozenset(self.inactive)
         if (
             len(tables) == len(self._last_tables)
@@ -900,20 +933,11 @@ class _Run:
             and inactive == self._last_inactive
         ):
             return self._kept, self._factors
-        kept: set[str] = set(inactive)
-        factors: dict[str, float] = {}
-        for model, entry, candidate_weights in zip(self.models, tables, weights, strict=True):
-            if isinstance(entry, str):
-                kept.update(self.model_members[model])
-                continue
-            kept.update(get_kept_out(entry))
-            for address, f in compute_weight_factors(entry, candidate_weights).items():
-                if f < factors.get(address, 1.0):
-                    factors[address] = f
-        self._last_tables = tuple(tables)
+        self._kept, self._factors = compute_selection_view(
+            self.models, tables, weights, self.model_members, inactive
+        )
+        self._last_tables = tables
         self._last_inactive = inactive
-        self._kept = frozenset(kept)
-        self._factors = {a: f for a, f in factors.items() if a not in kept}
         return self._kept, self._factors
 
     # resuming ------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from chain_protos import (
     compute_chain_descriptor_set,
     needs_protoc,
 )
+from file_modules import load_file_module
 from google.protobuf import descriptor_pb2
 
 from keepersim.types.chain_json import NON_NULLABLE_FIELDS
@@ -76,11 +77,7 @@ Types = dict[str, tuple[str, TypeProto]]
 
 def get_vendor_script() -> ModuleType:
     """scripts/vendor_chain_protos.py as a module (its file list and header are the rule)."""
-    spec = importlib.util.spec_from_file_location("vendor_chain_protos", VENDOR_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(VENDOR_SCRIPT, "vendor_chain_protos")
 
 
 def get_generated_files(package: str) -> list[descriptor_pb2.FileDescriptorProto]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from file_modules import load_file_module
 from policy_helpers import Net, make_params, make_policy_genesis, to_names
 
 from keepersim.chain import Chain
@@ -18,16 +17,7 @@ WEIGHTS = {"a": 100, "b": 100, "c": 100}
 STRIKES, OUT_BLOCKS = 3, 10
 
 
-def load_example() -> ModuleType:
-    """The example as an author has it: a file outside keepersim, imported by path."""
-    spec = importlib.util.spec_from_file_location("example_policy", DOCS / "example_policy.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-EXAMPLE = load_example()
+EXAMPLE = load_file_module(DOCS / "example_policy.py", "example_policy")  # as an author has it
 
 
 def make_strikes() -> HealthPolicy:

@@ -3,13 +3,12 @@ block), and bad arguments end in one line naming the argument."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from file_modules import load_file_module
 
 from keepersim.sim.suite import get_builtin_scenario
 
@@ -17,15 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "fe_by_verdict.py"
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fe_by_verdict_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-script = _load_script()
+script = load_file_module(SCRIPT, "fe_by_verdict_script")
 
 
 @pytest.mark.parametrize(
