@@ -127,8 +127,13 @@ RECOVERY_EVIDENCE = 16  # clean outcomes after an exclusion that prove a recover
 
 def compute_window(entry: WindowedEntry, window: int) -> tuple[int, int]:
     """(misses, samples) among the newest ``window`` recorded outcomes."""
-    n = min(entry.outcome_seq, window, RING_BITS)
+    n = count_window_samples(entry, window)
     return (entry.failure_bits & ((1 << n) - 1)).bit_count(), n
+
+
+def count_window_samples(entry: WindowedEntry, window: int) -> int:
+    """How many recorded outcomes the newest ``window`` holds."""
+    return min(entry.outcome_seq, window, RING_BITS)
 
 
 def process_push(entry: WindowedEntry, miss: bool) -> None:
@@ -172,8 +177,11 @@ def process_record_span(entry: WindowedEntry, start_height: int, height: int) ->
     running = count_running_spans(latencies, finishes, start_height)
     if running >= entry.served_concurrency:
         entry.served_concurrency = running + 1
-    append_bounded(latencies, height - start_height, SUCCESS_SPANS)
-    append_bounded(finishes, height, SUCCESS_SPANS)
+    latencies.append(height - start_height)
+    finishes.append(height)
+    if len(finishes) > SUCCESS_SPANS:  # both hold one span each: they are bounded together
+        process_bound(latencies, SUCCESS_SPANS)
+        process_bound(finishes, SUCCESS_SPANS)
 
 
 def get_own_latencies(entry: WindowedEntry) -> Sequence[int]:
@@ -317,15 +325,19 @@ def get_suspicion_pct(entry: WindowedEntry, params: WindowedParams) -> int:
     )
 
 
-def get_verdict_marker(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
-    """What a healthy participant's verdict depends on besides its ramp: its state and its
-    suspicion weight."""
-    if entry.state != W_HEALTHY:
-        return entry.state, 100
-    return entry.state, get_suspicion_pct(entry, params)
+def get_verdict_marker(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int, int]:
+    """What a healthy participant's verdict depends on besides its ramp: its state and the
+    evidence its suspicion weight is computed from (none without a miss), which is cheaper
+    to compare than the weight itself."""
+    if entry.state != W_HEALTHY or params.suspicion_prior_pct == 0:
+        return entry.state, 0, 0
+    misses, samples = compute_suspicion_window(entry, params)
+    return (entry.state, misses, samples) if misses else (entry.state, 0, 0)
 
 
-def is_verdict_moved(entry: WindowedEntry, before: tuple[int, int], params: WindowedParams) -> bool:
+def is_verdict_moved(
+    entry: WindowedEntry, before: tuple[int, int, int], params: WindowedParams
+) -> bool:
     """Whether a write may change the participant's verdict: always while it is not healthy
     (a probe slot, the cooldown's end), else when its state or suspicion weight moved."""
     return entry.state != W_HEALTHY or get_verdict_marker(entry, params) != before
@@ -414,6 +426,8 @@ def find_open(entry: WindowedEntry, inference_id: str) -> int | None:
 
 def process_take_open(entry: WindowedEntry, inference_id: str) -> OpenInference | None:
     """Remove the remembered inference with this id from the entry and return it."""
+    if not entry.open:
+        return None  # the common case: a healthy participant remembers nothing
     index = find_open(entry, inference_id)
     if index is None:
         return None
@@ -472,11 +486,6 @@ def process_bound(values: MutableSequence[int], bound: int) -> None:
     excess = len(values) - bound
     if excess > 0:
         del values[:excess]
-
-
-def append_bounded(values: MutableSequence[int], value: int, bound: int) -> None:
-    values.append(value)
-    process_bound(values, bound)
 
 
 class WindowedBreaker(HealthPolicy):
@@ -550,7 +559,7 @@ class WindowedBreaker(HealthPolicy):
             capacity = is_capacity_miss(entry, inference.start_block_height)
             self.process_record_miss(ctx, entry, capacity)
         process_prune(entry, ctx.height, ctx.expiration_blocks)
-        if compute_window(entry, params.window)[1] <= params.min_samples:
+        if count_window_samples(entry, params.window) <= params.min_samples:
             ctx.recheck.add(address)  # too few samples before: the window may be judged now
         # Provisional evidence withdrawn: if the window no longer fails, probe right away
         # instead of sitting out a cooldown that a false alarm earned.
