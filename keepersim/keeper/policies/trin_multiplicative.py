@@ -190,11 +190,6 @@ class TrinMultiplicative(HealthPolicy):
     def process_outcome(
         self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
-        self.process_outcome_event(ctx, address, outcome, inference)
-
-    def process_outcome_event(
-        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
-    ) -> None:
         if outcome is Outcome.NEUTRAL:
             return  # a rejected offer is neither a failure nor part of the history
         seen = ctx.find(address, self.get_entry)

@@ -474,8 +474,10 @@ class StartsMemo:
         return started_at >= self.since
 
 
-def get_starts_memo(ctx: PolicyStore, expiration: int) -> StartsMemo:
+def get_starts_memo(ctx: PolicyStore) -> StartsMemo:
+    """The memo of this expiration_blocks (a new one, complete from now on, after a change)."""
     memo = ctx.memo.get("starts")
+    expiration = ctx.expiration_blocks
     if not isinstance(memo, StartsMemo) or memo.expiration != expiration:
         memo = ctx.memo["starts"] = StartsMemo(since=ctx.height, expiration=expiration)
     return memo
@@ -492,9 +494,6 @@ class WindowedBreaker(HealthPolicy):
     name: ClassVar[str] = "windowed"
     prefix: ClassVar[bytes] = b"\x05"
 
-    def get_starts_memo(self, ctx: PolicyStore) -> StartsMemo:
-        return get_starts_memo(ctx, ctx.expiration_blocks)
-
     @staticmethod
     def get_entry(raw: bytes | None, address: str) -> WindowedEntry:
         if raw is None:
@@ -504,15 +503,12 @@ class WindowedBreaker(HealthPolicy):
     # --- writes -------------------------------------------------------------------------
 
     def process_start(self, ctx: PolicyStore, address: str, inference: Inference) -> None:
-        self.process_start_event(ctx, address, inference)
-
-    def process_start_event(self, ctx: PolicyStore, address: str, inference: Inference) -> None:
         """Only a probe's start is recorded (it takes a slot). Every start's overdue check
         finds it through the chain's own timeout index (process_overdue_checks), so a healthy
         participant's start reads and writes nothing of its own."""
         if inference.status != STARTED:
             return  # finished before it started: already resolved (and no timeout)
-        memo = self.get_starts_memo(ctx)
+        memo = get_starts_memo(ctx)
         memo.open.setdefault(ctx.height + memo.expiration, set()).add(inference.inference_id)
         probing = ctx.get(FLEET, self.get_entry).probing
         if not probing or address not in probing:  # (a protobuf list: its `in` costs more)
@@ -528,13 +524,8 @@ class WindowedBreaker(HealthPolicy):
     def process_outcome(
         self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
-        self.process_outcome_event(ctx, address, outcome, inference)
-
-    def process_outcome_event(
-        self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
-    ) -> None:
         params = ctx.params.health_params.windowed
-        memo = self.get_starts_memo(ctx)
+        memo = get_starts_memo(ctx)
         listed = memo.open.get(inference.start_block_height + memo.expiration)
         if listed is not None:
             listed.discard(inference.inference_id)
@@ -688,7 +679,7 @@ class WindowedBreaker(HealthPolicy):
         min_blocks = ctx.params.health_params.windowed.overdue_min_blocks
         started_at = ctx.height - min_blocks
         timeout_at = started_at + expiration
-        memo = self.get_starts_memo(ctx)
+        memo = get_starts_memo(ctx)
         memo.open.pop(ctx.height, None)  # expired in this block: gone from the index too
         if min_blocks < expiration:
             if memo.is_complete_for(started_at):
