@@ -129,11 +129,7 @@ class StateCache:
     ) -> Iterator[tuple[bytes, bytes]]:
         """Entries in ``[start, stop)`` as of this call, resident ones from memory."""
         self._check_open()
-        resident = self._resident
-        entries = [
-            (key, resident[key])
-            for key in resident.irange(start, stop, inclusive=(True, False), reverse=reverse)
-        ]
+        entries = get_resident_range(self._resident, start, stop, reverse)
         if not self._streamed or not self._may_stream(start, stop):
             return iter(entries)
         streamed = self._iterate_streamed(start, stop, reverse)
@@ -390,15 +386,23 @@ class CacheSnapshot:
     def iterate(
         self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
-        resident = self._resident
-        entries = [
-            (key, resident[key])
-            for key in resident.irange(start, stop, inclusive=(True, False), reverse=reverse)
-        ]
+        entries = get_resident_range(self._resident, start, stop, reverse)
         streamed = _iterate_streamed(
             self._base, self._overlay, self._streamed, start, stop, reverse
         )
         return merge(entries, streamed, key=_key, reverse=reverse)
+
+
+def get_resident_range(
+    resident: SortedDict, start: bytes | None, stop: bytes | None, reverse: bool
+) -> list[tuple[bytes, bytes]]:
+    """The entries of ``[start, stop)`` in key order (reversed if asked). Found by bisection:
+    an empty range, as most of a block's queue lookups are, costs two bisections."""
+    lo = 0 if start is None else resident.bisect_left(start)
+    hi = len(resident) if stop is None else resident.bisect_left(stop)
+    if lo >= hi:
+        return []
+    return [(key, resident[key]) for key in resident.islice(lo, hi, reverse=reverse)]
 
 
 def _iterate_streamed(
