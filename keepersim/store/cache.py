@@ -144,6 +144,8 @@ class StateCache:
     def _may_stream(self, start: bytes | None, stop: bytes | None) -> bool:
         lo = 0 if not start else start[0]
         hi = 255 if stop is None else stop[0]
+        if lo == hi:  # a range inside one prefix (most scans: one collection's)
+            return lo in self._streamed
         return any(lo <= prefix <= hi for prefix in self._streamed)
 
     def _iterate_streamed(

@@ -302,8 +302,8 @@ class _Reader:
 
     def parse_inference(self, data: dict[str, Any], line: int) -> InferenceRecord:
         self.require_prologue(line, "inference")
-        body = {k: v for k, v in data.items() if k != "type"}
-        inference = _parse_message(body, Inference, "inference", self.path, line)
+        del data["type"]  # the line's own dict: what is left is the Inference
+        inference = _parse_message(data, Inference, "inference", self.path, line)
         header = self.header
         assert header is not None
         start = inference.start_block_height
