@@ -56,6 +56,7 @@ from typing import Any, Final
 from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain
+from keepersim.keeper.inferences import is_declined
 from keepersim.replay.common import (
     BlockFeeder,
     Governance,
@@ -145,12 +146,13 @@ _MAX_MISMATCHES: Final = 10_000
 
 def _outcome_key(record: InferenceRecord) -> str:
     """The counter a recorded inference goes to: successes, misses, declines or unresolved."""
-    status = record.status
+    inference = record.inference
+    status = inference.status
     if status in FINISHED_LIKE:
         return "successes"
     if status == EXPIRED:
         return "misses"
-    if record.is_declined():
+    if is_declined(inference):
         return "declines"
     return "unresolved"
 
