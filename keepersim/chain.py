@@ -62,8 +62,8 @@ DEFAULT_HOME = Path(os.environ.get("KEEPERSIM_HOME", ".keepersim"))
 StoreKind = Literal["leveldb", "memory"]
 STORE_KINDS: tuple[StoreKind, ...] = ("leveldb", "memory")
 
-# Events after which the selection index starts afresh.
-_RESET_EVENTS = (EpochSettled, ParticipantDeactivated)
+# Events after which the selection index starts afresh (their exact types: events are final).
+_RESET_EVENTS: frozenset[type] = frozenset({EpochSettled, ParticipantDeactivated})
 # Message kinds (get_message_kind) of a participant registration.
 _REGISTRATION_KINDS = frozenset({"MsgRegisterParticipant", "register_participant"})
 
@@ -464,7 +464,7 @@ class Chain:
                 keeper.params_changed
                 or keeper.verdicts_reset
                 or registered
-                or any(isinstance(e, _RESET_EVENTS) for e in keeper.events)
+                or not _RESET_EVENTS.isdisjoint(map(type, keeper.events))
             )
             extra = (
                 None

@@ -295,6 +295,9 @@ class StateCache:
             unwritten.update(dict.fromkeys(deletes))
         # A put without a new term left its value as it was (or is metadata, never hashed).
         self._terms.update(terms)
+        terms_pop = self._terms.pop
+        for key in deletes:
+            terms_pop(key, None)  # an absent key's term is never read: kept, it would only pile up
         objects = self._decoded
         for key in puts.keys() - decoded.keys():
             objects.pop(key, None)

@@ -75,11 +75,12 @@ BlockMeta = tuple[str, int, str]
 
 def build_recorded_start(inference: Inference) -> MsgStartInference:
     """A recorded inference's MsgStartInference: requested and assigned as recorded."""
+    requested_by = inference.requested_by
     return MsgStartInference(
-        creator=inference.requested_by,
+        creator=requested_by,
         inference_id=inference.inference_id,
         model=inference.model,
-        requested_by=inference.requested_by,
+        requested_by=requested_by,
         assigned_to=inference.assigned_to,
         prompt_token_count=inference.prompt_token_count,
         max_tokens=inference.max_tokens,
@@ -88,10 +89,11 @@ def build_recorded_start(inference: Inference) -> MsgStartInference:
 
 def build_recorded_finish(inference: Inference) -> MsgFinishInference:
     """A recorded finish: by the recorded executor, with the recorded token counts."""
+    executed_by = inference.executed_by
     return MsgFinishInference(
-        creator=inference.executed_by,
+        creator=executed_by,
         inference_id=inference.inference_id,
-        executed_by=inference.executed_by,
+        executed_by=executed_by,
         model=inference.model,
         requested_by=inference.requested_by,
         prompt_token_count=inference.prompt_token_count,
