@@ -62,6 +62,8 @@ DEFAULT_HOME = Path(os.environ.get("KEEPERSIM_HOME", ".keepersim"))
 StoreKind = Literal["leveldb", "memory"]
 STORE_KINDS: tuple[StoreKind, ...] = ("leveldb", "memory")
 
+# Events after which the selection index starts afresh (their exact types: events are final).
+_RESET_EVENTS: frozenset[type] = frozenset({EpochSettled, ParticipantDeactivated})
 # Message kinds (get_message_kind) of a participant registration.
 _REGISTRATION_KINDS = frozenset({"MsgRegisterParticipant", "register_participant"})
 
@@ -83,6 +85,23 @@ class BlockResult:
 
     def get_failed(self) -> list[TxResult]:
         return [r for r in self.tx_results if not r.ok]
+
+
+# TxResult(i, kind, True) of the first messages of a block, built once (they are immutable):
+# every block has them.
+_OK_RESULTS: dict[tuple[int, str], TxResult] = {}
+_OK_RESULTS_MAX_INDEX = 4096
+
+
+def get_ok_result(index: int, kind: str) -> TxResult:
+    """TxResult(index, kind, True), shared for the first messages of a block."""
+    if index >= _OK_RESULTS_MAX_INDEX:
+        return TxResult(index, kind, True)
+    key = (index, kind)
+    result = _OK_RESULTS.get(key)
+    if result is None:
+        result = _OK_RESULTS[key] = TxResult(index, kind, True)
+    return result
 
 
 MetaHook = Callable[[BlockResult], Mapping[bytes, bytes | None]]
@@ -413,10 +432,11 @@ class Chain:
             results = []
             registered = False  # a registration can change who has a PoC slot
             for i, msg in enumerate(msgs):
-                known = rejected.get(i)
-                if known is not None:
-                    results.append(known)
-                    continue
+                if rejected:
+                    known = rejected.get(i)
+                    if known is not None:
+                        results.append(known)
+                        continue
                 kind = get_message_kind(msg)
                 # Its own scope: a rejected message leaves no write, event or touched mark.
                 buffer.begin_nested()
@@ -437,14 +457,14 @@ class Chain:
                     results.append(failed)
                 else:
                     buffer.merge_nested()
-                    results.append(TxResult(i, kind, True))
+                    results.append(get_ok_result(i, kind))
                     registered = registered or kind in _REGISTRATION_KINDS
             end_block(ctx)
             reset = (
                 keeper.params_changed
                 or keeper.verdicts_reset
                 or registered
-                or any(isinstance(e, EpochSettled | ParticipantDeactivated) for e in keeper.events)
+                or not _RESET_EVENTS.isdisjoint(map(type, keeper.events))
             )
             extra = (
                 None

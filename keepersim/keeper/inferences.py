@@ -70,67 +70,68 @@ def _require_participant(ctx: BlockContext, address: str, msg_name: str, field: 
 
 
 def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
-    _require_field(msg.inference_id, "MsgStartInference", "inference_id")
-    _require_field(msg.assigned_to, "MsgStartInference", "assigned_to")
+    inference_id, assigned_to = msg.inference_id, msg.assigned_to
+    _require_field(inference_id, "MsgStartInference", "inference_id")
+    _require_field(assigned_to, "MsgStartInference", "assigned_to")
     _require_field(msg.model, "MsgStartInference", "model")
-    _require_participant(ctx, msg.assigned_to, "MsgStartInference", "assigned_to")
+    _require_participant(ctx, assigned_to, "MsgStartInference", "assigned_to")
     keeper = ctx.keeper
-    existing = keeper.get_inference(msg.inference_id)
+    existing = keeper.get_inference(inference_id)
     if existing is not None and is_start_processed(existing):
-        raise DuplicateInferenceError(f"inference {msg.inference_id!r} was already started")
+        raise DuplicateInferenceError(f"inference {inference_id!r} was already started")
     height = ctx.height
     if existing is not None:
         # The finish came first: the start completes the record; no expiry is queued.
         inference = existing
     else:
-        inference = Inference(inference_id=msg.inference_id, status=STARTED)
+        inference = Inference(inference_id=inference_id, status=STARTED)
         keeper.set_timeout(
-            height + keeper.get_params().validation_params.expiration_blocks, msg.inference_id
+            height + keeper.get_params().validation_params.expiration_blocks, inference_id
         )
-    inference.index = msg.inference_id
+    inference.index = inference_id
     inference.model = msg.model
     inference.requested_by = msg.requested_by or msg.creator
-    inference.assigned_to = msg.assigned_to
+    inference.assigned_to = assigned_to
     inference.start_block_height = height
     inference.epoch_id = keeper.get_effective_epoch_index()
     inference.max_tokens = msg.max_tokens
     inference.prompt_token_count = msg.prompt_token_count
     keeper.set_inference(inference)
-    ctx.process_policy_start(msg.assigned_to, inference)
-    keeper.emit(InferenceStarted(height, msg.inference_id, msg.assigned_to))
+    ctx.process_policy_start(assigned_to, inference)
+    keeper.emit(InferenceStarted(height, inference_id, assigned_to))
 
 
 def process_finish_inference(ctx: BlockContext, msg: MsgFinishInference) -> None:
-    _require_field(msg.inference_id, "MsgFinishInference", "inference_id")
+    inference_id = msg.inference_id
+    _require_field(inference_id, "MsgFinishInference", "inference_id")
     executor = msg.executed_by or msg.creator
     _require_field(executor, "MsgFinishInference", "executed_by")
     _require_participant(ctx, executor, "MsgFinishInference", "executed_by")
     keeper = ctx.keeper
-    inference = keeper.get_inference(msg.inference_id)
+    inference = keeper.get_inference(inference_id)
     if inference is None:
-        inference = Inference(inference_id=msg.inference_id, index=msg.inference_id)
+        inference = Inference(inference_id=inference_id, index=inference_id)
     elif inference.status == EXPIRED:
         raise InferenceExpiredError(
-            f"inference {msg.inference_id!r} expired at its timeout; finish rejected"
+            f"inference {inference_id!r} expired at its timeout; finish rejected"
         )
     elif is_declined(inference):
-        raise InferenceStateError(f"inference {msg.inference_id!r} cannot finish: declined")
+        raise InferenceStateError(f"inference {inference_id!r} cannot finish: declined")
     elif inference.status != STARTED or is_finish_processed(inference):
         raise InferenceStateError(
-            f"inference {msg.inference_id!r} cannot finish: status "
+            f"inference {inference_id!r} cannot finish: status "
             f"{InferenceStatus.Name(inference.status)}"
         )
+    height = ctx.height
     inference.status = FINISHED
     inference.executed_by = executor
-    inference.end_block_height = ctx.height
+    inference.end_block_height = height
     inference.completion_token_count = msg.completion_token_count
     if msg.prompt_token_count:
         inference.prompt_token_count = msg.prompt_token_count
     keeper.set_inference(inference)
     process_outcome(ctx, executor, Outcome.SUCCESS, inference)
-    keeper.emit(
-        InferenceFinished(ctx.height, msg.inference_id, executor, inference.start_block_height)
-    )
+    keeper.emit(InferenceFinished(height, inference_id, executor, inference.start_block_height))
 
 
 def process_decline_inference(ctx: BlockContext, msg: MsgDeclineInference) -> None:

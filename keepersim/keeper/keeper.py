@@ -46,6 +46,7 @@ class Keeper:
         "_params",
         "_extension_params",
         "_participants",
+        "_epoch_index",
     )
 
     def __init__(
@@ -70,6 +71,7 @@ class Keeper:
         self._params: Params | None = params
         self._extension_params: ExtensionParams | None = extension_params
         self._participants: dict[str, Participant] = {}
+        self._epoch_index: int | None = None  # the effective epoch index, once read
 
     def _load_chain_id(self) -> str:
         raw = self.store.get(keys.CHAIN_ID)
@@ -153,6 +155,7 @@ class Keeper:
         """Forget the decoded participants: after a rejected message they may hold its changes
         (the store, which has them taken back, decodes them again)."""
         self._participants = {}
+        self._epoch_index = None
 
     def iterate_participants(self) -> Iterator[Participant]:
         for key, raw in self.store.iterate(_P, prefix_end(_P)):
@@ -225,11 +228,16 @@ class Keeper:
 
     # epochs and groups
     def get_effective_epoch_index(self) -> int:
-        raw = self.store.get(keys.EFFECTIVE_EPOCH_INDEX)
-        return 0 if raw is None else keys.decode_u64(raw)
+        """Read once per keeper (every start reads it; only set_effective_epoch_index moves it)."""
+        index = self._epoch_index
+        if index is None:
+            raw = self.store.get(keys.EFFECTIVE_EPOCH_INDEX)
+            index = self._epoch_index = 0 if raw is None else keys.decode_u64(raw)
+        return index
 
     def set_effective_epoch_index(self, index: int) -> None:
         self.store.set(keys.EFFECTIVE_EPOCH_INDEX, keys.encode_u64(index))
+        self._epoch_index = index
 
     def get_epoch(self, index: int) -> Epoch | None:
         raw = self.store.get(keys.EPOCHS + keys.epoch_key(index))

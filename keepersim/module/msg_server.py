@@ -119,12 +119,14 @@ def get_message_kind(msg: Message) -> str:
 
 def process_msg(ctx: BlockContext, msg: Message) -> None:
     """Dispatch one message (or a Tx wrapping one) to its handler."""
-    if isinstance(msg, Tx):
-        kind = msg.WhichOneof("msg")
-        if kind is None:
-            raise InvalidMessageError("Tx carries no message")
-        msg = getattr(msg, kind)
-    handler = _HANDLERS.get(type(msg))
+    handler = _HANDLERS.get(type(msg))  # a module message itself (the usual case)
     if handler is None:
-        raise InvalidMessageError(f"not a module message: {type(msg).__name__}")
+        if isinstance(msg, Tx):
+            kind = msg.WhichOneof("msg")
+            if kind is None:
+                raise InvalidMessageError("Tx carries no message")
+            msg = getattr(msg, kind)
+        handler = _HANDLERS.get(type(msg))
+        if handler is None:
+            raise InvalidMessageError(f"not a module message: {type(msg).__name__}")
     handler(ctx, msg)

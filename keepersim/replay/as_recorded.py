@@ -56,6 +56,7 @@ from typing import Any, Final
 from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain
+from keepersim.keeper.inferences import is_declined
 from keepersim.replay.common import (
     BlockFeeder,
     Governance,
@@ -113,6 +114,7 @@ from keepersim.types.events import (
     InferenceDeclined,
     InferenceExpired,
     InferenceFinished,
+    InferenceStarted,
 )
 from keepersim.types.messages import EXPIRED, STARTED
 from keepersim.types.params import params_to_dict
@@ -144,12 +146,13 @@ _MAX_MISMATCHES: Final = 10_000
 
 def _outcome_key(record: InferenceRecord) -> str:
     """The counter a recorded inference goes to: successes, misses, declines or unresolved."""
-    status = record.status
+    inference = record.inference
+    status = inference.status
     if status in FINISHED_LIKE:
         return "successes"
     if status == EXPIRED:
         return "misses"
-    if record.is_declined():
+    if is_declined(inference):
         return "declines"
     return "unresolved"
 
@@ -414,10 +417,13 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
 
     def count_recorded(self, record: InferenceRecord) -> None:
         key = _outcome_key(record)
-        self.report.recorded["inferences"] += 1
-        self.report.recorded[key] += 1
+        recorded = self.report.recorded
+        recorded["inferences"] += 1
+        recorded[key] += 1
         address = record.inference.assigned_to
-        per = self.report.recorded_by_participant.setdefault(address, Counter())
+        per = self.report.recorded_by_participant.get(address)
+        if per is None:
+            per = self.report.recorded_by_participant[address] = Counter()
         per["inferences"] += 1
         per[key] += 1
         if self.fingerprint is not None:
@@ -603,6 +609,8 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             if kind == "start":
                 self.inflight.pop(inference_id, None)
         for event in result.events:
+            if isinstance(event, InferenceStarted):
+                continue  # most events: one look at each
             if isinstance(event, InferenceFinished):
                 self.resolve(event.inference_id, "FINISHED", event.height)
             elif isinstance(event, InferenceExpired):

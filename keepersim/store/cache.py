@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from sortedcontainers import SortedDict
 
-from keepersim.store.apphash import compute_entry_term
+from keepersim.store.apphash import ENTRY_HASHER, compute_entry_term, pack_key_length
 from keepersim.store.errors import StoreClosedError
 from keepersim.store.kv import KVBackend, KVReader, check_batch
 
@@ -140,6 +140,8 @@ class StateCache:
     def _may_stream(self, start: bytes | None, stop: bytes | None) -> bool:
         lo = 0 if not start else start[0]
         hi = 255 if stop is None else stop[0]
+        if lo == hi:  # a range inside one prefix (most scans: one collection's)
+            return lo in self._streamed
         return any(lo <= prefix <= hi for prefix in self._streamed)
 
     def _iterate_streamed(
@@ -175,18 +177,27 @@ class StateCache:
         self._check_open()
         streamed = self._streamed
         resident_get = self._resident.get
+        young_get = self._young.get
         terms_get = self._terms.get
-        term = compute_entry_term
+        # compute_entry_term, inline: this runs for every key a block writes.
+        hasher, pack, from_bytes = ENTRY_HASHER, pack_key_length, int.from_bytes
         delta = 0
         new_terms: dict[bytes, int] = {}
         for key, value in puts.items():
-            old = self.get(key) if key and key[0] in streamed else resident_get(key)
+            if key and key[0] in streamed:
+                old = young_get(key, _MISSING)
+                if old is _MISSING:
+                    old = self.get(key)
+            else:
+                old = resident_get(key)
             if old is not None:
                 if old == value:
                     continue
                 known = terms_get(key)
                 delta -= self.get_term(key) if known is None else known
-            new = new_terms[key] = term(key, value)
+            h = hasher.copy()
+            h.update(pack(len(key)) + key + value)
+            new = new_terms[key] = from_bytes(h.digest(), "big")
             delta += new
         for key in deletes:
             old = self.get(key) if key and key[0] in streamed else resident_get(key)
@@ -212,7 +223,7 @@ class StateCache:
         obj = self._decoded.pop(key, None)
         if obj is not None:
             return obj  # type: ignore[return-value]
-        raw = self.get(key)
+        raw = self.get(key) if key and key[0] in self._streamed else self._resident.get(key)
         return None if raw is None else decode(raw)
 
     def take_memo(self, name: object) -> object | None:
@@ -280,6 +291,9 @@ class StateCache:
             unwritten.update(dict.fromkeys(deletes))
         # A put without a new term left its value as it was (or is metadata, never hashed).
         self._terms.update(terms)
+        terms_pop = self._terms.pop
+        for key in deletes:
+            terms_pop(key, None)  # an absent key's term is never read: kept, it would only pile up
         objects = self._decoded
         for key in puts.keys() - decoded.keys():
             objects.pop(key, None)

@@ -110,6 +110,19 @@ class MessageBuilder:
     def __init__(self, descriptor: Descriptor | Any, message_class: type[Message]) -> None:
         self._class = message_class
         self._fields: dict[str, tuple[bool, bool, Convert]] = {}
+        # Fast paths of build, the same checks as the fields' converters without their calls:
+        # a singular string field given a str, a singular integer field (name -> its range)
+        # given a decimal string without a sign.
+        self._strings: frozenset[str] = frozenset(
+            f.name
+            for f in descriptor.fields
+            if not f.is_repeated and f.type == FieldDescriptor.TYPE_STRING
+        )
+        self._integers: dict[str, tuple[int, int]] = {
+            f.name: _INT_RANGES[f.type]
+            for f in descriptor.fields
+            if not f.is_repeated and f.type in _INT_RANGES
+        }
         self._non_nullable: tuple[str, ...] = tuple(
             f.name
             for f in descriptor.fields
@@ -129,8 +142,20 @@ class MessageBuilder:
         if not isinstance(data, dict):
             raise FastParseError("not an object")
         kwargs: dict[str, Any] = {}
+        fields, strings, integers = self._fields, self._strings, self._integers
         for key, value in data.items():
-            spec = self._fields.get(key)
+            if value.__class__ is str:
+                if key in strings:
+                    kwargs[key] = value
+                    continue
+                bounds = integers.get(key)
+                if bounds is not None and value.isascii() and value.isdigit():
+                    n = int(value)
+                    if not bounds[0] <= n <= bounds[1]:
+                        raise FastParseError("out of range")
+                    kwargs[key] = n
+                    continue
+            spec = fields.get(key)
             if spec is None:
                 raise FastParseError(f"unknown field {key!r}")
             if value is None:

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from google.protobuf.message import Message
 
-from keepersim.trace.format import DECLINE_REASON
+from keepersim.trace.format import DECLINE_REASON, FINISHED_LIKE
 from keepersim.trace.records import InferenceRecord, ParamsRecord, ParticipantsRecord
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.messages import (
@@ -75,11 +75,12 @@ BlockMeta = tuple[str, int, str]
 
 def build_recorded_start(inference: Inference) -> MsgStartInference:
     """A recorded inference's MsgStartInference: requested and assigned as recorded."""
+    requested_by = inference.requested_by
     return MsgStartInference(
-        creator=inference.requested_by,
+        creator=requested_by,
         inference_id=inference.inference_id,
         model=inference.model,
-        requested_by=inference.requested_by,
+        requested_by=requested_by,
         assigned_to=inference.assigned_to,
         prompt_token_count=inference.prompt_token_count,
         max_tokens=inference.max_tokens,
@@ -88,10 +89,11 @@ def build_recorded_start(inference: Inference) -> MsgStartInference:
 
 def build_recorded_finish(inference: Inference) -> MsgFinishInference:
     """A recorded finish: by the recorded executor, with the recorded token counts."""
+    executed_by = inference.executed_by
     return MsgFinishInference(
-        creator=inference.executed_by,
+        creator=executed_by,
         inference_id=inference.inference_id,
-        executed_by=inference.executed_by,
+        executed_by=executed_by,
         model=inference.model,
         requested_by=inference.requested_by,
         prompt_token_count=inference.prompt_token_count,
@@ -117,7 +119,11 @@ def build_params_msgs(params: ModuleParams) -> list[Message]:
 
 def is_finished_before_start(record: InferenceRecord) -> bool:
     """A finish recorded below its start height (it is sent just before the start)."""
-    return record.is_finished() and record.end_height < record.start_height
+    inference = record.inference
+    return (
+        inference.status in FINISHED_LIKE
+        and inference.end_block_height < inference.start_block_height
+    )
 
 
 def push_outcome(pending: list[Outcome], record: InferenceRecord) -> bool:
@@ -126,7 +132,10 @@ def push_outcome(pending: list[Outcome], record: InferenceRecord) -> bool:
     before its start, which :func:`build_block` sends with the start)."""
     inference = record.inference
     msg: Message
-    if record.is_finished() and inference.end_block_height >= inference.start_block_height:
+    if (
+        inference.status in FINISHED_LIKE
+        and inference.end_block_height >= inference.start_block_height
+    ):
         kind, msg = "finish", build_recorded_finish(inference)
     elif record.is_declined():
         kind, msg = "decline", build_recorded_decline(inference)

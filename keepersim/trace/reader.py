@@ -168,14 +168,14 @@ class _Reader:
             raise self.error(
                 line, "type", f"the first line must be the header, got {record_type!r}"
             )
+        if record_type == "inference":  # nearly every line
+            return self.parse_inference(data, line)
         if record_type == "header":
             return self.parse_header(data, line)
         if record_type == "params":
             return self.parse_params(data, line)
         if record_type == "participants":
             return self.parse_participants(data, line)
-        if record_type == "inference":
-            return self.parse_inference(data, line)
         return self.parse_summary(data, line)
 
     def parse_header(self, data: dict[str, Any], line: int) -> Header:
@@ -301,9 +301,10 @@ class _Reader:
             raise self.error(line, "type", f"{record_type} line before the first {missing} line")
 
     def parse_inference(self, data: dict[str, Any], line: int) -> InferenceRecord:
-        self.require_prologue(line, "inference")
-        body = {k: v for k, v in data.items() if k != "type"}
-        inference = _parse_message(body, Inference, "inference", self.path, line)
+        if not (self.have_params and self.have_participants):
+            self.require_prologue(line, "inference")
+        del data["type"]  # the line's own dict: what is left is the Inference
+        inference = _parse_message(data, Inference, "inference", self.path, line)
         header = self.header
         assert header is not None
         start = inference.start_block_height

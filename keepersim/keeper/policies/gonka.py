@@ -18,13 +18,14 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
+    ADMITTED,
     Health,
     HealthPolicy,
     PolicyReader,
     PolicyStore,
 )
 from keepersim.types.events import Outcome
-from keepersim.types.messages import CurrentEpochStats, Inference
+from keepersim.types.messages import CurrentEpochStats, Inference, Participant
 from keepersim.types.params import CbSettings, get_cb_settings
 from keepersim.types.pb.keepersim.v1.health_pb2 import EXCLUDED, HEALTHY, PROBE, CircuitBreakerEntry
 
@@ -152,19 +153,42 @@ def process_cb_state_for_block(ctx: PolicyStore, height: int, addresses: Iterabl
             process_promote(ctx, entry, height)
     keeper = ctx.keeper
     for address in sorted(set(addresses).union(due)):
-        entry = ctx.find(address, decode_cb_entry) or get_cb_entry(None, address, cb)
-        if entry.state != HEALTHY:
-            continue
-        if entry.probe_restored and entry.last_restored_block == height:
-            continue  # one-block grace after a successful probe
-        participant = keeper.get_participant(address)
-        if participant is None:
-            continue
-        stats = participant.current_epoch_stats
-        if not is_miss_rate_exceeded(stats, cb):
-            continue
-        total = stats.inference_count + stats.missed_requests
-        process_exclude(ctx, entry, height, False, f"miss rate {stats.missed_requests}/{total}")
+        entry = ctx.find(address, decode_cb_entry)  # None: HEALTHY (get_cb_entry's default)
+        # An acceleration: each participant's verdict as get_cb_health gives it once the block
+        # is committed, handed to the chain (set_verdict) so that its table need not ask.
+        health = None if entry is None else get_entry_health(entry, height)
+        if health is None:
+            participant = keeper.get_participant(address)
+            health = process_rate_rule(ctx, address, entry, participant, height, cb)
+        ctx.set_verdict(address, health)
+
+
+def process_rate_rule(
+    ctx: PolicyStore,
+    address: str,
+    entry: CircuitBreakerEntry | None,
+    participant: Participant | None,
+    height: int,
+    cb: CbSettings,
+) -> Health:
+    """Pass 2 on a HEALTHY entry (None: none stored): EXCLUDED if it meets the miss-rate rule,
+    except in the block of its restoration. Returns its verdict at ``height`` after that, as
+    get_cb_health's."""
+    if participant is None:
+        return ADMITTED
+    stats = participant.current_epoch_stats
+    if not is_miss_rate_exceeded(stats, cb):
+        return ADMITTED
+    if entry is not None and entry.probe_restored and entry.last_restored_block == height:
+        # One-block grace after a successful probe: kept HEALTHY, yet failing the filter.
+        return get_rate_health(stats, cb)
+    if entry is None:
+        entry = get_cb_entry(None, address, cb)
+    total = stats.inference_count + stats.missed_requests
+    process_exclude(ctx, entry, height, False, f"miss rate {stats.missed_requests}/{total}")
+    health = get_entry_health(entry, height)
+    assert health is not None
+    return health
 
 
 def process_clear_all(ctx: PolicyStore) -> None:
@@ -177,27 +201,46 @@ def process_clear_all(ctx: PolicyStore) -> None:
             )
 
 
+# Verdicts shared rather than built per ask (the chain's memo skips a verdict that is the very
+# object it holds).
+_ADMITTED_PROBE = Health(True, state="probe")
+_ADMITTED_EXCLUDED = Health(True, state="excluded")
+
+
+def get_entry_health(entry: CircuitBreakerEntry, height: int) -> Health | None:
+    """The verdict an entry gives alone at ``height``: PROBE passes; EXCLUDED passes once its
+    cooldown is over (the promotion is the end block's). None for HEALTHY: the miss rate
+    decides (get_rate_health)."""
+    if entry.state == PROBE:
+        return _ADMITTED_PROBE
+    if entry.state == EXCLUDED:
+        end = get_cooldown_end(entry)
+        if height >= end:
+            return _ADMITTED_EXCLUDED
+        return Health(False, severity=1_000_000, valid_until=end - 1, state="excluded")
+    return None
+
+
+def get_rate_health(stats: CurrentEpochStats, params: CbSettings) -> Health:
+    """A HEALTHY participant's verdict: it fails while it meets the miss-rate rule."""
+    if is_miss_rate_exceeded(stats, params):
+        return Health(False, severity=compute_miss_rate_ppm(stats), state="healthy")
+    return ADMITTED
+
+
 def get_cb_health(reader: PolicyReader, address: str, height: int) -> Health:
     """One candidate in the read-only health filter (createHealthFilterFn) at ``height``:
-    PROBE passes; EXCLUDED passes once its cooldown is over (the promotion is the end block's);
-    HEALTHY fails while it meets the miss-rate rule; an unknown participant passes."""
+    the entry's verdict (get_entry_health), else the miss rate's; an unknown participant
+    passes."""
     raw = reader.get_raw(address)
     if raw is not None:
-        entry = CircuitBreakerEntry.FromString(raw)
-        if entry.state == PROBE:
-            return Health(True, state="probe")
-        if entry.state == EXCLUDED:
-            end = get_cooldown_end(entry)
-            if height >= end:
-                return Health(True, state="excluded")
-            return Health(False, severity=1_000_000, valid_until=end - 1, state="excluded")
+        health = get_entry_health(CircuitBreakerEntry.FromString(raw), height)
+        if health is not None:
+            return health
     participant = reader.keeper.get_participant(address)
     if participant is None:
-        return Health(True)
-    stats = participant.current_epoch_stats
-    if is_miss_rate_exceeded(stats, get_cb_settings(reader.params)):
-        return Health(False, severity=compute_miss_rate_ppm(stats), state="healthy")
-    return Health(True)
+        return ADMITTED
+    return get_rate_health(participant.current_epoch_stats, get_cb_settings(reader.params))
 
 
 class GonkaBreaker(HealthPolicy):
