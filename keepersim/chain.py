@@ -87,23 +87,6 @@ class BlockResult:
         return [r for r in self.tx_results if not r.ok]
 
 
-# TxResult(i, kind, True) of the first messages of a block, built once (they are immutable):
-# every block has them.
-_OK_RESULTS: dict[tuple[int, str], TxResult] = {}
-_OK_RESULTS_MAX_INDEX = 4096
-
-
-def get_ok_result(index: int, kind: str) -> TxResult:
-    """TxResult(index, kind, True), shared for the first messages of a block."""
-    if index >= _OK_RESULTS_MAX_INDEX:
-        return TxResult(index, kind, True)
-    key = (index, kind)
-    result = _OK_RESULTS.get(key)
-    if result is None:
-        result = _OK_RESULTS[key] = TxResult(index, kind, True)
-    return result
-
-
 MetaHook = Callable[[BlockResult], Mapping[bytes, bytes | None]]
 """Called with a block's result (``app_hash`` still empty) just before its commit; returns
 unhashed entries (keys under ``RUN_META_PREFIX``; None deletes one) written in the block's own
@@ -457,7 +440,7 @@ class Chain:
                     results.append(failed)
                 else:
                     buffer.merge_nested()
-                    results.append(get_ok_result(i, kind))
+                    results.append(TxResult(i, kind, True))
                     registered = registered or kind in _REGISTRATION_KINDS
             end_block(ctx)
             reset = (
