@@ -171,6 +171,7 @@ class PolicyStore:
         "_state",
         "_name",
         "_entries",
+        "_absent",
         "_dirty",
         "_queue",
         "_items",
@@ -189,6 +190,9 @@ class PolicyStore:
         # Addresses the policy wants to look at again in this block's end block.
         self.recheck: set[str] = set()
         self._entries: dict[str, Message] = {}
+        # Addresses found to have no entry in this block: asked again, they cost no store read
+        # (only this PolicyStore writes the policy's entries while a block is processed).
+        self._absent: set[str] = set()
         self._dirty: set[str] = set()
         # Acceleration beside a plain form, each tested equal to it: ``memo``, what a policy
         # derives from its state (an index of its log), handed to the next block by the state
@@ -213,10 +217,13 @@ class PolicyStore:
         """The entry of ``address``, or None when it has none."""
         entry = self._entries.get(address)
         if entry is None:
+            if address in self._absent:
+                return None
             entry = self.keeper.store.take_message(
                 self._state + address.encode(), lambda raw: decode(raw, address)
             )
             if entry is None:
+                self._absent.add(address)
                 return None
             self._entries[address] = entry
         return entry  # type: ignore[return-value]
@@ -241,6 +248,7 @@ class PolicyStore:
         self.drop_verdict(address)
         self._entries.pop(address, None)
         self._dirty.discard(address)
+        self._absent.add(address)
         self.keeper.store.delete(self._state + address.encode())
         self.keeper.touched.add(address)
         self.keeper.verdict_touched.add(address)
