@@ -28,16 +28,15 @@ APP_HASH_DOMAIN = b"keepersim/apphash/v1"
 
 
 # Copying a pre-configured hasher is cheaper than the keyword-parsing constructor, and this
-# runs once or twice per written key at every commit (StateCache.compute_sum_change has the
-# function inline, with these two).
-ENTRY_HASHER = blake2b(digest_size=32)
-pack_key_length = Struct(">I").pack
+# runs once or twice per written key at every commit.
+_BLAKE2B_256 = blake2b(digest_size=32)
+_pack_len = Struct(">I").pack
 
 
 def compute_entry_term(key: bytes, value: bytes) -> int:
     """The entry's summand in the state sum."""
-    h = ENTRY_HASHER.copy()
-    h.update(pack_key_length(len(key)) + key + value)
+    h = _BLAKE2B_256.copy()
+    h.update(_pack_len(len(key)) + key + value)
     return int.from_bytes(h.digest(), "big")
 
 

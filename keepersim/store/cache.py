@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from sortedcontainers import SortedDict
 
-from keepersim.store.apphash import ENTRY_HASHER, compute_entry_term, pack_key_length
+from keepersim.store.apphash import compute_entry_term
 from keepersim.store.errors import StoreClosedError
 from keepersim.store.kv import KVBackend, KVReader, check_batch
 
@@ -177,27 +177,18 @@ class StateCache:
         self._check_open()
         streamed = self._streamed
         resident_get = self._resident.get
-        young_get = self._young.get
         terms_get = self._terms.get
-        # compute_entry_term, inline: this runs for every key a block writes.
-        hasher, pack, from_bytes = ENTRY_HASHER, pack_key_length, int.from_bytes
+        term = compute_entry_term
         delta = 0
         new_terms: dict[bytes, int] = {}
         for key, value in puts.items():
-            if key and key[0] in streamed:
-                old = young_get(key, _MISSING)
-                if old is _MISSING:
-                    old = self.get(key)
-            else:
-                old = resident_get(key)
+            old = self.get(key) if key and key[0] in streamed else resident_get(key)
             if old is not None:
                 if old == value:
                     continue
                 known = terms_get(key)
                 delta -= self.get_term(key) if known is None else known
-            h = hasher.copy()
-            h.update(pack(len(key)) + key + value)
-            new = new_terms[key] = from_bytes(h.digest(), "big")
+            new = new_terms[key] = term(key, value)
             delta += new
         for key in deletes:
             old = self.get(key) if key and key[0] in streamed else resident_get(key)
@@ -223,7 +214,7 @@ class StateCache:
         obj = self._decoded.pop(key, None)
         if obj is not None:
             return obj  # type: ignore[return-value]
-        raw = self.get(key) if key and key[0] in self._streamed else self._resident.get(key)
+        raw = self.get(key)
         return None if raw is None else decode(raw)
 
     def take_memo(self, name: object) -> object | None:
