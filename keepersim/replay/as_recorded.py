@@ -56,7 +56,6 @@ from typing import Any, Final
 from google.protobuf.message import Message
 
 from keepersim.chain import BlockResult, Chain
-from keepersim.keeper.inferences import is_declined
 from keepersim.replay.common import (
     BlockFeeder,
     Governance,
@@ -146,13 +145,12 @@ _MAX_MISMATCHES: Final = 10_000
 
 def _outcome_key(record: InferenceRecord) -> str:
     """The counter a recorded inference goes to: successes, misses, declines or unresolved."""
-    inference = record.inference
-    status = inference.status
+    status = record.status
     if status in FINISHED_LIKE:
         return "successes"
     if status == EXPIRED:
         return "misses"
-    if is_declined(inference):
+    if record.is_declined():
         return "declines"
     return "unresolved"
 

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from google.protobuf.message import Message
 
-from keepersim.trace.format import DECLINE_REASON, FINISHED_LIKE
+from keepersim.trace.format import DECLINE_REASON
 from keepersim.trace.records import InferenceRecord, ParamsRecord, ParticipantsRecord
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.messages import (
@@ -119,11 +119,7 @@ def build_params_msgs(params: ModuleParams) -> list[Message]:
 
 def is_finished_before_start(record: InferenceRecord) -> bool:
     """A finish recorded below its start height (it is sent just before the start)."""
-    inference = record.inference
-    return (
-        inference.status in FINISHED_LIKE
-        and inference.end_block_height < inference.start_block_height
-    )
+    return record.is_finished() and record.end_height < record.start_height
 
 
 def push_outcome(pending: list[Outcome], record: InferenceRecord) -> bool:
@@ -132,10 +128,7 @@ def push_outcome(pending: list[Outcome], record: InferenceRecord) -> bool:
     before its start, which :func:`build_block` sends with the start)."""
     inference = record.inference
     msg: Message
-    if (
-        inference.status in FINISHED_LIKE
-        and inference.end_block_height >= inference.start_block_height
-    ):
+    if record.is_finished() and inference.end_block_height >= inference.start_block_height:
         kind, msg = "finish", build_recorded_finish(inference)
     elif record.is_declined():
         kind, msg = "decline", build_recorded_decline(inference)

@@ -301,8 +301,7 @@ class _Reader:
             raise self.error(line, "type", f"{record_type} line before the first {missing} line")
 
     def parse_inference(self, data: dict[str, Any], line: int) -> InferenceRecord:
-        if not (self.have_params and self.have_participants):
-            self.require_prologue(line, "inference")
+        self.require_prologue(line, "inference")
         del data["type"]  # the line's own dict: what is left is the Inference
         inference = _parse_message(data, Inference, "inference", self.path, line)
         header = self.header
