@@ -171,24 +171,22 @@ def process_rate_rule(
     height: int,
     cb: CbSettings,
 ) -> Health:
-    """Pass 2 on a HEALTHY entry (None: none stored): EXCLUDED if it meets the miss-rate rule,
-    except in the block of its restoration. Returns its verdict at ``height`` after that, as
-    get_cb_health's."""
+    """Pass 2 on a HEALTHY entry (None: none stored): EXCLUDED if it fails the miss-rate rule
+    (get_rate_health), except in the block of its restoration. Returns its verdict at
+    ``height`` after that, as get_cb_health gives it."""
     if participant is None:
         return ADMITTED
     stats = participant.current_epoch_stats
-    if not is_miss_rate_exceeded(stats, cb):
-        return ADMITTED
+    health = get_rate_health(stats, cb)
+    if health.admitted:
+        return health
     if entry is not None and entry.probe_restored and entry.last_restored_block == height:
-        # One-block grace after a successful probe: kept HEALTHY, yet failing the filter.
-        return get_rate_health(stats, cb)
+        return health  # one-block grace after a successful probe: kept HEALTHY, yet failing
     if entry is None:
         entry = get_cb_entry(None, address, cb)
     total = stats.inference_count + stats.missed_requests
     process_exclude(ctx, entry, height, False, f"miss rate {stats.missed_requests}/{total}")
-    health = get_entry_health(entry, height)
-    assert health is not None
-    return health
+    return get_excluded_health(entry, height)
 
 
 def process_clear_all(ctx: PolicyStore) -> None:
@@ -214,11 +212,16 @@ def get_entry_health(entry: CircuitBreakerEntry, height: int) -> Health | None:
     if entry.state == PROBE:
         return _ADMITTED_PROBE
     if entry.state == EXCLUDED:
-        end = get_cooldown_end(entry)
-        if height >= end:
-            return _ADMITTED_EXCLUDED
-        return Health(False, severity=1_000_000, valid_until=end - 1, state="excluded")
+        return get_excluded_health(entry, height)
     return None
+
+
+def get_excluded_health(entry: CircuitBreakerEntry, height: int) -> Health:
+    """An EXCLUDED entry's verdict: out until its cooldown ends, then it passes."""
+    end = get_cooldown_end(entry)
+    if height >= end:
+        return _ADMITTED_EXCLUDED
+    return Health(False, severity=1_000_000, valid_until=end - 1, state="excluded")
 
 
 def get_rate_health(stats: CurrentEpochStats, params: CbSettings) -> Health:
