@@ -339,7 +339,7 @@ def is_verdict_moved(
     entry: WindowedEntry, before: tuple[int, int, int], params: WindowedParams
 ) -> bool:
     """Whether a write may change the participant's verdict: always while it is not healthy
-    (a probe slot, the cooldown's end), else when its state or suspicion weight moved."""
+    (a probe slot, the cooldown's end), else when its state or suspicion evidence moved."""
     return entry.state != W_HEALTHY or get_verdict_marker(entry, params) != before
 
 
