@@ -3,6 +3,12 @@
 Methods call plyvel directly and only translate errors on the (rare) failing path, because a
 ``try`` costs nothing in CPython 3.11 when nothing is raised. Writes use LevelDB's own write
 batch, which is atomic. Writes are not fsync'd: the simulator can always replay a block.
+
+Tables are written uncompressed: the state is protobuf (ids, addresses, small integers) that
+snappy barely shrinks, and compressing it on every memtable flush and compaction cost a
+4-epoch replay about a fifth of its CPU (LevelDB's background threads: 23 of 117 us per
+inference, 3-4 uncompressed; scripts/bench.py replay). A store written compressed stays
+readable: LevelDB marks each block's compression.
 """
 
 from __future__ import annotations
@@ -94,7 +100,9 @@ class LevelDBBackend:
         self._path = os.fspath(path)
         self._closed = False
         try:
-            self._db: Any = plyvel.DB(self._path, create_if_missing=create_if_missing)
+            self._db: Any = plyvel.DB(
+                self._path, create_if_missing=create_if_missing, compression=None
+            )
         except plyvel.Error as exc:
             detail = _message(exc)
             if isinstance(exc, plyvel.IOError) and "lock" in detail.lower():
