@@ -1,0 +1,50 @@
+"""scripts/cost_floor.py: its floor policy does what the docs say it measures (one entry per
+participant with outcomes, each outcome pushed once, no verdict asked again), and the script
+prints the three runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from file_modules import load_file_module
+
+from keepersim.keeper.policies.windowed import WindowedBreaker
+from keepersim.types import keys
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "cost_floor.py"
+
+script = load_file_module(SCRIPT, "cost_floor_script")
+
+
+def test_the_floor_pushes_each_outcome_once(tmp_path: Path) -> None:
+    chain = script.open_chain(tmp_path / "floor", "floor")
+    try:
+        load = script.SyntheticLoad(5)
+        load.process_blocks(chain, 30)
+        finished = load.req - load.req // load.miss_every - sum(map(len, load.pending.values()))
+        prefix = keys.POLICY_STATE + script.FloorPolicy.prefix
+        with chain.read() as keeper:
+            entries = [
+                WindowedBreaker.get_entry(raw, key[len(prefix) :].decode())
+                for key, raw in keeper.store.iterate(prefix, keys.POLICY_STATE + b"\x7f")
+            ]
+    finally:
+        chain.close()
+    assert finished > 100  # 30 blocks of 5, one in 31 never finished, 2 blocks late
+    assert sum(entry.outcome_seq for entry in entries) == finished  # no miss expired yet
+    assert all(entry.failure_bits == 0 for entry in entries)
+    assert len(entries) == len({entry.address for entry in entries}) > 1
+
+
+def test_the_script_prints_the_three_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--blocks", "20"], capture_output=True, text=True, check=True
+    )
+    out = json.loads(done.stdout)
+    assert {"none", "floor", "windowed"} <= set(out)
+    assert out["none"]["cpu_ratio_to_none"] == 1.0
+    assert out["floor"]["cpu_per_inference"] > 0 and out["windowed"]["cpu_per_inference"] > 0
