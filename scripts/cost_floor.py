@@ -65,6 +65,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=3000, help="timed blocks (default 3000)")
     args = parser.parse_args()
+    if args.blocks < 20:
+        parser.error(f"--blocks must be at least 20 (one lockstep round), got {args.blocks}")
     runs = ("none", "floor", "windowed")
     with tempfile.TemporaryDirectory() as d:
         chains = {name: open_chain(Path(d) / name, name) for name in runs}

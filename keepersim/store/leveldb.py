@@ -6,9 +6,9 @@ batch, which is atomic. Writes are not fsync'd: the simulator can always replay 
 
 Tables are written uncompressed: the state is protobuf (ids, addresses, small integers) that
 snappy barely shrinks, and compressing it on every memtable flush and compaction cost a
-4-epoch replay about a fifth of its CPU (LevelDB's background threads: 23 of 117 us per
-inference, 3-4 uncompressed; scripts/bench.py replay). A store written compressed stays
-readable: LevelDB marks each block's compression.
+4-epoch replay a fifth of its CPU (LevelDB's background threads: 22 of 111 us per inference,
+4 uncompressed; docs/design/replay-cost.md). A store written compressed stays readable:
+LevelDB marks each block's compression.
 """
 
 from __future__ import annotations

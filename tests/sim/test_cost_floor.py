@@ -1,6 +1,6 @@
 """scripts/cost_floor.py: its floor policy does what the docs say it measures (one entry per
-participant with outcomes, each outcome pushed once, no verdict asked again), and the script
-prints the three runs."""
+participant with outcomes, each outcome pushed once), the script prints the three runs, and a
+bad --blocks is one line."""
 
 from __future__ import annotations
 
@@ -48,3 +48,12 @@ def test_the_script_prints_the_three_runs() -> None:
     assert {"none", "floor", "windowed"} <= set(out)
     assert out["none"]["cpu_ratio_to_none"] == 1.0
     assert out["floor"]["cpu_per_inference"] > 0 and out["windowed"]["cpu_per_inference"] > 0
+
+
+def test_too_few_blocks_is_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--blocks", "5"], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "--blocks must be at least 20" in done.stderr
+    assert "Traceback" not in done.stderr
