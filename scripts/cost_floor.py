@@ -1,6 +1,6 @@
 """What a per-outcome policy costs at the least: the floor under windowed's CPU ratio to none.
 
-    python scripts/cost_floor.py [--blocks N]
+    python scripts/cost_floor.py [--blocks N] [--rules]
 
 bench.py's module workload (150 participants, 5 inferences a block, one in 31 never finished,
 a LevelDB commit every block) in lockstep (bench.run_lockstep), for three chains:
@@ -10,7 +10,11 @@ a LevelDB commit every block) in lockstep (bench.run_lockstep), for three chains
   doing the least a policy that keeps evidence per participant does: read the participant's
   entry at each outcome, push the outcome into its ring, write the entry (windowed's entry
   message; no verdict asked again, no start, no end block, every verdict "admitted");
-- ``windowed``: the policy itself.
+- ``windowed``: the policy itself;
+- with ``--rules``, windowed with one of its costlier rules off by its params, to price them:
+  ``windowed-no-suspicion`` (suspicion_prior_pct 0: no suspicion weighting, so the verdict moves
+  only with the state), ``windowed-no-overdue`` (overdue_min_blocks at the expiry: no overdue
+  evidence) and ``windowed-neither``.
 
 It prints CPU per inference and the ratios to ``none`` as JSON. The floor's ratio is what any
 policy that writes one entry per outcome pays before its rules do anything (see "What each
@@ -55,19 +59,32 @@ class FloorPolicy(HealthPolicy):
         ctx.set(address, entry, verdict=False)
 
 
+# windowed with rules off: the params each variant changes.
+RULES_OFF: dict[str, dict[str, int]] = {
+    "windowed-no-suspicion": {"suspicion_prior_pct": 0},
+    "windowed-no-overdue": {"overdue_min_blocks": 150},  # bench.make_genesis's expiration_blocks
+    "windowed-neither": {"suspicion_prior_pct": 0, "overdue_min_blocks": 150},
+}
+
+
 def open_chain(folder: Path, name: str) -> Chain:
     if name == "floor":
         return Chain.open(folder, genesis=make_genesis(150, "none"), policy_override=FloorPolicy)
-    return Chain.open(folder, genesis=make_genesis(150, name))
+    genesis = make_genesis(150, "windowed" if name in RULES_OFF else name)
+    windowed = genesis.keepersim.extension_params.health_params.windowed
+    for field, value in RULES_OFF.get(name, {}).items():
+        setattr(windowed, field, value)
+    return Chain.open(folder, genesis=genesis)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=3000, help="timed blocks (default 3000)")
+    parser.add_argument("--rules", action="store_true", help="also windowed with rules off")
     args = parser.parse_args()
     if args.blocks < 20:
         parser.error(f"--blocks must be at least 20 (one lockstep round), got {args.blocks}")
-    runs = ("none", "floor", "windowed")
+    runs = ("none", "floor", "windowed", *(RULES_OFF if args.rules else ()))
     with tempfile.TemporaryDirectory() as d:
         chains = {name: open_chain(Path(d) / name, name) for name in runs}
         try:

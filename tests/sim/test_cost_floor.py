@@ -1,6 +1,6 @@
 """scripts/cost_floor.py: its floor policy does what the docs say it measures (one entry per
-participant with outcomes, each outcome pushed once), the script prints the three runs, and a
-bad --blocks is one line."""
+participant with outcomes, each outcome pushed once), its variants turn off what they name,
+the script prints every run, and a bad --blocks is one line."""
 
 from __future__ import annotations
 
@@ -40,14 +40,35 @@ def test_the_floor_pushes_each_outcome_once(tmp_path: Path) -> None:
     assert len(entries) == len({entry.address for entry in entries}) > 1
 
 
-def test_the_script_prints_the_three_runs() -> None:
+def test_the_script_prints_every_run() -> None:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--blocks", "20"], capture_output=True, text=True, check=True
+        [sys.executable, str(SCRIPT), "--blocks", "20", "--rules"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     out = json.loads(done.stdout)
-    assert {"none", "floor", "windowed"} <= set(out)
+    runs = {"none", "floor", "windowed", *script.RULES_OFF}
+    assert runs <= set(out)
     assert out["none"]["cpu_ratio_to_none"] == 1.0
-    assert out["floor"]["cpu_per_inference"] > 0 and out["windowed"]["cpu_per_inference"] > 0
+    assert all(out[run]["cpu_per_inference"] > 0 for run in runs)
+
+
+def test_a_rule_off_is_off(tmp_path: Path) -> None:
+    """Each variant's chain runs windowed with exactly its params changed."""
+    for name, changes in script.RULES_OFF.items():
+        chain = script.open_chain(tmp_path / name, name)
+        try:
+            with chain.read() as keeper:
+                ext = keeper.get_extension_params()
+        finally:
+            chain.close()
+        assert ext.health_params.policy == "windowed"
+        windowed = ext.health_params.windowed
+        default = script.make_genesis(150, "windowed").keepersim.extension_params
+        for field in type(windowed).DESCRIPTOR.fields_by_name:
+            expected = changes.get(field, getattr(default.health_params.windowed, field))
+            assert getattr(windowed, field) == expected, (name, field)
 
 
 def test_too_few_blocks_is_one_line() -> None:
