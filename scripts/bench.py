@@ -174,25 +174,44 @@ def run_lockstep(
     return out
 
 
+# bench's module workload: this many participants, this many inferences a block, timed in
+# lockstep turns of this many blocks after a warm-up that fills the expiry window.
+MODULE_PARTICIPANTS = 150
+MODULE_PER_BLOCK = 5
+MODULE_CHUNK = 20
+MODULE_WARM_UP = 200
+
+
+def run_module_workload(chains: dict[str, Chain], blocks: int) -> dict[str, Lockstep]:
+    """The module workload on each chain (each its own SyntheticLoad): the warm-up, then
+    ``blocks`` blocks in lockstep (run_lockstep)."""
+    loads = {name: SyntheticLoad(MODULE_PER_BLOCK) for name in chains}
+    for name, chain in chains.items():
+        loads[name].process_blocks(chain, MODULE_WARM_UP)
+    return run_lockstep(
+        {
+            name: functools.partial(loads[name].process_blocks, chain)
+            for name, chain in chains.items()
+        },
+        blocks,
+        MODULE_CHUNK,
+    )
+
+
 @bench("module_throughput")
 def bench_module(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
     """150 participants, 5 inferences a block, a LevelDB commit every block; the policies in
-    lockstep (run_lockstep)."""
+    lockstep (run_module_workload)."""
     unit = out["raw_put"]["seconds_per_put"]
     blocks = 600 if args.quick else 3000
-    chunk = 20
     policies = list(args.policies or ["gonka"])
     with tempfile.TemporaryDirectory() as d:
-        chains = {p: Chain.open(Path(d) / p, genesis=make_genesis(150, p)) for p in policies}
+        chains = {
+            p: Chain.open(Path(d) / p, genesis=make_genesis(MODULE_PARTICIPANTS, p))
+            for p in policies
+        }
         try:
-            loads = {p: SyntheticLoad(5) for p in policies}
-            for p in policies:
-                loads[p].process_blocks(chains[p], 200)  # warm-up: fill the expiry window
-            timed = run_lockstep(
-                {p: functools.partial(loads[p].process_blocks, chains[p]) for p in policies},
-                blocks,
-                chunk,
-            )
+            timed = run_module_workload(chains, blocks)
         finally:
             for chain in chains.values():
                 chain.close()
@@ -217,7 +236,7 @@ def bench_module(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any
         "goal_units": 20,
         "goal_ratio_to_none": 1.5,
         "method": (
-            f"lockstep: {chunk}-block chunks per policy in rotating turn, timed per policy "
+            f"lockstep: {MODULE_CHUNK}-block chunks per policy in rotating turn, timed per policy "
             "(wall and CPU time; on a loaded machine cpu_ratio_to_none is the steadier figure, "
             "and median_round_cpu_ratio_to_none, the median over rounds, the steadiest)"
         ),

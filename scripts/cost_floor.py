@@ -3,7 +3,7 @@
     python scripts/cost_floor.py [--blocks N] [--rules]
 
 bench.py's module workload (150 participants, 5 inferences a block, one in 31 never finished,
-a LevelDB commit every block) in lockstep (bench.run_lockstep), for three chains:
+a LevelDB commit every block), bench.run_module_workload, for these chains:
 
 - ``none``: no policy state;
 - ``floor``: a harness policy (``Chain.open(policy_override=...)``, as the simulator's oracle)
@@ -24,7 +24,6 @@ policy costs" in docs/policies.md).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 import tempfile
@@ -36,13 +35,20 @@ for path in (str(ROOT), str(ROOT / "scripts")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from bench import SyntheticLoad, compute_median_ratio, make_genesis, run_lockstep  # noqa: E402
+from bench import (  # noqa: E402
+    MODULE_CHUNK,
+    MODULE_PARTICIPANTS,
+    compute_median_ratio,
+    make_genesis,
+    run_module_workload,
+)
 
 from keepersim.chain import Chain  # noqa: E402
 from keepersim.keeper.policies import HealthPolicy, PolicyStore  # noqa: E402
 from keepersim.keeper.policies.windowed import WindowedBreaker, process_push  # noqa: E402
 from keepersim.types.events import Outcome  # noqa: E402
 from keepersim.types.messages import Inference  # noqa: E402
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis  # noqa: E402
 
 
 class FloorPolicy(HealthPolicy):
@@ -59,20 +65,33 @@ class FloorPolicy(HealthPolicy):
         ctx.set(address, entry, verdict=False)
 
 
-# windowed with rules off: the params each variant changes.
-RULES_OFF: dict[str, dict[str, int]] = {
-    "windowed-no-suspicion": {"suspicion_prior_pct": 0},
-    "windowed-no-overdue": {"overdue_min_blocks": 150},  # bench.make_genesis's expiration_blocks
-    "windowed-neither": {"suspicion_prior_pct": 0, "overdue_min_blocks": 150},
+# windowed with rules off: the rules each variant turns off.
+RULES_OFF: dict[str, tuple[str, ...]] = {
+    "windowed-no-suspicion": ("suspicion",),
+    "windowed-no-overdue": ("overdue",),
+    "windowed-neither": ("suspicion", "overdue"),
 }
+
+
+def compute_rules_off(name: str, genesis: Genesis) -> dict[str, int]:
+    """The windowed params of variant ``name``, as changes to ``genesis``'s: suspicion off is a
+    zero prior; overdue off is a first look at the expiry, which no inference still open
+    reaches (process_overdue_checks looks only below it)."""
+    expiration = genesis.inference.params.validation_params.expiration_blocks
+    off = {"suspicion": {"suspicion_prior_pct": 0}, "overdue": {"overdue_min_blocks": expiration}}
+    changes: dict[str, int] = {}
+    for rule in RULES_OFF.get(name, ()):
+        changes.update(off[rule])
+    return changes
 
 
 def open_chain(folder: Path, name: str) -> Chain:
     if name == "floor":
-        return Chain.open(folder, genesis=make_genesis(150, "none"), policy_override=FloorPolicy)
-    genesis = make_genesis(150, "windowed" if name in RULES_OFF else name)
+        genesis = make_genesis(MODULE_PARTICIPANTS, "none")
+        return Chain.open(folder, genesis=genesis, policy_override=FloorPolicy)
+    genesis = make_genesis(MODULE_PARTICIPANTS, "windowed" if name in RULES_OFF else name)
     windowed = genesis.keepersim.extension_params.health_params.windowed
-    for field, value in RULES_OFF.get(name, {}).items():
+    for field, value in compute_rules_off(name, genesis).items():
         setattr(windowed, field, value)
     return Chain.open(folder, genesis=genesis)
 
@@ -82,20 +101,15 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=3000, help="timed blocks (default 3000)")
     parser.add_argument("--rules", action="store_true", help="also windowed with rules off")
     args = parser.parse_args()
-    if args.blocks < 20:
-        parser.error(f"--blocks must be at least 20 (one lockstep round), got {args.blocks}")
+    if args.blocks < MODULE_CHUNK:
+        parser.error(
+            f"--blocks must be at least {MODULE_CHUNK} (one lockstep round), got {args.blocks}"
+        )
     runs = ("none", "floor", "windowed", *(RULES_OFF if args.rules else ()))
     with tempfile.TemporaryDirectory() as d:
         chains = {name: open_chain(Path(d) / name, name) for name in runs}
         try:
-            loads = {name: SyntheticLoad(5) for name in runs}
-            for name in runs:
-                loads[name].process_blocks(chains[name], 200)  # warm-up, as bench.py
-            timed = run_lockstep(
-                {n: functools.partial(loads[n].process_blocks, chains[n]) for n in runs},
-                args.blocks,
-                20,
-            )
+            timed = run_module_workload(chains, args.blocks)
         finally:
             for chain in chains.values():
                 chain.close()

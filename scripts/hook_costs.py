@@ -24,7 +24,13 @@ for path in (str(ROOT), str(ROOT / "scripts")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from bench import SyntheticLoad, make_genesis  # noqa: E402
+from bench import (  # noqa: E402
+    MODULE_PARTICIPANTS,
+    MODULE_PER_BLOCK,
+    MODULE_WARM_UP,
+    SyntheticLoad,
+    make_genesis,
+)
 
 from keepersim.chain import Chain  # noqa: E402
 from keepersim.keeper.policies import get_policy  # noqa: E402
@@ -60,10 +66,10 @@ def compute_hook_costs(policy: str, blocks: int) -> dict[str, float]:
     process_wrap(CommitStore, "commit", spent)
     try:
         with tempfile.TemporaryDirectory() as d:
-            chain = Chain.open(Path(d) / policy, genesis=make_genesis(150, policy))
+            chain = Chain.open(Path(d) / policy, genesis=make_genesis(MODULE_PARTICIPANTS, policy))
             try:
-                load = SyntheticLoad(5)
-                load.process_blocks(chain, 200)
+                load = SyntheticLoad(MODULE_PER_BLOCK)
+                load.process_blocks(chain, MODULE_WARM_UP)
                 spent.clear()
                 c0 = time.process_time()
                 n = load.process_blocks(chain, blocks)

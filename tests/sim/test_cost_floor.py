@@ -12,25 +12,27 @@ from pathlib import Path
 from file_modules import load_file_module
 
 from keepersim.keeper.policies.windowed import WindowedBreaker
+from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "cost_floor.py"
 
 script = load_file_module(SCRIPT, "cost_floor_script")
+bench = sys.modules["bench"]  # loaded by the script, from scripts/
 
 
 def test_the_floor_pushes_each_outcome_once(tmp_path: Path) -> None:
     chain = script.open_chain(tmp_path / "floor", "floor")
     try:
-        load = script.SyntheticLoad(5)
+        load = bench.SyntheticLoad(5)
         load.process_blocks(chain, 30)
         finished = load.req - load.req // load.miss_every - sum(map(len, load.pending.values()))
         prefix = keys.POLICY_STATE + script.FloorPolicy.prefix
         with chain.read() as keeper:
             entries = [
-                WindowedBreaker.get_entry(raw, key[len(prefix) :].decode())
-                for key, raw in keeper.store.iterate(prefix, keys.POLICY_STATE + b"\x7f")
+                WindowedBreaker.get_entry(raw, "")
+                for _, raw in keeper.store.iterate(prefix, prefix_end(prefix))
             ]
     finally:
         chain.close()
@@ -55,16 +57,22 @@ def test_the_script_prints_every_run() -> None:
 
 
 def test_a_rule_off_is_off(tmp_path: Path) -> None:
-    """Each variant's chain runs windowed with exactly its params changed."""
-    for name, changes in script.RULES_OFF.items():
+    """Each variant's chain runs windowed with exactly its rules' params changed: suspicion off
+    is a zero prior, overdue off a first look at the chain's own expiration_blocks."""
+    for name, rules in script.RULES_OFF.items():
         chain = script.open_chain(tmp_path / name, name)
         try:
             with chain.read() as keeper:
                 ext = keeper.get_extension_params()
+                expiration = keeper.get_params().validation_params.expiration_blocks
         finally:
             chain.close()
         assert ext.health_params.policy == "windowed"
         windowed = ext.health_params.windowed
+        changes = {
+            **({"suspicion_prior_pct": 0} if "suspicion" in rules else {}),
+            **({"overdue_min_blocks": expiration} if "overdue" in rules else {}),
+        }
         default = script.make_genesis(150, "windowed").keepersim.extension_params
         for field in type(windowed).DESCRIPTOR.fields_by_name:
             expected = changes.get(field, getattr(default.health_params.windowed, field))
