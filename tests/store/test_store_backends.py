@@ -188,17 +188,20 @@ def test_leveldb_persists_across_reopen(tmp_path: Path) -> None:
         db.close()
 
 
+# 1 MB that snappy makes a few KB.
+COMPRESSIBLE = {b"k%06d" % i: b"a" * 1000 for i in range(1000)}
+
+
 def get_table_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.glob("*.ldb"))
 
 
 def test_leveldb_writes_tables_uncompressed(tmp_path: Path) -> None:
     """Compaction CPU (keepersim.store.leveldb): 1 MB of very compressible values stays about
-    1 MB on disk once compacted into tables (snappy would make it a few KB)."""
+    1 MB on disk once compacted into tables."""
     path = tmp_path / "db"
     db = LevelDBBackend(path)
-    data = {b"k%06d" % i: b"a" * 1000 for i in range(1000)}
-    db.write_batch(data, [])
+    db.write_batch(COMPRESSIBLE, [])
     db._db.compact_range()  # noqa: SLF001 (the memtable into tables, now)
     db.close()
     assert get_table_bytes(path) > 1_000_000
@@ -208,16 +211,15 @@ def test_leveldb_reads_a_compressed_store(tmp_path: Path) -> None:
     """A store written with plyvel's default (snappy) tables opens and reads as before."""
     path = tmp_path / "db"
     raw = plyvel.DB(str(path), create_if_missing=True)
-    data = {b"k%06d" % i: b"a" * 1000 for i in range(1000)}
     with raw.write_batch() as wb:
-        for key, value in data.items():
+        for key, value in COMPRESSIBLE.items():
             wb.put(key, value)
     raw.compact_range()
     raw.close()
     assert 0 < get_table_bytes(path) < 100_000  # compressed, so the check above can fail
     db = LevelDBBackend(path, create_if_missing=False)
     try:
-        assert dict(db.iterate()) == data
+        assert dict(db.iterate()) == COMPRESSIBLE
     finally:
         db.close()
 
