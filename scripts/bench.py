@@ -23,15 +23,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import plyvel
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # this checkout's keepersim, whatever PYTHONPATH says
+    sys.path.insert(0, str(ROOT))
 
-from keepersim.chain import Chain
-from keepersim.module.genesis import compute_genesis
-from keepersim.types.messages import MLNodeInfo, Participant
-from keepersim.types.params import get_default_params
-from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
-from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
-from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
+import plyvel  # noqa: E402
+
+from keepersim.chain import Chain  # noqa: E402
+from keepersim.module.genesis import compute_genesis  # noqa: E402
+from keepersim.types.messages import MLNodeInfo, Participant  # noqa: E402
+from keepersim.types.params import get_default_params  # noqa: E402
+from keepersim.types.pb.inference.inference.tx_pb2 import (  # noqa: E402
+    MsgFinishInference,
+    MsgStartInference,
+)
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis  # noqa: E402
+from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes  # noqa: E402
 
 Bench = Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]]
 BENCHES: dict[str, Bench] = {}
@@ -368,7 +375,6 @@ def run_replay_child(trace: str, store_dir: str, policies: str) -> dict[str, Any
 def bench_replay(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
     """A calibrated mainnet-like trace (~80k inferences an epoch of 17,280 blocks, ~3.25% misses)
     replayed end to end from JSON lines on LevelDB, with the gonka breaker in shadow."""
-    sys.path.insert(0, str(Path(__file__).parent))
     from make_trace import write_trace
 
     unit = out["raw_put"]["seconds_per_put"]

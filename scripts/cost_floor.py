@@ -25,17 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (str(ROOT), str(ROOT / "scripts")):
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-from bench import (  # noqa: E402
+# bench first: it puts this checkout's keepersim ahead of any other on sys.path.
+from bench import (
     MODULE_CHUNK,
     MODULE_PARTICIPANTS,
     compute_median_ratio,
@@ -43,12 +38,12 @@ from bench import (  # noqa: E402
     run_module_workload,
 )
 
-from keepersim.chain import Chain  # noqa: E402
-from keepersim.keeper.policies import HealthPolicy, PolicyStore  # noqa: E402
-from keepersim.keeper.policies.windowed import WindowedBreaker, process_push  # noqa: E402
-from keepersim.types.events import Outcome  # noqa: E402
-from keepersim.types.messages import Inference  # noqa: E402
-from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis  # noqa: E402
+from keepersim.chain import Chain
+from keepersim.keeper.policies import HealthPolicy, PolicyStore
+from keepersim.keeper.policies.windowed import WindowedBreaker, process_push
+from keepersim.types.events import Outcome
+from keepersim.types.messages import Inference
+from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 
 
 class FloorPolicy(HealthPolicy):

@@ -19,12 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (str(ROOT), str(ROOT / "scripts")):
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-from bench import (  # noqa: E402
+# bench first: it puts this checkout's keepersim ahead of any other on sys.path.
+from bench import (
     MODULE_PARTICIPANTS,
     MODULE_PER_BLOCK,
     MODULE_WARM_UP,
@@ -32,10 +28,10 @@ from bench import (  # noqa: E402
     make_genesis,
 )
 
-from keepersim.chain import Chain  # noqa: E402
-from keepersim.keeper.policies import get_policy  # noqa: E402
-from keepersim.keeper.policies.base import PolicyStore  # noqa: E402
-from keepersim.store.committed import CommitStore  # noqa: E402
+from keepersim.chain import Chain
+from keepersim.keeper.policies import get_policy
+from keepersim.keeper.policies.base import PolicyStore
+from keepersim.store.committed import CommitStore
 
 HOOKS = ("process_start", "process_outcome", "process_end_block", "get_health")
 

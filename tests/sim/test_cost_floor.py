@@ -73,7 +73,9 @@ def test_a_rule_off_is_off(tmp_path: Path) -> None:
             **({"suspicion_prior_pct": 0} if "suspicion" in rules else {}),
             **({"overdue_min_blocks": expiration} if "overdue" in rules else {}),
         }
-        default = script.make_genesis(150, "windowed").keepersim.extension_params
+        default = script.make_genesis(
+            bench.MODULE_PARTICIPANTS, "windowed"
+        ).keepersim.extension_params
         for field in type(windowed).DESCRIPTOR.fields_by_name:
             expected = changes.get(field, getattr(default.health_params.windowed, field))
             assert getattr(windowed, field) == expected, (name, field)
