@@ -13,6 +13,7 @@ epoch counters the chain's downtime SPRT and the policies read.
 
 from __future__ import annotations
 
+from keepersim.keeper.devshard.nonces import compute_assigned_upper_bound
 from keepersim.types.pb.inference.inference.devshard_escrow_pb2 import (
     DevshardHostEpochStats,
     DevshardSettlementHostStats,
@@ -76,3 +77,18 @@ def process_current_epoch_stats(
     stats.validated_inferences = _add(
         stats.validated_inferences, validated, _U64, "validated inferences"
     )
+
+
+def get_slot_stats_error(
+    latest_nonce: int, slot_count: int, slot_id: int, missed: int, invalid: int
+) -> str | None:
+    """``VerifyDevshardSettlement``'s per-slot bound (keeper/devshard_settlement.go:187-197):
+    a slot cannot miss more nonces than reached it, nor invalidate more than it completed."""
+    assigned = compute_assigned_upper_bound(latest_nonce, slot_count, slot_id)
+    if missed > assigned:
+        return f"slot {slot_id} missed count {missed} exceeds assigned per slot {assigned}"
+    if invalid > assigned - missed:
+        return (
+            f"slot {slot_id} invalid count {invalid} exceeds completed per slot {assigned - missed}"
+        )
+    return None
