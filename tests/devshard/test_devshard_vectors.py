@@ -176,7 +176,8 @@ class LimiterRun:
 
     def step(self, step: dict[str, Any]) -> None:
         op, h = step["op"], self.at(step)
-        host, model, want = step.get("host", ""), step.get("model", ""), step.get("want")
+        host, model = step.get("host", ""), step.get("model", "")
+        want: Any = step.get("want")
         s = self.state
         if op == "observe_result":
             self.observe(
