@@ -304,7 +304,8 @@ def process_load_state(
     """``LoadStateWithQuarantine`` (:355-425): a persisted row back at a restart. A quarantine
     still running resumes (strikes at least the threshold); an ended one resumes as probation;
     a full bucket without strikes is dropped; a legacy 429 / 503 row without an end gets one
-    at the time its bucket would be full, at most the HTTP quarantine."""
+    at the time its bucket would be full, at most the HTTP quarantine. The refill since the
+    row's ``last_refill`` is not capped at the burst, as upstream."""
     p = state.params
     scope = {m for m in (_normalize(m) for m in model_ids) if m}
     if quarantine_until is not None:
@@ -324,8 +325,7 @@ def process_load_state(
     if height > last_refill:
         tokens += (height - last_refill) * p.refill_units_per_block
     if tokens >= p.burst_units and failure_strikes == 0:
-        state.hosts.pop(host, None)
-        return
+        return  # upstream deletes the stored row and adds no entry (an existing one stays)
     st = HostState(
         tokens=tokens, last_refill=height, model_ids=scope, failure_strikes=failure_strikes
     )

@@ -6,14 +6,8 @@ at 10 a minute, probe quarantine 60 min after HTTP 429/503, 30 min after an infe
 failure (and 404/403, timestamp-drift 401), 30 min of shadow quarantine after 3 empty streams or
 a stalled winner, 3 strikes to quarantine.
 
-One param turns time into heights: ``block_time_ms``, 5,000 by default. Upstream's own sources:
-the mainnet genesis sets ``epoch_length`` 17,280 blocks (``genesis/genesis.json:4998``), one day
-at 5 s a block; ``decentralized-api/cosmosclient/tx_manager/tx_deadline_config.go:3`` ("30
-blocks ~ 2.5 minutes at 5s/block"); ``docs/specs/restrictions/restrictions-deployment.md:29``
-("~1,555,000 blocks at 5s block time"). The node's CometBFT config is the library default
-(``inference-chain/cmd/inferenced/cmd/config.go:34-42``), so no ``timeout_commit`` is pinned in
-the repo. The observed mainnet epochs of 15,390 blocks (../shared/data/gonka-mainnet), if still
-about a day, mean ~5.6 s: pass ``block_time_ms=5614`` to model that.
+One param turns time into heights: the block time (``keeper.devshard.timing``, 5,000 ms by
+default, with its sources).
 
 Rounding: a quarantine lasts ``ceil(ms / block_time_ms)`` blocks (at least one block, and never
 ending before upstream's would); the picker's 200 ms hold is ``floor`` (below a block it is no
@@ -26,8 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from keepersim.keeper.devshard.timing import DEFAULT_BLOCK_TIME_MS, compute_blocks_ceil
+
 UPSTREAM = "gonka ee730031 devshard/cmd/devshardctl/participant_limiter.go"
-DEFAULT_BLOCK_TIME_MS = 5_000
 TOKEN_UNITS = 60_000  # units per token: a per-minute rate over milliseconds divides exactly
 STRIKE_THRESHOLD = 3  # participantFailureStrikeThreshold (participant_limiter.go:33)
 STRIKES_AFTER_QUARANTINE = STRIKE_THRESHOLD - 1  # participantStrikesAfterQuarantine (:38)
@@ -67,11 +62,6 @@ class LimiterParams:
     block_time_ms: int
 
 
-def compute_blocks_ceil(ms: int, block_time_ms: int) -> int:
-    """A wall-clock duration as whole blocks, rounded up."""
-    return -(-ms // block_time_ms)
-
-
 def compute_effective_settings(settings: ThrottleSettings) -> ThrottleSettings:
     """``applySettingsLocked``'s defaulting: every value <= 0 takes upstream's default."""
     d = DEFAULT_THROTTLE_SETTINGS
@@ -86,8 +76,6 @@ def compute_limiter_params(
 ) -> LimiterParams:
     """Settings -> blocks. The strike threshold is the smaller of the two thresholds
     (participant_limiter.go:335-338)."""
-    if block_time_ms <= 0:
-        raise ValueError("block_time_ms must be positive")
     s = compute_effective_settings(settings)
     return LimiterParams(
         burst_units=s.request_burst * TOKEN_UNITS,

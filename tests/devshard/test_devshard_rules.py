@@ -37,6 +37,12 @@ from keepersim.keeper.devshard.slots import (
     compute_sorted_entries,
     get_slot_from_sorted,
 )
+from keepersim.keeper.devshard.timing import (
+    DevshardTimeouts,
+    compute_blocks_ceil,
+    compute_timeout_blocks,
+)
+from keepersim.types.params import get_default_params
 from keepersim.types.pb.inference.inference.devshard_escrow_pb2 import (
     DevshardHostEpochStats,
     DevshardSettlementHostStats,
@@ -241,3 +247,13 @@ def test_picker_liveness(
             assert e.request_id not in answered
             answered.add(e.request_id)
     assert answered == set(by_id) and not state.queue
+
+
+def test_escrow_timeouts_in_blocks() -> None:
+    """The chain's default escrow deadlines (60 s refusal, 32 min execution; params.go:108-109,
+    keepersim.types.chain_params) at 5 s blocks; a deadline never ends early when rounded."""
+    ds = get_default_params().params.devshard_escrow_params
+    assert (ds.refusal_timeout, ds.execution_timeout) == (60, 32 * 60)
+    assert compute_timeout_blocks(ds) == DevshardTimeouts(12, 384)
+    assert compute_timeout_blocks(ds, 5614) == DevshardTimeouts(11, 343)
+    assert compute_blocks_ceil(1, 5000) == 1 and compute_blocks_ceil(0, 5000) == 0

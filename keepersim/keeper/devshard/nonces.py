@@ -1,7 +1,7 @@
 """Which slot serves a devshard nonce, and how many nonces a slot can have served.
 
 The user's session advances the nonce from 1 and sends nonce ``n`` to slot
-``n % len(group)`` (gonka ee730031 ``devshard/user/session.go:591-592`` and ``:752-753``,
+``n % len(group)`` (gonka ee730031 ``devshard/user/session.go:591-592`` and ``:757-758``,
 ``PrepareInferenceFn``); the group is the escrow's slots in order
 (``devshard/bridge/group.go:15-21``). The chain's settlement bounds each slot's misses by the
 nonces that could have reached it (``keeper/devshard_settlement.go:50-74``,
