@@ -16,10 +16,8 @@ import pytest
 
 from keepersim.gateway import limiter as lim
 from keepersim.gateway.limiter_params import (
-    DEFAULT_BLOCK_TIME_MS,
     TOKEN_UNITS,
     ThrottleSettings,
-    compute_blocks_ceil,
     compute_limiter_params,
     compute_new_limiter_params,
 )
@@ -34,11 +32,14 @@ from keepersim.gateway.picker import (
 from keepersim.gateway.signals import Signal, get_http_signal, get_transport_signal
 from keepersim.keeper.devshard.host_stats import get_slot_stats_error
 from keepersim.keeper.devshard.slots import (
+    compute_escrow_slots,
     compute_sampled_slot_count,
     compute_slots_from_sorted,
     compute_sorted_entries,
     get_slot_from_sorted,
 )
+from keepersim.keeper.devshard.timing import DEFAULT_BLOCK_TIME_MS, compute_blocks_ceil
+from keepersim.types.bech32 import compute_bech32
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 T0 = 100  # the height of an upstream test's t0
@@ -132,6 +133,22 @@ def test_sampled_slot_count_vector(mvp: int, total: int, n: int, want: int) -> N
     assert compute_sampled_slot_count(mvp, total, n) == want
 
 
+def member_address(first_byte: int) -> str:
+    """makeDevshardAddrs's address (msg_server_create_devshard_escrow_test.go:49-57)."""
+    return compute_bech32("gonka", bytes([first_byte]) + bytes(19))
+
+
+@pytest.mark.parametrize("case", SLOTS["escrow_cases"], ids=ids(SLOTS["escrow_cases"]))
+def test_escrow_slots_vector(case: dict[str, Any]) -> None:
+    start, count = case["members"]
+    members = [member_address(start + i) for i in range(count)]
+    got = compute_escrow_slots(
+        b"", case["escrow_id"], case["model"], [(m, 100) for m in members], case["group_size"]
+    )
+    assert len(got) == case["expect"]["length"]
+    assert set(got) <= set(members)
+
+
 SETTLEMENT = load("settlement.json")
 
 
@@ -211,6 +228,8 @@ class LimiterRun:
         elif op == "is_no_winner":
             got = host in step.get("suspicious", []) or lim.is_no_winner(s, host, model, h)
             assert got is want
+        elif op == "is_available":
+            assert lim.process_availability(s, host, model, h) is want
         elif op == "is_recently_quarantined":
             assert lim.is_recently_quarantined(s, host, model, h) is want
         elif op == "tracked_count":
