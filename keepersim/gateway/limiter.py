@@ -15,7 +15,9 @@ code looks at it, an entry dropped where upstream deletes it); ``get_status`` / 
 read without changing anything (they see an expired quarantine as the probation it becomes).
 One consequence differs from upstream: its read-only looking calls (``IsBlocked`` ...) also
 clear an expired quarantine, which can decide whether a later hard failure of an unscoped
-(model "") entry is scoped to a model; keepersim always names the model, where the two agree.
+(model "") entry is scoped to a model; keepersim always names the model, so its entries are
+scoped from their first signal and the two agree (but for an unscoped row restored by
+``process_load_state``).
 Heights are block heights; ``now.Before(until)`` is ``height < until``.
 """
 
