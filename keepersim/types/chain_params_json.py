@@ -32,7 +32,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from keepersim.types.chain_json import parse_chain_json
+from keepersim.types.chain_json import compute_chain_json, parse_chain_json
 from keepersim.types.chain_params import get_chain_default_params
 from keepersim.types.chain_upgrades import UPGRADE_FIELD_SOURCES, process_upgrades
 from keepersim.types.errors import ChainJsonError
@@ -41,6 +41,7 @@ from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 
 __all__ = [
     "FilledField",
+    "compute_module_params_json",
     "get_absent_fields",
     "parse_chain_params",
     "parse_module_params_json",
@@ -141,7 +142,8 @@ def parse_module_params_json(
 ) -> ModuleParams:
     """``{"params": {...}, "extension_params": {...}}`` (``keepersim params``' output) as
     ModuleParams: the chain's part through :func:`parse_chain_params`, keepersim's through
-    :func:`parse_chain_json` (an absent field of it is zero). Both keys are required."""
+    :func:`parse_chain_json` (an absent field of it is zero). Both keys are required; an
+    error's path starts at that root (``params.fee_params``)."""
     if not isinstance(data, dict):
         raise ChainJsonError(where, "", f"expected a JSON object, got {type(data).__name__}")
     unknown = sorted(set(data) - {"params", "extension_params"})
@@ -150,11 +152,26 @@ def parse_module_params_json(
     for key in ("params", "extension_params"):
         if key not in data:
             raise ChainJsonError(where, key, "required")
-    chain = parse_chain_params(
-        data["params"], where=f"{where}: params", fill_absent=fill_absent, on_filled=on_filled
-    )
-    ext = parse_chain_json(data["extension_params"], ExtensionParams, where=where)
+    try:
+        chain = parse_chain_params(
+            data["params"], where=where, fill_absent=fill_absent, on_filled=on_filled
+        )
+    except ChainJsonError as exc:
+        raise ChainJsonError(where, _join("params", exc.path), exc.problem) from exc
+    try:
+        ext = parse_chain_json(data["extension_params"], ExtensionParams, where=where)
+    except ChainJsonError as exc:
+        raise ChainJsonError(where, _join("extension_params", exc.path), exc.problem) from exc
     return ModuleParams(params=chain, extension_params=ext)
+
+
+def compute_module_params_json(params: ModuleParams) -> dict[str, Any]:
+    """What :func:`parse_module_params_json` reads: both parts as the chain's gateway prints
+    them (every field, ``null`` for an unset message), so that it reads back unchanged."""
+    return {
+        "params": compute_chain_json(params.params),
+        "extension_params": compute_chain_json(params.extension_params),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,6 +195,10 @@ def _fill(params: Params, absent: list[str]) -> list[FilledField]:
         value = _copy_at(params, origin, path)
         out.append(FilledField(path, value, source))
     return out
+
+
+def _join(root: str, path: str) -> str:
+    return f"{root}.{path}" if path else root
 
 
 def _strip_indices(path: str) -> str:
