@@ -21,8 +21,10 @@ def add_params_command(subparsers: Any) -> None:
             "Params, every field, 64-bit integers as strings, unset messages as null), with "
             'keepersim\'s extension params beside them ("extension_params"). '
             "default: the chain's code defaults (DefaultParams() at gonka v0.2.14, ee730031); "
-            "mainnet: the live network's values reconstructed from its genesis and upgrade "
-            "handlers."
+            "mainnet: the live network's params (epochs 247-252, a v0.2.12 node) after the "
+            "v0.2.13 and v0.2.14 upgrade handlers (docs/design/mainnet-preset.md). The output "
+            "reads back unchanged as a governance entry, a proposal's MsgUpdateParams or a "
+            "trace's params line."
         ),
     )
     parser.add_argument(
