@@ -1161,7 +1161,8 @@ height order (same height: file order), each to the params in force after the pr
   {"height": 5000, "params": {...}, "extension_params": {...}}
                                        the chain's params JSON and/or
                                        keepersim's extension params, merged onto those in force:
-                                       fields not given keep their values
+                                       fields not given keep their values, null unsets a
+                                       message (keepersim params' output reads back as is)
   {"height": 5000, "set": {"extension_params.cb_miss_threshold_pct": 10,
                            "extension_params.health_params.policy": "windowed",
                            "params.validation_params.downtime_good_percentage": "0.05"}}

@@ -1,4 +1,4 @@
-"""The one reader of the chain's ``Params`` JSON, as a node serves it (docs/chain-params-json.md).
+"""The one reader of the chain's ``Params`` JSON, as a node serves it (docs/design/mainnet-preset.md).
 
 What it reads (the REST gateway's ``/productscience/inference/inference/params`` body's
 ``params``, a proposal's ``MsgUpdateParams.params``, a trace's params record, ``keepersim
