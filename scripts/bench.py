@@ -373,7 +373,7 @@ def run_replay_child(trace: str, store_dir: str, policies: str) -> dict[str, Any
 
 @bench("replay")
 def bench_replay(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
-    """A calibrated mainnet-like trace (~80k inferences an epoch of 17,280 blocks, ~3.25% misses)
+    """A calibrated mainnet-like trace (~80k inferences an epoch of 15,391 blocks, ~3.25% misses)
     replayed end to end from JSON lines on LevelDB, with the gonka breaker in shadow."""
     from make_trace import write_trace
 

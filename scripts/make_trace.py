@@ -1,7 +1,7 @@
 """Write a calibrated synthetic chain trace (docs/trace-format.md) fast, for the replay benchmark.
 
-Mainnet-like: 150 participants with lognormal weights, ~80,000 inferences an epoch of 17,280 blocks,
-~3.25% misses (most nodes 0.5-2%, a minority up to 28%), latency 1-8 blocks, expiry after 150.
+Mainnet-like: 150 participants with lognormal weights, ~80,000 inferences an epoch of the
+mainnet preset (15,391 blocks), ~3.25% misses (most nodes 0.5-2%, a minority up to 28%), latency 1-8 blocks, expiry after 150.
 The epoch summaries are what the module computes for that traffic (a finish counts in the epoch
 of its block, a miss in the epoch of its expiry), so an as-recorded replay must match them.
 

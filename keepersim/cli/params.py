@@ -21,8 +21,10 @@ def add_params_command(subparsers: Any) -> None:
             "Params, every field, 64-bit integers as strings, unset messages as null), with "
             'keepersim\'s extension params beside them ("extension_params"). '
             "default: the chain's code defaults (DefaultParams() at gonka v0.2.14, ee730031); "
-            "mainnet: the live network's values reconstructed from its genesis and upgrade "
-            "handlers."
+            "mainnet: the live network's params (epochs 247-252, a v0.2.12 node) after the "
+            "v0.2.13 and v0.2.14 upgrade handlers (docs/design/mainnet-preset.md). The output "
+            "reads back unchanged as a governance entry, a proposal's MsgUpdateParams or a "
+            "trace's params line."
         ),
     )
     parser.add_argument(
@@ -33,24 +35,14 @@ def add_params_command(subparsers: Any) -> None:
 
 
 def run_params(args: argparse.Namespace) -> int:
-    from google.protobuf import json_format
-
-    from keepersim.types.chain_json import compute_chain_json
+    from keepersim.types.chain_params_json import compute_module_params_json
     from keepersim.types.params import get_preset_params
 
     if args.out:
         from keepersim.outputs import check_output_file
 
         check_output_file(args.out, "--out")
-    params = get_preset_params(args.preset)
-    data = {
-        "params": compute_chain_json(params.params),
-        "extension_params": json_format.MessageToDict(
-            params.extension_params,
-            preserving_proto_field_name=True,
-            always_print_fields_with_no_presence=True,
-        ),
-    }
+    data = compute_module_params_json(get_preset_params(args.preset))
     if args.out:
         write_json(args.out, data)
     else:

@@ -34,7 +34,10 @@ weights, statuses as listed, RAMPING included, and their ``participant_nodes``),
 at the next epoch's formation height, and the inferences. Node JSON is read by
 :func:`~keepersim.types.chain_json.parse_chain_json` with ``ignore_unknown``: fields keepersim's
 protos do not know (a newer chain's) are left out and listed by path, per record kind, in the
-result's ``unknown_fields``; a bad value stops the export naming the URL and the field.
+result's ``unknown_fields``; a bad value stops the export naming the URL and the field. The
+chain's Params go through :func:`~keepersim.types.chain_params_json.parse_chain_params`: fields
+an older node lacks are filled as the chain's upgrades filled them (a warning on stderr names
+them).
 
 Fetching (:mod:`keepersim.export.fetch`): ``concurrency`` worker threads, a 60 s timeout, at
 most 3 attempts retried only on timeout / transport error / 429 / 5xx but 501 / a 2xx body that
@@ -101,6 +104,7 @@ from keepersim.export.fetch import (
 from keepersim.export.trace_io import TraceWriter, message_to_json
 from keepersim.outputs import get_atomic_path, write_text_atomic
 from keepersim.types.chain_json import parse_chain_json
+from keepersim.types.chain_params_json import parse_chain_params
 from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import (
     EpochGroupData,
@@ -440,12 +444,28 @@ class _Exporter:
             )
         except ChainJsonError as exc:
             raise ExportError(f"{exc} (as {cls.__name__})") from exc
+        self.record_ignored(kind, ignored)
+        return message
+
+    def parse_params(self, data: Any, url: str) -> Params:
+        """The node's Params through the one chain-params reader: an older node's absent fields
+        are filled as the chain's upgrades filled them (a warning names them)."""
+        ignored: list[str] = []
+        try:
+            params = parse_chain_params(
+                data, where=f"GET {url}: params", ignore_unknown=True, ignored=ignored
+            )
+        except ChainJsonError as exc:
+            raise ExportError(f"{exc} (as Params)") from exc
+        self.record_ignored("Params", ignored)
+        return params
+
+    def record_ignored(self, kind: str, ignored: list[str]) -> None:
         if ignored:  # a newer chain's fields: recorded by path (list indices as []), never lost
             with self.progress.lock:
                 seen = self.progress.data["unknown_fields"].setdefault(kind, [])
                 for path in sorted({_LIST_INDEX.sub("[]", p) for p in ignored} - set(seen)):
                     seen.append(path)
-        return message
 
     def field(self, body: Any, name: str, url: str) -> Any:
         if not isinstance(body, dict) or name not in body:
@@ -544,7 +564,7 @@ class _Exporter:
         if self.options.height is not None:  # the latest epoch at the asked height
             body = self.get(EPOCH_INFO)
             latest = int(self.field(body, "latest_epoch", url).get("index", 0))
-        params = self.parse(self.field(body, "params", url), Params, url, "Params")
+        params = self.parse_params(self.field(body, "params", url), url)
         chain_id, chain_id_source, info = self.get_chain_id()
         extension_params, from_node = self.get_extension_params(info)
         if b > latest:

@@ -7,7 +7,9 @@
      "expedited": false}
 
 Accepted messages: the chain's ``MsgUpdateParams`` (``params``: the chain's JSON, read with
-:func:`~keepersim.types.chain_json.parse_chain_json`) and keepersim's
+:func:`~keepersim.types.chain_params_json.parse_chain_params`: a field an older node's params
+lack is filled as the chain's upgrades filled it, with a warning; note that a v0.2.14 chain
+itself would decode it as zero in a submitted proposal) and keepersim's
 ``/keepersim.v1.MsgUpdateExtensionParams`` (``extension_params``), at most one of each. Each
 replaces its whole part, as the chain's handler does (``SetParams(msg.Params)``); a part the
 proposal does not update keeps the run's current value. Checked as the chain checks it: the
@@ -30,6 +32,7 @@ from typing import Any
 from keepersim.module.params_load import get_loaded_policy
 from keepersim.types.bech32 import ACCOUNT_ADDRESS_PREFIX, GOV_AUTHORITY, GOV_MODULE_NAME
 from keepersim.types.chain_json import parse_chain_json
+from keepersim.types.chain_params_json import parse_chain_params
 from keepersim.types.errors import ChainJsonError, InvalidParamsError, KeepersimError
 from keepersim.types.messages import Params
 from keepersim.types.params import get_default_params
@@ -153,7 +156,11 @@ def _parse_message(message: Any, where: str) -> tuple[str, Params | ExtensionPar
         Params if name == "params" else ExtensionParams
     )
     try:
-        value = parse_chain_json(message[name], message_type, where=f"{where}.{name}")
+        value = (
+            parse_chain_params(message[name], where=f"{where}.{name}")
+            if message_type is Params
+            else parse_chain_json(message[name], message_type, where=f"{where}.{name}")
+        )
     except ChainJsonError as exc:
         raise ProposalError(str(exc)) from exc
     return kind, value

@@ -81,7 +81,6 @@ from __future__ import annotations
 import hashlib
 import heapq
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -140,7 +139,13 @@ from keepersim.store.committed import RUN_META_PREFIX
 from keepersim.trace.format import DECLINE_REASON
 from keepersim.trace.writer import TraceWriter, get_epoch_declines
 from keepersim.types.chain_params import compute_chain_decimal
-from keepersim.types.errors import InvalidParamsError, KeepersimError, NoExecutorsError
+from keepersim.types.chain_params_json import compute_module_params_json, parse_module_params_json
+from keepersim.types.errors import (
+    ChainJsonError,
+    InvalidParamsError,
+    KeepersimError,
+    NoExecutorsError,
+)
 from keepersim.types.events import (
     EpochSettled,
     HealthTransition,
@@ -161,7 +166,6 @@ from keepersim.types.params import (
     GOV_AUTHORITY,
     get_decimal_value,
     get_default_params,
-    params_from_dict,
     params_to_dict,
     validate_params,
 )
@@ -1157,7 +1161,8 @@ height order (same height: file order), each to the params in force after the pr
   {"height": 5000, "params": {...}, "extension_params": {...}}
                                        the chain's params JSON and/or
                                        keepersim's extension params, merged onto those in force:
-                                       fields not given keep their values
+                                       fields not given keep their values, null unsets a
+                                       message (keepersim params' output reads back as is)
   {"height": 5000, "set": {"extension_params.cb_miss_threshold_pct": 10,
                            "extension_params.health_params.policy": "windowed",
                            "params.validation_params.downtime_good_percentage": "0.05"}}
@@ -1255,41 +1260,33 @@ def _get_decimal_arg(value: str | int | float, where: str) -> Any:
         raise GovernanceError(f"{where}: {expected}, got {value!r} ({exc})") from exc
 
 
-def _get_parse_error_text(text: str) -> str:
-    """The protobuf JSON parser's nested "Failed to parse x field: ..." as ``params.x: ...``."""
-    path: list[str] = []
-    while True:
-        match = re.match(r"Failed to parse (\w+) field: ", text)
-        if match is None:
-            break
-        path.append(match.group(1))
-        text = text[match.end() :]
-    reason = text.split("\n")[0].rstrip(".")
-    return f"{'.'.join(path) or 'params'}: expected params JSON: {reason}"
-
-
-def _check_params_patch(patch: Mapping[str, Any], descriptor: Any, where: str) -> None:
+def _check_params_patch(
+    patch: Mapping[str, Any], descriptor: Any, where: str, path: str = ""
+) -> None:
     """Name the first unknown field or non-object message value of a ``params`` patch (the
-    protobuf parser's own messages do not say which key of the file is wrong)."""
+    field's path after ``where``, as the reader's errors do). ``null`` for a message unsets it:
+    the chain's ``MsgUpdateParams`` replaces the whole Params, and ``keepersim params`` prints
+    an unset message as ``null``."""
     by_name = {fd.name: fd for fd in descriptor.fields}
     by_name.update({fd.json_name: fd for fd in descriptor.fields})
     for key, value in patch.items():
+        at = f"{path}.{key}" if path else key
         fd = by_name.get(key)
         if fd is None:
             known = ", ".join(sorted(fd.name for fd in descriptor.fields))
-            raise GovernanceError(f"{where}: unknown field {key!r} (fields: {known})")
+            raise GovernanceError(f"{where}: {at}: unknown field {key!r} (fields: {known})")
         message_type = None if _is_repeated(fd) else fd.message_type
-        if message_type is None:
+        if message_type is None or value is None:
             continue
         if not isinstance(value, Mapping):
             what = 'a Decimal object {"value", "exponent"}'
             if not message_type.full_name.endswith(".Decimal"):
                 what = f"an object ({message_type.name})"
             raise GovernanceError(
-                f"{where}.{key}: expected {what}, got {get_json_type(value)} {value!r}"
+                f"{where}: {at}: expected {what}, got {get_json_type(value)} {value!r}"
                 + ('; use "set" for a decimal string' if "Decimal" in what else "")
             )
-        _check_params_patch(value, message_type, f"{where}.{key}")
+        _check_params_patch(value, message_type, where, at)
 
 
 def _is_repeated(fd: Any) -> bool:
@@ -1329,13 +1326,13 @@ def parse_governance(
     out: list[tuple[int, ModuleParams]] = []
     for height, i, entry in indexed:
         where = f"{source}[{i}] (height {height})"
-        data_now = params_to_dict(current)
+        data_now = compute_module_params_json(current)
         if "set" not in entry:
             patch = {k: entry[k] for k in ("params", "extension_params") if k in entry}
             for key, part in patch.items():
                 if not isinstance(part, Mapping):
                     raise GovernanceError(f"{where}: '{key}' must be an object")
-            _check_params_patch(patch, ModuleParams.DESCRIPTOR, f"{where}:")
+            _check_params_patch(patch, ModuleParams.DESCRIPTOR, where)
             merged = _deep_merge(data_now, patch, "")
         else:
             changes = entry["set"]
@@ -1344,13 +1341,7 @@ def parse_governance(
             merged = data_now
             for path, value in changes.items():
                 _set_dotted(merged, str(path), value, where)
-        try:
-            new = params_from_dict(merged)
-            validate_params(new)
-        except InvalidParamsError as exc:
-            if exc.field == "params" and exc.rule.endswith("ModuleParams JSON"):
-                raise GovernanceError(f"{where}: {_get_parse_error_text(str(exc.value))}") from exc
-            raise GovernanceError(f"{where}: {exc}") from exc
+        new = _read_params(merged, where)
         out.append((height, new))
         current = new
     return out
@@ -1362,14 +1353,21 @@ def compute_params_with_changes(
     """``base`` with each ``{dotted path: value}`` of ``changes`` set (the rules of a governance
     entry's ``"set"``, :data:`GOVERNANCE_HELP`), validated. Raises :class:`GovernanceError`
     starting with ``where`` and naming the path or the rule broken."""
-    data = params_to_dict(base)
+    data = compute_module_params_json(base)
     for path, value in changes.items():
         _set_dotted(data, str(path), value, where)
+    return _read_params(data, where)
+
+
+def _read_params(data: dict[str, Any], where: str) -> ModuleParams:
+    """The merged params JSON through the one chain-params reader, validated. A key the
+    entry did not give kept its value in the merge, so nothing is absent to fill: a message a
+    ``set`` creates where ``null`` was gets zeros for the fields it does not give."""
     try:
-        new = params_from_dict(data)
+        new = parse_module_params_json(data, where=where, fill_absent=False)
         validate_params(new)
+    except ChainJsonError as exc:
+        raise GovernanceError(str(exc)) from exc
     except InvalidParamsError as exc:
-        if exc.field == "params" and exc.rule.endswith("ModuleParams JSON"):
-            raise GovernanceError(f"{where}: {_get_parse_error_text(str(exc.value))}") from exc
         raise GovernanceError(f"{where}: {exc}") from exc
     return new

@@ -40,7 +40,9 @@ schema cannot say:
 
 Chain objects are read as the chain's REST gateway prints them (``null`` for an unset message);
 the fallback parser, which names the field of a bad value, is
-:func:`keepersim.types.chain_json.parse_chain_json`.
+:func:`keepersim.types.chain_json.parse_chain_json`. A params line's chain ``Params`` go
+through :func:`keepersim.types.chain_params_json.parse_chain_params`: fields an older node's
+params lack (absent keys) are filled as the chain's upgrades filled them, with a warning.
 
 Memory is constant: the reader keeps only the ordering state.
 """
@@ -76,11 +78,11 @@ from keepersim.trace.records import (
 )
 from keepersim.trace.validate import check_line, describe
 from keepersim.types.chain_json import parse_chain_json
+from keepersim.types.chain_params_json import parse_chain_params
 from keepersim.types.errors import ChainJsonError, InvalidParamsError
 from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
-    Params,
     Participant,
     ValidationWeight,
 )
@@ -110,6 +112,10 @@ def _parse_message(data: Any, message_class: type[M], where: str, path: str, lin
     except ChainJsonError as exc:
         field_path = f"{where}.{exc.path}" if exc.path else where
         raise TraceError(path, line, field_path, exc.problem) from exc
+
+
+def _join(root: str, path: str) -> str:
+    return f"{root}.{path}" if path else root
 
 
 class _Reader:
@@ -208,8 +214,12 @@ class _Reader:
 
     def parse_params(self, data: dict[str, Any], line: int) -> ParamsRecord:
         height = int(data["height"])
+        try:  # the one chain-params reader: an older node's absent fields are filled
+            chain = parse_chain_params(data["params"], where=f"{self.path}:{line}")
+        except ChainJsonError as exc:
+            raise self.error(line, _join("params.params", exc.path), exc.problem) from exc
         params = ModuleParams(
-            params=_parse_message(data["params"], Params, "params.params", self.path, line),
+            params=chain,
             extension_params=_parse_message(
                 data["extension_params"],
                 ExtensionParams,

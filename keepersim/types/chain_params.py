@@ -11,13 +11,10 @@ would.
   ``{"params": DefaultParams()}`` as the REST gateway prints it (docs/design/chain-types-v0.2.14.md
   Appendix C), checked value by value against ``DefaultParams`` and every ``Default*Params`` in
   params.go at ee730031 (they agree). ``fee_params`` is null: ``DefaultParams`` leaves it nil.
-- ``get_chain_mainnet_params``: defaults overlaid with mainnet ``genesis/genesis.json`` and the
-  upgrade handlers ``inference-chain/app/upgrades/v0_2_4 … v0_2_14`` (spec section 3.3), assuming no
-  governance vote in between. Not reconstructed (left as the code default or as the upgrades
-  leave them): every address list (genesis guardians, developers, blocked participants, transfer
-  agents, devshard creators); Kimi's ``poc_params.models[1].penalty_start_epoch`` (v0.2.12 sets it
-  to the effective epoch + 3, chain state; kept 0); governance state outside Params (grace-epoch
-  ``binom_test_p0`` 0.5, model registry, GenesisOnlyParams).
+- ``get_chain_mainnet_params``: the live mainnet params (epochs 247-252, a v0.2.12 node) with the
+  v0.2.13 and v0.2.14 upgrade handlers applied (:mod:`keepersim.types.chain_mainnet`,
+  docs/design/mainnet-preset.md). Until issue 31 it was reconstructed from genesis and the
+  handlers v0.2.4-v0.2.14; the differences from the live params are explained there.
 - ``validate_chain_params``: ``func (p Params) Validate() error`` (params.go:629) and every
   ``Validate`` it calls, in upstream order. ``InvalidParamsError.rule`` is upstream's error text as
   Go would print it (``errors.Wrap`` prefixes included); ``field`` is the dotted proto path.
@@ -66,7 +63,6 @@ from keepersim.types.pb.inference.inference.params_pb2 import (
     MaintenanceParams,
     Params,
     PocParams,
-    PoCStatTestParams,
     TokenomicsParams,
     ValidationParams,
 )
@@ -142,161 +138,11 @@ def get_chain_default_params() -> Params:
 
 
 def get_chain_mainnet_params() -> Params:
-    """Mainnet Params at v0.2.14 as far as the repository shows them (see the module docstring
-    for what is not reconstructed): the defaults, then genesis/genesis.json, then each upgrade."""
-    p = get_chain_default_params()
-    d = compute_chain_decimal
+    """Mainnet's Params at v0.2.14: the live params (a v0.2.12 node, epochs 247-252) after the
+    v0.2.13 and v0.2.14 upgrade handlers (:mod:`keepersim.types.chain_mainnet`)."""
+    from keepersim.types.chain_mainnet import get_mainnet_chain_params  # it imports this module
 
-    # genesis/genesis.json app_state.inference.params (gonka-mainnet, 2025-08-22)
-    e = p.epoch_params
-    e.epoch_length, e.epoch_multiplier, e.epoch_shift = 17280, 1, 16980
-    e.default_unit_of_compute_price = 100
-    e.poc_stage_duration, e.poc_exchange_duration = 60, 5
-    e.poc_validation_delay, e.poc_validation_duration = 5, 20
-    e.set_new_validators_delay, e.inference_validation_cutoff = 120, 80
-    e.inference_pruning_epoch_threshold = 2
-    v = p.validation_params
-    v.expiration_blocks = 20  # every other genesis validation value equals the default
-    p.tokenomics_params.work_vesting_period = 180
-    p.tokenomics_params.reward_vesting_period = 180
-    p.collateral_params.collateral_per_weight_unit.CopyFrom(d("4.2"))
-    p.bitcoin_reward_params.initial_epoch_reward = 323_000_000_000_000
-
-    # app/upgrades/v0_2_4/upgrades.go setPruningDefaults
-    b = p.bandwidth_limits_params
-    b.invalidations_limit, b.invalidations_limit_curve, b.invalidations_sample_period = (
-        500,
-        250,
-        120,
-    )
-    e.inference_pruning_max, e.poc_pruning_max = 5000, 1000
-
-    # app/upgrades/v0_2_5/upgrades.go setNewInvalidationParams
-    v.invalid_reputation_preserve.CopyFrom(d("0"))
-    v.bad_participant_invalidation_rate.CopyFrom(d("0.1"))
-    v.invalidation_h_threshold.CopyFrom(d("4"))
-    v.downtime_good_percentage.CopyFrom(d("0.98"))
-    v.downtime_bad_percentage.CopyFrom(d("0.99"))
-    v.downtime_h_threshold.CopyFrom(d("100"))
-    v.downtime_reputation_preserve.CopyFrom(d("0"))
-    v.quick_failure_threshold.CopyFrom(d("0.000001"))
-    b.minimum_concurrent_invalidations = 1
-    c = p.confirmation_poc_params
-    c.expected_confirmations_per_epoch = 1
-    c.alpha_threshold.CopyFrom(d("0.5"))
-    c.slash_fraction.CopyFrom(d("0"))
-    c.upgrade_protection_window = 500
-    e.poc_slot_allocation.CopyFrom(d("0.1"))
-
-    # app/upgrades/v0_2_6/upgrades.go setNewPocParams
-    v.expiration_blocks = 150
-    v.binom_test_p0.CopyFrom(d("0.4"))
-    b.max_inferences_per_block = 1000
-
-    # app/upgrades/v0_2_7/upgrades.go (guardian, developer and participant access; addresses not
-    # reconstructed)
-    p.genesis_guardian_params.network_maturity_threshold = 15_000_000
-    p.genesis_guardian_params.network_maturity_min_height = 3_000_000
-    p.developer_access_params.until_block_height = 2_294_222
-
-    # app/upgrades/v0_2_8/upgrades.go setV0_2_8Params (the singular fields migrateParams reads)
-    qwen_stat_test = PoCStatTestParams(
-        dist_threshold=d("0.2"), p_mismatch=d("0.1"), p_value_threshold=d("0.05")
-    )
-    # app/upgrades/v0_2_9/upgrades.go enablePocV2, setParticipantAccessParams
-    p.poc_params.poc_v2_enabled = True
-    p.poc_params.confirmation_poc_v2_enabled = True
-    e.inference_validation_cutoff, e.poc_validation_duration = 2, 480
-    p.participant_access_params.new_participant_registration_start_height = 2_475_000
-    p.participant_access_params.participant_allowlist_until_block_height = 2_475_000
-
-    # app/upgrades/v0_2_10/upgrades.go setPocTimingParams (weight scale {3593,-4}), validation
-    # slots 0, normalization on
-    e.poc_stage_duration, e.poc_validation_duration, e.poc_exchange_duration = 35, 240, 0
-    p.poc_params.validation_slots = 0
-    p.poc_params.poc_normalization_enabled = True
-
-    # app/upgrades/v0_2_11/upgrades.go setParameters: a new DevshardEscrowParams (creators not
-    # reconstructed)
-    e.confirmation_poc_safety_window = 50
-    v.claim_validation_enabled = False
-    p.devshard_escrow_params.CopyFrom(
-        DevshardEscrowParams(
-            min_amount=50_000_000,
-            max_amount=100_000_000_000,
-            max_escrows_per_epoch=100,
-            group_size=16,
-            token_price=10,
-        )
-    )
-
-    # app/upgrades/v0_2_12/upgrades.go migrateParams (models from the singular fields, plus Kimi;
-    # the singular fields cleared), adjustParameters, setFeeParams
-    pp = p.poc_params
-    for name in ("weight_scale_factor", "model_params", "stat_test"):
-        pp.ClearField(name)
-    pp.model_id, pp.seq_len = "", 0
-    del pp.models[:]
-    pp.models.add(
-        model_id=QWEN_MODEL_ID,
-        seq_len=1024,
-        stat_test=qwen_stat_test,
-        weight_scale_factor=Decimal(value=3593, exponent=-4),
-    )
-    # penalty_start_epoch: the effective epoch at the upgrade + 3 (chain state): not reconstructed
-    pp.models.add(
-        model_id=KIMI_MODEL_ID,
-        seq_len=1024,
-        stat_test=PoCStatTestParams(
-            dist_threshold=d("0.4"), p_mismatch=d("0.1"), p_value_threshold=d("0.05")
-        ),
-    )
-    g = p.delegation_params
-    g.refusal_penalty.CopyFrom(d("0.1"))
-    g.no_participation_penalty.CopyFrom(d("0.15"))
-    g.delegation_share.CopyFrom(d("0.05"))
-    g.cap_factor.CopyFrom(d("0.75"))
-    g.deploy_window = 500
-    g.initial_model_id = QWEN_MODEL_ID
-    g.max_model_voting_power_percentage.CopyFrom(d("0.3"))
-    v.logprobs_mode = LOGPROBS_MODE_PROCESSED
-    e.confirmation_poc_safety_window = 500
-    # DefaultFeeParams (fee_params.go:8) with min_gas_price_ngonka 0
-    p.fee_params.CopyFrom(
-        FeeParams(min_gas_price_ngonka=0, base_validation_gas=500_000, gas_per_poc_count=100)
-    )
-
-    # app/upgrades/v0_2_13/upgrades.go setDevshardEscrowParams, setDevshardApprovedVersions,
-    # updateModelParams (Kimi weight scale 0.78, MiniMax added)
-    ds = p.devshard_escrow_params
-    ds.max_escrows_per_epoch, ds.max_nonce, ds.devshard_requests_enabled = 500_000, 1_000_000, True
-    ds.approved_versions.add(
-        name="v1",
-        binary="https://github.com/gonka-ai/gonka/releases/download/release%2Fv0.2.13-devshard-v1/devshardd.zip",
-        sha256="dad6f1b97843816c0a33874b89ac403e48b54fe3aa1a0fdccb228d89d2a5594c",
-    )
-    pp.models[1].weight_scale_factor.CopyFrom(Decimal(value=78, exponent=-2))
-    pp.models.add(
-        model_id=MINIMAX_MODEL_ID,
-        seq_len=1024,
-        stat_test=PoCStatTestParams(
-            dist_threshold=d("0.75"), p_mismatch=d("0.1"), p_value_threshold=d("0.05")
-        ),
-        weight_scale_factor=Decimal(value=3024, exponent=-4),
-        penalty_start_epoch=278,
-    )
-
-    # app/upgrades/v0_2_14/upgrades.go: maintenance defaults, vote threshold 5000, devshard
-    # backfillDevshardEscrowParamDefaults (zero fields get the defaults; auto-seal is not among them)
-    p.maintenance_params.CopyFrom(get_chain_default_params().maintenance_params)
-    pp.validation_vote_threshold_bps = 5000
-    ds.default_inference_seal_grace_nonces = 10 * ds.group_size
-    ds.default_inference_seal_grace_seconds = 3600
-    ds.create_devshard_fee, ds.fee_per_nonce = 10_000, 1_000
-    ds.refusal_timeout, ds.execution_timeout = 60, 32 * 60
-    ds.validation_rate, ds.vote_threshold_factor = 1000, 50
-    ds.default_auto_seal_every_n_nonces = 0
-    return p
+    return get_mainnet_chain_params()
 
 
 # --- Go formatting of the values upstream's messages print ---------------------------------

@@ -105,8 +105,9 @@ def get_default_params() -> ModuleParams:
 
 
 def get_mainnet_params() -> ModuleParams:
-    """The live network's params as reconstructed from genesis and the upgrade handlers
-    (17,280-block epochs, expiry 150, downtime SPRT 0.98 / 0.99 / 100: effectively off)."""
+    """The live network's params (epochs 247-252) after the v0.2.13 and v0.2.14 upgrades
+    (15,391-block epochs, expiry 150, downtime SPRT 0.98 / 0.99 / 100: effectively off;
+    docs/design/mainnet-preset.md)."""
     return ModuleParams(
         params=get_chain_mainnet_params(), extension_params=get_default_extension_params()
     )
