@@ -1,0 +1,263 @@
+"""A scenario from one epoch the chain recorded (``keepersim scenarios from-chain``).
+
+What comes from where (docs/mainnet-epochs.md says why):
+
+* **Fleet**: every member of the epoch's model sub-groups with a weight > 0. Its weight in each
+  model is the sub-group's (``epoch_group_data_N__MODEL.json``): ``weight`` is that of its first
+  model (models ordered by traffic share), ``model_weights`` the others where they differ.
+  Weights never come from the recorded counts.
+* **Heights**: the run covers ``effective_block_height .. last_block_height``; run height ``h`` is
+  chain height ``effective_block_height - 1 + h`` (``source.height_offset`` holds
+  ``effective_block_height - 1``). ``epoch_length`` is the run's blocks + 1: no boundary inside.
+* **Traffic**: the parent group's ``number_of_requests`` over the epoch's blocks
+  (``arrivals_per_block``), split among models by the sub-groups' ``number_of_requests`` when
+  any is set, else by their total weight. When the summaries count more than
+  :data:`DEVSHARD_RATIO` times that (from epoch 251: devshard escrows), the traffic is the
+  summaries' total (inferences + misses, the total only) and the scenario says its selection path
+  is not modelled. ``traffic="requests"`` or ``"summaries"`` forces one source.
+* **Misses**: participant ``a``'s probability is ``missed_a / (inference_count_a +
+  missed_a)``: the chain counts a finished inference in ``inference_count`` and an expired one in
+  ``missed_requests`` only (x/inference/keeper/msg_server_finish_inference.go:315 at 8a35022b;
+  module/module.go:378 at ee730031), and its downtime check takes their sum as the requests
+  (keeper/accountsettle.go:116 at ee730031). No recorded request: the fleet's rate.
+  When in the epoch it missed is not recorded: :data:`MISS_TIMINGS`.
+* **Exclusions**: each recorded one is an ``events`` entry at its mapped height (before the first
+  block: height 1). Confirmation-PoC rounds are recorded in ``source`` only: keepersim models no
+  confirmation PoC; its effect on selection is the exclusions it caused, which are replayed.
+* **Params**: :func:`~keepersim.chaindata.epoch_params.compute_epoch_params_patch`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from keepersim.chaindata.epoch_folder import EpochRecord, load_epoch_source
+from keepersim.chaindata.epoch_params import compute_epoch_params_patch, get_epoch_timing
+from keepersim.sim.scenario import Scenario, parse_scenario
+
+__all__ = [
+    "DEVSHARD_RATIO",
+    "MISS_TIMINGS",
+    "TRAFFIC_SOURCES",
+    "build_epoch_scenario",
+    "compute_miss_schedule",
+    "compute_model_traffic",
+    "get_epoch_numbers",
+    "get_epoch_traffic",
+    "load_epoch_scenarios",
+]
+
+#: ``constant``: p all epoch; ``bursts``: the same expected misses concentrated in
+#: :data:`BURST_WINDOWS` windows covering :data:`BURST_SHARE` of the epoch, placed
+#: deterministically from the seed and the address.
+MISS_TIMINGS: Final = ("constant", "bursts")
+TRAFFIC_SOURCES: Final = ("auto", "requests", "summaries")
+#: Summaries counting more than this times the group's requests: traffic outside
+#: MsgStartInference (devshard), taken from the summaries.
+DEVSHARD_RATIO: Final = 1.1
+BURST_WINDOWS: Final = 3
+BURST_SHARE: Final = 0.1
+NOT_MODELLED: Final = "not modelled: devshard"
+
+
+def get_epoch_traffic(record: EpochRecord, traffic: str = "auto") -> tuple[int, str]:
+    """(requests of the epoch, selection path): ``"MsgStartInference"`` or
+    :data:`NOT_MODELLED` (see the module docstring)."""
+    recorded = record.get_recorded_requests()
+    if traffic == "requests" or (
+        traffic == "auto" and recorded <= DEVSHARD_RATIO * record.number_of_requests
+    ):
+        return record.number_of_requests, "MsgStartInference"
+    return recorded, NOT_MODELLED
+
+
+def compute_model_traffic(record: EpochRecord) -> list[tuple[str, float]]:
+    """Each model with members and its share of requests, largest first (ties by name): by the
+    sub-groups' total weight (their ``number_of_requests`` are 0 in every file seen)."""
+    totals = {m: sum(w for _, w in members) for m, members in record.subgroups.items()}
+    shares = {m: float(t) for m, t in totals.items() if t > 0}
+    total = sum(shares.values())
+    return sorted(((m, s / total) for m, s in shares.items()), key=lambda x: (-x[1], x[0]))
+
+
+def _unit(*parts: object) -> float:
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def compute_miss_schedule(
+    p: float, blocks: int, timing: str, seed: int, address: str
+) -> list[list[float]]:
+    """The ``miss`` entries of a participant whose requests miss with probability ``p`` on
+    average over ``blocks`` (``timing``: :data:`MISS_TIMINGS`)."""
+    if timing == "constant" or p <= 0.0 or blocks < 2 * BURST_WINDOWS:
+        return [[0, p]]
+    segment = blocks // BURST_WINDOWS
+    width = max(1, round(blocks * BURST_SHARE / BURST_WINDOWS))
+    width = min(width, segment)
+    covered = width * BURST_WINDOWS / blocks
+    p_in = min(1.0, p / covered)
+    p_out = max(0.0, (p - covered * p_in) / (1.0 - covered)) if covered < 1 else p_in
+    out: list[list[float]] = [[0, p_out]]
+    for k in range(BURST_WINDOWS):
+        start = 1 + k * segment + int(_unit(seed, address, "burst", k) * (segment - width + 1))
+        if start <= out[-1][0]:
+            start = int(out[-1][0]) + 1
+        out.append([start, p_in])
+        out.append([start + width, p_out])
+    merged: list[list[float]] = []
+    for entry in out:
+        if merged and merged[-1][0] == entry[0]:
+            merged[-1] = entry
+        elif not merged or merged[-1][1] != entry[1]:
+            merged.append(entry)
+    return merged
+
+
+def build_epoch_scenario(
+    record: EpochRecord,
+    *,
+    seed: int = 1,
+    miss_timing: str = "constant",
+    traffic: str = "auto",
+) -> Scenario:
+    """The scenario of one recorded epoch (see the module docstring)."""
+    if miss_timing not in MISS_TIMINGS:
+        raise ValueError(f"miss timing {miss_timing!r}: expected one of {MISS_TIMINGS}")
+    if traffic not in TRAFFIC_SOURCES:
+        raise ValueError(f"traffic {traffic!r}: expected one of {TRAFFIC_SOURCES}")
+    blocks = record.blocks
+    offset = record.effective_block_height - 1
+    requests, path = get_epoch_traffic(record, traffic)
+    shares = compute_model_traffic(record)
+    order = [m for m, _ in shares]
+    weights: dict[str, dict[str, int]] = {}
+    for model in order:
+        for address, weight in record.subgroups[model]:
+            if weight > 0:
+                weights.setdefault(address, {})[model] = weight
+    counts = {s.address: (s.inference_count, s.missed_requests) for s in record.summaries}
+    total_done = sum(c[0] for c in counts.values())
+    total_missed = sum(c[1] for c in counts.values())
+    fleet_p = total_missed / (total_done + total_missed) if total_done + total_missed else 0.0
+    participants: list[dict[str, Any]] = []
+    for address, by_model in weights.items():
+        done, missed = counts.get(address, (0, 0))
+        p = missed / (done + missed) if done + missed else fleet_p
+        models = list(by_model)
+        first = by_model[models[0]]
+        part: dict[str, Any] = {
+            "address": address,
+            "weight": first,
+            "miss": compute_miss_schedule(p, blocks, miss_timing, seed, address),
+            "capacity": None,
+            "models": models,
+        }
+        others = {m: w for m, w in by_model.items() if w != first}
+        if others:
+            part["model_weights"] = others
+        participants.append(part)
+    events = [
+        {
+            "height": min(blocks, max(1, x.height - offset)),
+            "address": x.address,
+            "kind": "exclude",
+            "reason": x.reason,
+        }
+        for x in sorted(record.exclusions, key=lambda x: (x.height, x.address))
+        if x.address in weights and x.height <= record.last_block_height
+    ]
+    description = (
+        f"Gonka mainnet epoch {record.epoch} as the chain recorded it: {len(participants)} "
+        f"participants, {requests} requests over {blocks} blocks "
+        f"(chain heights {record.effective_block_height}..{record.last_block_height}), "
+        f"{len(events)} exclusions replayed, misses {miss_timing}; selection path: {path}."
+    )
+    if path == NOT_MODELLED:
+        description += (
+            f" The summaries count {record.get_recorded_requests()} requests against the "
+            f"group's {record.number_of_requests}: most went through devshard escrows "
+            "(MsgCreateDevshardEscrow samples its slots by weight), not MsgStartInference; "
+            "here they are spread as MsgStartInference traffic."
+        )
+    data: dict[str, Any] = {
+        "name": f"mainnet-epoch-{record.epoch}",
+        "description": description,
+        "seed": seed,
+        "blocks": blocks,
+        "epoch_length": blocks + 1,
+        "expiration_blocks": _get_expiration(record),
+        "arrivals_per_block": requests / blocks,
+        "model_traffic": dict(shares),
+        "params": compute_epoch_params_patch(record.params, record.folder / "params.json"),
+        "source": _get_source(record, offset, path, miss_timing, traffic, requests),
+        "events": events,
+        "participants": participants,
+    }
+    if len(shares) <= 1:
+        del data["model_traffic"]
+    return parse_scenario(data, f"{record.folder} (built scenario)")
+
+
+def _get_expiration(record: EpochRecord) -> int:
+    validation = record.params.get("validation_params")
+    value = validation.get("expiration_blocks") if isinstance(validation, Mapping) else None
+    return int(value) if isinstance(value, str | int) and str(value).isdigit() else 150
+
+
+def _get_source(
+    record: EpochRecord,
+    offset: int,
+    path: str,
+    miss_timing: str,
+    traffic: str,
+    requests: int,
+) -> dict[str, Any]:
+    return {
+        "kind": "gonka-epoch",
+        "epoch": record.epoch,
+        "folder": record.folder.name,
+        "files": dict(record.files),
+        "effective_block_height": record.effective_block_height,
+        "last_block_height": record.last_block_height,
+        "height_offset": offset,
+        "number_of_requests": record.number_of_requests,
+        "recorded_requests": record.get_recorded_requests(),
+        "traffic": {"option": traffic, "requests": requests},
+        "selection_path": path,
+        "miss_timing": miss_timing,
+        "epoch_params": get_epoch_timing(record.params),
+        "confirmation_poc_events": [dict(e) for e in record.cpoc_events],
+    }
+
+
+def get_epoch_numbers(text: str) -> Sequence[int]:
+    """``A-B`` or ``A`` (an --epochs value) as the epochs it names; ValueError otherwise."""
+    lo, sep, hi = text.partition("-")
+    if not lo.isdigit() or (sep and not hi.isdigit()):
+        raise ValueError(f"expected A-B or A (epoch numbers), got {text!r}")
+    first, last = int(lo), int(hi) if sep else int(lo)
+    if last < first:
+        raise ValueError(f"expected A <= B, got {text!r}")
+    if last - first > 100_000:
+        raise ValueError(f"at most 100,000 epochs, got {text!r}")
+    return range(first, last + 1)
+
+
+def load_epoch_scenarios(
+    path: str | Path,
+    epochs: Sequence[int] | None = None,
+    *,
+    seed: int = 1,
+    miss_timing: str = "constant",
+    traffic: str = "auto",
+) -> list[Scenario]:
+    """The scenario of each epoch folder of ``path`` (an ``epoch_N`` folder or one holding
+    them; ``epochs`` picks some). Raises ChainDataError naming a bad file."""
+    return [
+        build_epoch_scenario(r, seed=seed, miss_timing=miss_timing, traffic=traffic)
+        for r in load_epoch_source(path, epochs)
+    ]
