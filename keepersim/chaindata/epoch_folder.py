@@ -72,6 +72,7 @@ class EpochRecord:
     effective_block_height: int
     last_block_height: int
     number_of_requests: int
+    previous_epoch_requests: int
     parent_weights: tuple[tuple[str, int], ...]
     subgroups: Mapping[str, tuple[tuple[str, int], ...]]
     summaries: tuple[SummaryRecord, ...]
@@ -220,6 +221,7 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
             f"{last} is before effective_block_height {effective} (the epoch has not ended)",
         )
     requests = g.get_uint(group, "number_of_requests", where, default=0)
+    previous = g.get_uint(group, "previous_epoch_requests", where, default=0)
     parent = _read_weights(g, group, where)
     models = g.get_list(group, "sub_group_models", where)
     subgroups: dict[str, tuple[tuple[str, int], ...]] = {}
@@ -279,6 +281,7 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
         effective_block_height=effective,
         last_block_height=last,
         number_of_requests=requests,
+        previous_epoch_requests=previous,
         parent_weights=parent,
         subgroups=subgroups,
         summaries=tuple(summaries),

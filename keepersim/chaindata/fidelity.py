@@ -99,11 +99,14 @@ def compute_epoch_fidelity(
     seeds: int = 5,
     miss_timing: str = "constant",
     traffic: str = "auto",
+    profile: str = "flat",
     on_run: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The fidelity of one epoch (see the module docstring): the summary and per-participant
     rows. ``on_run(epoch, seed)`` is called after each run (progress)."""
-    scenario = build_epoch_scenario(record, seed=1, miss_timing=miss_timing, traffic=traffic)
+    scenario = build_epoch_scenario(
+        record, seed=1, miss_timing=miss_timing, traffic=traffic, profile=profile
+    )
     fleet = [p.address for p in scenario.participants]
     sums = {a: [0, 0] for a in fleet}
     for seed in range(1, seeds + 1):
@@ -150,6 +153,7 @@ def compute_epoch_fidelity(
         "participants": len(fleet),
         "seeds": seeds,
         "miss_timing": miss_timing,
+        "traffic_profile": profile,
         "traffic_requests": round(scenario.arrivals_per_block * scenario.blocks),
         "recorded_inferences": rec_done,
         "simulated_inferences": sim_done,

@@ -9,12 +9,19 @@ What comes from where (docs/mainnet-epochs.md says why):
 * **Heights**: the run covers ``effective_block_height .. last_block_height``; run height ``h`` is
   chain height ``effective_block_height - 1 + h`` (``source.height_offset`` holds
   ``effective_block_height - 1``). ``epoch_length`` is the run's blocks + 1: no boundary inside.
-* **Traffic**: the parent group's ``number_of_requests`` over the epoch's blocks
-  (``arrivals_per_block``), split among models by the sub-groups' ``number_of_requests`` when
-  any is set, else by their total weight. When the summaries count more than
-  :data:`DEVSHARD_RATIO` times that (from epoch 251: devshard escrows), the traffic is the
-  summaries' total (inferences + misses, the total only) and the scenario says its selection path
-  is not modelled. ``traffic="requests"`` or ``"summaries"`` forces one source.
+* **Traffic**: the parent group's ``number_of_requests`` counts the epoch's *completed*
+  inferences (the validation end block increments it once per finished inference,
+  x/inference/module/inference_validation_endblock.go:78 at 8a35022b); the requests are those
+  and the misses: ``number_of_requests x (inferences + misses) / inferences`` of the summaries'
+  totals (totals only), over the epoch's blocks (``arrivals_per_block``), split among models by
+  their sub-groups' total weight (the sub-groups' own ``number_of_requests`` are 0 in every file).
+  When the summaries count more than :data:`DEVSHARD_RATIO` times as many inferences as
+  ``number_of_requests`` (from epoch 251: devshard escrows; 248: 1.24x), the traffic is the
+  summaries' total and the scenario says its selection path is not modelled.
+  ``traffic="requests"`` or ``"summaries"`` forces one source. ``profile="trend"`` shapes the
+  rate over the epoch geometrically from the previous epoch's requests to this one's
+  (``arrival_shape``; the group's ``previous_epoch_requests``); ``"flat"`` (default) keeps it
+  constant.
 * **Misses**: participant ``a``'s probability is ``missed_a / (inference_count_a +
   missed_a)``: the chain counts a finished inference in ``inference_count`` and an expired one in
   ``missed_requests`` only (x/inference/keeper/msg_server_finish_inference.go:315 at 8a35022b;
@@ -41,6 +48,7 @@ from keepersim.sim.scenario import Scenario, parse_scenario
 __all__ = [
     "DEVSHARD_RATIO",
     "MISS_TIMINGS",
+    "TRAFFIC_PROFILES",
     "TRAFFIC_SOURCES",
     "build_epoch_scenario",
     "compute_miss_schedule",
@@ -54,6 +62,10 @@ __all__ = [
 #: :data:`BURST_WINDOWS` windows covering :data:`BURST_SHARE` of the epoch, placed
 #: deterministically from the seed and the address.
 MISS_TIMINGS: Final = ("constant", "bursts")
+#: ``flat``: the same rate all epoch; ``trend``: a geometric ramp (see the module docstring).
+TRAFFIC_PROFILES: Final = ("flat", "trend")
+#: Segments of a ``trend`` arrival shape.
+TREND_SEGMENTS: Final = 100
 TRAFFIC_SOURCES: Final = ("auto", "requests", "summaries")
 #: Summaries counting more than this times the group's requests: traffic outside
 #: MsgStartInference (devshard), taken from the summaries.
@@ -63,15 +75,34 @@ BURST_SHARE: Final = 0.1
 NOT_MODELLED: Final = "not modelled: devshard"
 
 
-def get_epoch_traffic(record: EpochRecord, traffic: str = "auto") -> tuple[int, str]:
+def get_epoch_traffic(record: EpochRecord, traffic: str = "auto") -> tuple[float, str]:
     """(requests of the epoch, selection path): ``"MsgStartInference"`` or
     :data:`NOT_MODELLED` (see the module docstring)."""
     recorded = record.get_recorded_requests()
+    done = sum(s.inference_count for s in record.summaries)
     if traffic == "requests" or (
-        traffic == "auto" and recorded <= DEVSHARD_RATIO * record.number_of_requests
+        traffic == "auto" and done <= DEVSHARD_RATIO * record.number_of_requests
     ):
-        return record.number_of_requests, "MsgStartInference"
-    return recorded, NOT_MODELLED
+        scale = recorded / done if done else 1.0
+        return record.number_of_requests * scale, "MsgStartInference"
+    return float(recorded), NOT_MODELLED
+
+
+def compute_trend_shape(previous: int, current: int, blocks: int) -> list[list[float]]:
+    """A geometric arrival shape from the previous epoch's rate toward the next: factor
+    ``r**x / mean`` over the epoch (``x`` in [0, 1), ``r = current / previous``), in
+    :data:`TREND_SEGMENTS` steps whose block-weighted mean is 1. Flat when either is 0."""
+    segments = min(TREND_SEGMENTS, blocks)
+    if previous <= 0 or current <= 0 or segments < 2:
+        return [[0, 1.0]]
+    ratio = current / previous
+    starts = [1 + (blocks * k) // segments for k in range(segments)]
+    ends = [*starts[1:], blocks + 1]
+    raw = [ratio ** ((s - 1 + (e - s) / 2) / blocks) for s, e in zip(starts, ends, strict=True)]
+    mean = sum(f * (e - s) for f, s, e in zip(raw, starts, ends, strict=True)) / blocks
+    shape = [[s, f / mean] for s, f in zip(starts, raw, strict=True)]
+    shape[0][0] = 0
+    return shape
 
 
 def compute_model_traffic(record: EpochRecord) -> list[tuple[str, float]]:
@@ -123,8 +154,11 @@ def build_epoch_scenario(
     seed: int = 1,
     miss_timing: str = "constant",
     traffic: str = "auto",
+    profile: str = "flat",
 ) -> Scenario:
     """The scenario of one recorded epoch (see the module docstring)."""
+    if profile not in TRAFFIC_PROFILES:
+        raise ValueError(f"traffic profile {profile!r}: expected one of {TRAFFIC_PROFILES}")
     if miss_timing not in MISS_TIMINGS:
         raise ValueError(f"miss timing {miss_timing!r}: expected one of {MISS_TIMINGS}")
     if traffic not in TRAFFIC_SOURCES:
@@ -172,9 +206,10 @@ def build_epoch_scenario(
     ]
     description = (
         f"Gonka mainnet epoch {record.epoch} as the chain recorded it: {len(participants)} "
-        f"participants, {requests} requests over {blocks} blocks "
+        f"participants, {requests:.0f} requests over {blocks} blocks "
         f"(chain heights {record.effective_block_height}..{record.last_block_height}), "
-        f"{len(events)} exclusions replayed, misses {miss_timing}; selection path: {path}."
+        f"{len(events)} exclusions replayed, misses {miss_timing}, traffic {profile}; "
+        f"selection path: {path}."
     )
     if path == NOT_MODELLED:
         description += (
@@ -193,12 +228,18 @@ def build_epoch_scenario(
         "arrivals_per_block": requests / blocks,
         "model_traffic": dict(shares),
         "params": compute_epoch_params_patch(record.params, record.folder / "params.json"),
-        "source": _get_source(record, offset, path, miss_timing, traffic, requests),
+        "source": _get_source(record, offset, path, miss_timing, traffic, requests, profile),
         "events": events,
         "participants": participants,
     }
     if len(shares) <= 1:
         del data["model_traffic"]
+    if profile == "trend":
+        shape = compute_trend_shape(
+            record.previous_epoch_requests, record.number_of_requests, blocks
+        )
+        if len(shape) > 1:
+            data["arrival_shape"] = shape
     return parse_scenario(data, f"{record.folder} (built scenario)")
 
 
@@ -214,7 +255,8 @@ def _get_source(
     path: str,
     miss_timing: str,
     traffic: str,
-    requests: int,
+    requests: float,
+    profile: str,
 ) -> dict[str, Any]:
     return {
         "kind": "gonka-epoch",
@@ -226,7 +268,8 @@ def _get_source(
         "height_offset": offset,
         "number_of_requests": record.number_of_requests,
         "recorded_requests": record.get_recorded_requests(),
-        "traffic": {"option": traffic, "requests": requests},
+        "previous_epoch_requests": record.previous_epoch_requests,
+        "traffic": {"option": traffic, "requests": requests, "profile": profile},
         "selection_path": path,
         "miss_timing": miss_timing,
         "epoch_params": get_epoch_timing(record.params),
@@ -254,10 +297,13 @@ def load_epoch_scenarios(
     seed: int = 1,
     miss_timing: str = "constant",
     traffic: str = "auto",
+    profile: str = "flat",
 ) -> list[Scenario]:
     """The scenario of each epoch folder of ``path`` (an ``epoch_N`` folder or one holding
     them; ``epochs`` picks some). Raises ChainDataError naming a bad file."""
     return [
-        build_epoch_scenario(r, seed=seed, miss_timing=miss_timing, traffic=traffic)
+        build_epoch_scenario(
+            r, seed=seed, miss_timing=miss_timing, traffic=traffic, profile=profile
+        )
         for r in load_epoch_source(path, epochs)
     ]

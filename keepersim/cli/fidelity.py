@@ -58,6 +58,7 @@ def run_fidelity(args: argparse.Namespace) -> int:
                 seeds=args.seeds,
                 miss_timing=args.miss_timing,
                 traffic=args.traffic,
+                profile=args.traffic_profile,
                 on_run=lambda epoch, seed: print(
                     f"epoch {epoch}: seed {seed}/{args.seeds}", file=sys.stderr
                 ),

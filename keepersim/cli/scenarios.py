@@ -87,7 +87,7 @@ def add_scenarios_command(subparsers: Any) -> None:
 
 def add_epoch_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``scenarios from-chain`` and ``fidelity``."""
-    from keepersim.chaindata.fleet import MISS_TIMINGS, TRAFFIC_SOURCES
+    from keepersim.chaindata.fleet import MISS_TIMINGS, TRAFFIC_PROFILES, TRAFFIC_SOURCES
 
     parser.add_argument(
         "source",
@@ -116,6 +116,14 @@ def add_epoch_options(parser: argparse.ArgumentParser) -> None:
         help="the epoch's requests: the parent group's number_of_requests (requests), the "
         "summaries' total (summaries), or auto (the default: requests, unless the summaries "
         "count over 1.1x as many: devshard traffic, not modelled)",
+    )
+
+    parser.add_argument(
+        "--traffic-profile",
+        choices=TRAFFIC_PROFILES,
+        default="flat",
+        help="the arrival rate over the epoch (the record gives totals only): flat (the "
+        "default) or trend (geometric from the previous epoch's requests to this one's)",
     )
 
 
@@ -210,6 +218,7 @@ def run_scenarios_from_chain(args: argparse.Namespace) -> int:
         seed=args.seed,
         miss_timing=args.miss_timing,
         traffic=args.traffic,
+        profile=args.traffic_profile,
     )
     texts = [(f"{s.name}.json", format_scenario_json(s), s) for s in scenarios]
     for name, text, s in texts:

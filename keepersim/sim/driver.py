@@ -28,7 +28,8 @@ Genesis
     registered nodes (``keepersim.participant_nodes``); chain id ``keepersim-<scenario name>``.
 
 Requests
-    The number of requests arriving at height ``h`` is Poisson(``arrivals_per_block``), drawn
+    The number of requests arriving at height ``h`` is Poisson(``arrivals_per_block``, times
+    the ``arrival_shape`` factor of ``h`` when the scenario has one), drawn
     for all heights at once from ``numpy.random.default_rng(seed)``: nothing else uses that
     generator, so every policy sees the same request stream. Request ``n`` (numbered from 0 in
     arrival order) has inference id ``req-<n, 8 digits>``; its model is the only model of the
@@ -126,7 +127,7 @@ from keepersim.sim.oracle import (
     get_policy_override,
 )
 from keepersim.sim.scenario import Scenario, format_scenario_json, get_json_type
-from keepersim.sim.scenario_extras import compute_params_patch
+from keepersim.sim.scenario_extras import compute_arrival_factors, compute_params_patch
 from keepersim.store.checkpoint import (
     DictJournal,
     ResumeError,
@@ -768,9 +769,12 @@ class ScenarioStepper:
         self.deliver = deliver if deliver is not None else partial(chain.deliver_block, strict=True)
         self.on_selection = on_selection
         self.on_start = on_start
-        self.counts = np.random.default_rng(self.seed).poisson(
-            scenario.arrivals_per_block, size=self.blocks
-        )
+        rng = np.random.default_rng(self.seed)
+        if scenario.arrival_shape:
+            factors = compute_arrival_factors(scenario.arrival_shape, self.blocks)
+            self.counts = rng.poisson(scenario.arrivals_per_block * np.asarray(factors))
+        else:
+            self.counts = rng.poisson(scenario.arrivals_per_block, size=self.blocks)
         self.specs = {p.address: p for p in scenario.participants}
         self.models = sorted({m for p in scenario.participants for m in p.models})
         self.governance: dict[int, list[ModuleParams]] = {}

@@ -197,6 +197,8 @@ class Scenario:
     max_reselects: int = DEFAULT_MAX_RESELECTS
     pushback: bool = DEFAULT_PUSHBACK
     description: str = ""
+    #: ``(from_block, factor)``: the arrival rate's factor from that block on (empty: 1).
+    arrival_shape: tuple[tuple[int, float], ...] = ()
     #: ``(model, share)``: a request's model drawn with these shares (empty: uniform).
     model_traffic: tuple[tuple[str, float], ...] = ()
     events: tuple[ScenarioEvent, ...] = ()
@@ -643,6 +645,7 @@ def _build(obj: Mapping[str, Any]) -> Scenario:
         max_reselects=int(obj.get("max_reselects", DEFAULT_MAX_RESELECTS)),
         pushback=bool(obj.get("pushback", DEFAULT_PUSHBACK)),
         description=obj.get("description", ""),
+        arrival_shape=tuple((int(b), float(f)) for b, f in obj.get("arrival_shape", ())),
         model_traffic=tuple((m, float(v)) for m, v in obj.get("model_traffic", {}).items()),
         events=tuple(
             ScenarioEvent(int(e["height"]), e["address"], e["kind"], e["reason"])
@@ -753,6 +756,8 @@ def dump_scenario(s: Scenario) -> dict[str, Any]:
         out["max_reselects"] = s.max_reselects
     if s.pushback != DEFAULT_PUSHBACK:
         out["pushback"] = s.pushback
+    if s.arrival_shape:
+        out["arrival_shape"] = [[b, f] for b, f in s.arrival_shape]
     if s.model_traffic:
         out["model_traffic"] = dict(s.model_traffic)
     if s.params is not None:
@@ -770,7 +775,10 @@ def format_scenario_json(s: Scenario) -> str:
     obj = dump_scenario(s)
     participants = obj.pop("participants")
     events = obj.pop("events", None)
+    shape = obj.pop("arrival_shape", None)
     head = json.dumps(obj, indent=2, ensure_ascii=False)[:-2]
+    if shape:
+        head += ',\n  "arrival_shape": ' + json.dumps(shape)
     if events:
         lines = ",\n".join("    " + json.dumps(e, ensure_ascii=False) for e in events)
         head += ',\n  "events": [\n' + lines + "\n  ]"

@@ -6,6 +6,8 @@ params and the record's provenance. Each is optional; a scenario without them ru
   the run delivers ``keepersim.v1.MsgExcludeParticipant`` and ``A`` leaves selection for the rest
   of the epoch (its effect on the chain: x/inference/keeper/participant_status.go, gonka
   ee730031). Heights are the run's (1 = the first block).
+* ``arrival_shape``: ``[[from_block, factor], ...]``: the arrival rate of blocks from
+  ``from_block`` on is ``arrivals_per_block x factor`` (default: factor 1 all run).
 * ``model_traffic``: ``{"model": share}``: a request's model is drawn with these relative shares
   (default: uniformly among the fleet's models).
 * per participant ``model_weights``: ``{"model": weight}``: its weight in that model's sub-group
@@ -18,7 +20,8 @@ params and the record's provenance. Each is optional; a scenario without them ru
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,6 +31,7 @@ from keepersim.types.params import get_default_params, params_from_dict, params_
 __all__ = [
     "EVENT_KINDS",
     "ScenarioEvent",
+    "compute_arrival_factors",
     "compute_params_patch",
     "get_extra_problems",
 ]
@@ -70,6 +74,61 @@ def compute_params_patch(base: dict[str, Any], patch: Mapping[str, Any]) -> dict
     """``base`` (a ``params_to_dict``) with the chain-params ``patch`` merged into its
     ``params``."""
     return {**base, "params": _merge(base.get("params", {}), patch)}
+
+
+def compute_arrival_factors(shape: Sequence[tuple[int, float]], blocks: int) -> list[float]:
+    """Each block's factor (blocks 1..``blocks``) of an ``arrival_shape``."""
+    out = [1.0] * blocks
+    for i, (start, factor) in enumerate(shape):
+        end = shape[i + 1][0] if i + 1 < len(shape) else blocks + 1
+        for h in range(max(1, start), min(end, blocks + 1)):
+            out[h - 1] = factor
+    return out
+
+
+def _shape_problems(obj: Mapping[str, Any]) -> list[_Problem]:
+    shape = obj.get("arrival_shape")
+    if not isinstance(shape, list):
+        return []
+    problems: list[_Problem] = []
+    previous = -1
+    for j, entry in enumerate(shape):
+        if not isinstance(entry, list) or len(entry) != 2:
+            return problems
+        start, factor = entry
+        if isinstance(factor, float) and not math.isfinite(factor):
+            problems.append((("arrival_shape", j, 1), f"expected a finite number, got {factor!r}"))
+        if j == 0 and start != 0:
+            problems.append(
+                (("arrival_shape", 0, 0), f"expected the first from_block to be 0, got {start!r}")
+            )
+        elif start <= previous:
+            problems.append(
+                (
+                    ("arrival_shape", j, 0),
+                    f"expected from_block > {previous} (from_blocks must strictly increase), got {start!r}",
+                )
+            )
+        previous = start
+    arrivals, blocks = obj.get("arrivals_per_block"), obj.get("blocks")
+    if problems or not isinstance(arrivals, int | float) or not isinstance(blocks, int):
+        return problems
+    if not 0 < blocks <= 1_000_000:
+        return problems
+    factors = compute_arrival_factors([(int(b), float(f)) for b, f in shape], blocks)
+    expected = arrivals * sum(factors)
+    if expected > 5_000_000:
+        problems.append(
+            (
+                ("arrival_shape",),
+                f"the expected requests {expected:.6g} are above the limit 5,000,000",
+            )
+        )
+    if arrivals * max(factors) > 10_000:
+        problems.append(
+            (("arrival_shape",), "arrivals_per_block x a factor is above the limit 10,000")
+        )
+    return problems
 
 
 def _params_problem(patch: Mapping[str, Any]) -> str | None:
@@ -137,6 +196,7 @@ def get_extra_problems(obj: Mapping[str, Any]) -> list[_Problem]:
                         f"{event['address']!r} is not a participant of the scenario",
                     )
                 )
+    problems.extend(_shape_problems(obj))
     params = obj.get("params")
     if isinstance(params, Mapping):
         problem = _params_problem(params)
