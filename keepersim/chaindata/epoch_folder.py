@@ -41,7 +41,7 @@ __all__ = [
 _EPOCH_DIR: Final = re.compile(r"^epoch_(\d+)$")
 
 
-class ChainDataError(KeepersimError):
+class ChainDataError(KeepersimError, ValueError):
     """A file of an epoch folder is missing, unreadable, not JSON, or not of the route's shape
     or of the epoch (the message names the file and field)."""
 
