@@ -126,3 +126,57 @@ def test_fidelity_of_a_pre_devshard_epoch() -> None:
     assert {r["address"] for r in result["participants"]} == {
         a for members in _pre_devshard_epoch().subgroups.values() for a, w in members if w > 0
     }
+
+
+def test_exclude_message_on_the_chain() -> None:
+    """MsgExcludeParticipant: only the x/gov account signs it; an unknown participant or an
+    empty reason is rejected; a second exclusion of the same participant changes nothing
+    (upstream's AlreadySet); selection leaves the participant out from the next block."""
+    from keepersim.module.genesis import compute_genesis
+    from keepersim.types.bech32 import GOV_AUTHORITY
+    from keepersim.types.messages import MLNodeInfo, Participant
+    from keepersim.types.params import get_default_params
+    from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
+    from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgExcludeParticipant
+
+    params = get_default_params()
+    params.extension_params.health_params.policy = "none"
+    genesis = compute_genesis(
+        "excl",
+        params,
+        [
+            (
+                Participant(address=a, weight=100),
+                ParticipantNodes(
+                    address=a,
+                    models=["m"],
+                    ml_nodes=[MLNodeInfo(node_id="n", timeslot_allocation=[True, True])],
+                ),
+            )
+            for a in ("p0", "p1")
+        ],
+    )
+    with Chain.open(memory=True, genesis=genesis) as chain:
+        bad = chain.deliver_block(
+            [
+                MsgExcludeParticipant(authority="someone", address="p0", reason="x"),
+                MsgExcludeParticipant(authority=GOV_AUTHORITY, address="nobody", reason="x"),
+                MsgExcludeParticipant(authority=GOV_AUTHORITY, address="p0", reason=""),
+            ]
+        )
+        assert [r.ok for r in bad.tx_results] == [False, False, False]
+        assert "governance account" in bad.tx_results[0].error
+        good = chain.deliver_block(
+            [
+                MsgExcludeParticipant(
+                    authority=GOV_AUTHORITY, address="p0", reason="failed_confirmation_poc"
+                ),
+                MsgExcludeParticipant(authority=GOV_AUTHORITY, address="p0", reason="later"),
+            ]
+        )
+        assert all(r.ok for r in good.tx_results)
+        assert {chain.get_random_executor("m", f"r{i}").address for i in range(30)} == {"p1"}
+        with chain.read() as k:
+            assert [
+                (x.address, x.reason, x.exclusion_block_height) for x in k.iterate_excluded()
+            ] == [("p0", "failed_confirmation_poc", 2)]
