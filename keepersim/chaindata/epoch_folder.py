@@ -75,6 +75,8 @@ class EpochRecord:
     previous_epoch_requests: int
     parent_weights: tuple[tuple[str, int], ...]
     subgroups: Mapping[str, tuple[tuple[str, int], ...]]
+    #: Each sub-group's own ``number_of_requests`` (0 in every file seen so far).
+    subgroup_requests: Mapping[str, int]
     summaries: tuple[SummaryRecord, ...]
     exclusions: tuple[ExclusionRecord, ...]
     cpoc_events: tuple[Mapping[str, Any], ...]
@@ -225,6 +227,7 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
     parent = _read_weights(g, group, where)
     models = g.get_list(group, "sub_group_models", where)
     subgroups: dict[str, tuple[tuple[str, int], ...]] = {}
+    subgroup_requests: dict[str, int] = {}
     for i, model in enumerate(models):
         if not isinstance(model, str) or not model:
             raise g.fail(f"{where}.sub_group_models[{i}]", "expected a non-empty string")
@@ -235,6 +238,7 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
         if got != model:
             raise s.fail(f"{where}.model_id", f"is {got!r}, expected {model!r}")
         subgroups[model] = _read_weights(s, sub, where)
+        subgroup_requests[model] = s.get_uint(sub, "number_of_requests", where, default=0)
 
     p = read(f"epoch_performance_summary_{epoch}.json")
     summaries: list[SummaryRecord] = []
@@ -284,6 +288,7 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
         previous_epoch_requests=previous,
         parent_weights=parent,
         subgroups=subgroups,
+        subgroup_requests=subgroup_requests,
         summaries=tuple(summaries),
         exclusions=tuple(exclusions),
         cpoc_events=tuple(events),

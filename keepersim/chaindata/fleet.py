@@ -41,9 +41,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from keepersim.chaindata.epoch_folder import EpochRecord, load_epoch_source
+from keepersim.chaindata.epoch_folder import (
+    ChainDataError,
+    EpochRecord,
+    get_subgroup_file_name,
+    load_epoch_source,
+)
 from keepersim.chaindata.epoch_params import compute_epoch_params_patch, get_epoch_timing
-from keepersim.sim.scenario import Scenario, parse_scenario
+from keepersim.sim.scenario import Scenario, ScenarioError, parse_scenario
 
 __all__ = [
     "DEVSHARD_RATIO",
@@ -107,10 +112,18 @@ def compute_trend_shape(previous: int, current: int, blocks: int) -> list[list[f
 
 def compute_model_traffic(record: EpochRecord) -> list[tuple[str, float]]:
     """Each model with members and its share of requests, largest first (ties by name): by the
-    sub-groups' total weight (their ``number_of_requests`` are 0 in every file seen)."""
+    sub-groups' own ``number_of_requests`` when any is set, else by their total weight (their
+    ``number_of_requests`` are 0 in every file seen so far)."""
     totals = {m: sum(w for _, w in members) for m, members in record.subgroups.items()}
+    if any(record.subgroup_requests.values()):
+        totals = {m: record.subgroup_requests.get(m, 0) if t > 0 else 0 for m, t in totals.items()}
     shares = {m: float(t) for m, t in totals.items() if t > 0}
+    if not shares:  # the set requests fall on models without members: back to weights
+        shares = {m: float(sum(w for _, w in ms)) for m, ms in record.subgroups.items()}
+        shares = {m: s for m, s in shares.items() if s > 0}
     total = sum(shares.values())
+    if total <= 0:
+        return []
     return sorted(((m, s / total) for m, s in shares.items()), key=lambda x: (-x[1], x[0]))
 
 
@@ -173,6 +186,12 @@ def build_epoch_scenario(
         for address, weight in record.subgroups[model]:
             if weight > 0:
                 weights.setdefault(address, {})[model] = weight
+    if not weights:
+        names = ", ".join(get_subgroup_file_name(record.epoch, m) for m in record.subgroups)
+        raise ChainDataError(
+            f"{record.folder}: no sub-group member with a weight > 0 "
+            f"({names or 'the parent group lists no sub_group_models'}): no fleet to build"
+        )
     counts = {s.address: (s.inference_count, s.missed_requests) for s in record.summaries}
     total_done = sum(c[0] for c in counts.values())
     total_missed = sum(c[1] for c in counts.values())
@@ -240,7 +259,13 @@ def build_epoch_scenario(
         )
         if len(shape) > 1:
             data["arrival_shape"] = shape
-    return parse_scenario(data, f"{record.folder} (built scenario)")
+    try:
+        return parse_scenario(data, f"{record.folder} (built scenario)")
+    except ScenarioError as exc:
+        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+        raise ChainDataError(
+            f"{record.folder}: the epoch does not fit a scenario: {exc.problems[0]}{more}"
+        ) from exc
 
 
 def _get_expiration(record: EpochRecord) -> int:

@@ -139,7 +139,9 @@ def test_counts_never_reach_weights_or_traffic(tmp_path: Path) -> None:
     assert after.model_traffic == before.model_traffic
 
 
-@pytest.mark.parametrize("breakage", ["missing", "truncated", "other_epoch", "subgroup_missing"])
+@pytest.mark.parametrize(
+    "breakage", ["missing", "truncated", "other_epoch", "subgroup_missing", "empty_fleet"]
+)
 def test_a_broken_folder_is_one_line_naming_the_file(
     breakage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -165,8 +167,14 @@ def test_a_broken_folder_is_one_line_naming_the_file(
         broken.write_text(json.dumps(data))
     else:
         group = _read(folder, f"epoch_group_data_{epoch}.json")["epoch_group_data"]
-        broken = folder / get_subgroup_file_name(epoch, group["sub_group_models"][0])
-        broken.unlink()
+        for model in group["sub_group_models"]:
+            broken = folder / get_subgroup_file_name(epoch, model)
+            if breakage == "subgroup_missing":
+                broken.unlink()
+                break
+            data = _read(folder, broken.name)
+            data["epoch_group_data"]["validation_weights"] = []
+            broken.write_text(json.dumps(data))
     out = tmp_path / "out"
     status, _, err = run(capsys, "scenarios", "from-chain", str(folder), "--out", str(out))
     assert status == 2
