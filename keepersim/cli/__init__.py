@@ -21,6 +21,7 @@ from typing import Any
 from keepersim.cli.common import CommandParser, UsageError, get_input_errors
 from keepersim.cli.compare import add_compare_command
 from keepersim.cli.export import add_export_command
+from keepersim.cli.fidelity import add_fidelity_command
 from keepersim.cli.params import add_params_command
 from keepersim.cli.proposal import add_proposal_command
 from keepersim.cli.replay import add_replay_command
@@ -54,6 +55,7 @@ COMMANDS: list[CommandAdder] = [
     add_replay_command,
     add_serve_command,
     add_export_command,
+    add_fidelity_command,
 ]
 
 

@@ -143,8 +143,9 @@ def check_resume_option(args: argparse.Namespace) -> None:
 
 
 def load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
-    """A built-in name (built with ``seed``, default 1) or a scenario file. Returns the scenario
-    and the run seed override (None: the scenario's own seed)."""
+    """A built-in name (built with ``seed``, default 1), a scenario file or one epoch folder of
+    the chain's record (``epoch_N``, built as ``scenarios from-chain`` does). Returns the
+    scenario and the run seed override (None: the scenario's own seed)."""
     from keepersim.sim.scenario import load_scenario
     from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
 
@@ -154,8 +155,18 @@ def load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
     if not path.exists():
         raise UsageError(
             f"{value!r} is neither a built-in scenario ({', '.join(list_builtin_scenarios())}) "
-            "nor an existing file (see `keepersim scenarios list`)"
+            "nor an existing file or epoch folder (see `keepersim scenarios list`)"
         )
+    if path.is_dir():
+        from keepersim.chaindata.fleet import load_epoch_scenarios
+
+        scenarios = load_epoch_scenarios(path)
+        if len(scenarios) != 1:
+            raise UsageError(
+                f"{value!r} holds {len(scenarios)} epochs; give one epoch_N folder "
+                "(or use compare, which runs each)"
+            )
+        return scenarios[0], seed
     return load_scenario(path), seed
 
 

@@ -47,13 +47,15 @@ def add_compare_command(subparsers: Any) -> None:
         "scenarios",
         nargs="*",
         metavar="SCENARIO",
-        help=f"built-in names or scenario files (default: {DEFAULT_COMPARE_SCENARIO})",
+        help=f"built-in names, scenario files or folders of the chain's recorded epochs "
+        f"(epoch_N/, or a folder holding them: one scenario per epoch) "
+        f"(default: {DEFAULT_COMPARE_SCENARIO})",
     )
     parser.add_argument(
         "--policies",
         type=parse_name_list,
         default=None,
-        help="comma-separated policies (default: every registered policy)",
+        help="comma-separated policies, or all (default: every registered policy)",
     )
     parser.add_argument(
         "--seeds", type=get_int_type(1), default=DEFAULT_COMPARE_SEEDS, help="seeds per scenario"
@@ -81,7 +83,9 @@ def run_compare(args: argparse.Namespace) -> int:
     from keepersim.sim.driver import get_known_policies
 
     # parse_name_list: a non-empty list without empty names
-    policies = get_known_policies() if args.policies is None else args.policies
+    policies = (
+        get_known_policies() if args.policies is None or args.policies == ["all"] else args.policies
+    )
     unknown = [p for p in policies if p not in get_known_policies()]
     if unknown:
         raise UsageError(

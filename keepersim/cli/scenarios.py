@@ -1,4 +1,5 @@
-"""``keepersim scenarios``: list the built-in scenarios, or generate a scenario file."""
+"""``keepersim scenarios``: list the built-in scenarios, generate a scenario file, or build
+scenario files from the chain's recorded epochs (``from-chain``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from typing import Any
 from keepersim.cli.argtypes import get_float_type, get_int_type, parse_seed
 from keepersim.cli.common import UsageError, check_output_args
 
-__all__ = ["add_scenarios_command", "run_scenarios_generate", "run_scenarios_list"]
+__all__ = [
+    "add_scenarios_command",
+    "run_scenarios_from_chain",
+    "run_scenarios_generate",
+    "run_scenarios_list",
+]
 
 
 def _pair(kind: type[float] | type[int]) -> Callable[[str], tuple[float, float]]:
@@ -32,7 +38,7 @@ def add_scenarios_command(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "scenarios", help="list the built-in scenarios or generate a new one"
     )
-    sub = parser.add_subparsers(dest="scenarios_command", metavar="{list,generate}")
+    sub = parser.add_subparsers(dest="scenarios_command", metavar="{list,generate,from-chain}")
     sub.required = True
     lister = sub.add_parser("list", help="the built-in scenarios and what they model")
     lister.set_defaults(handler=run_scenarios_list)
@@ -76,6 +82,77 @@ def add_scenarios_command(subparsers: Any) -> None:
         "--expiration-blocks", type=get_int_type(1, lim.MAX_EXPIRATION_BLOCKS), default=150
     )
     gen.set_defaults(handler=run_scenarios_generate)
+    add_from_chain_command(sub)
+
+
+def add_epoch_options(parser: argparse.ArgumentParser) -> None:
+    """The options shared by ``scenarios from-chain`` and ``fidelity``."""
+    from keepersim.chaindata.fleet import MISS_TIMINGS, TRAFFIC_PROFILES, TRAFFIC_SOURCES
+
+    parser.add_argument(
+        "source",
+        metavar="DIR",
+        help="the chain's recorded epochs: an epoch_N folder, or a folder holding them",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=parse_epochs,
+        default=None,
+        metavar="A-B",
+        help="only these epochs (A-B or A; default: every epoch_N folder)",
+    )
+    parser.add_argument(
+        "--miss-timing",
+        choices=MISS_TIMINGS,
+        default="constant",
+        help="when in the epoch a participant misses (the record does not say): constant "
+        "(its recorded rate all epoch, the default) or bursts (the same expected misses in "
+        "3 windows covering 10%% of the epoch, placed from the seed)",
+    )
+    parser.add_argument(
+        "--traffic",
+        choices=TRAFFIC_SOURCES,
+        default="auto",
+        help="the epoch's requests: the parent group's number_of_requests (requests), the "
+        "summaries' total (summaries), or auto (the default: requests, unless the summaries "
+        "count over 1.1x as many: devshard traffic, not modelled)",
+    )
+
+    parser.add_argument(
+        "--traffic-profile",
+        choices=TRAFFIC_PROFILES,
+        default="flat",
+        help="the arrival rate over the epoch (the record gives totals only): flat (the "
+        "default) or trend (geometric from the previous epoch's requests to this one's)",
+    )
+
+
+def parse_epochs(text: str) -> list[int]:
+    from keepersim.chaindata.fleet import get_epoch_numbers
+
+    try:
+        return list(get_epoch_numbers(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_from_chain_command(sub: Any) -> None:
+    parser = sub.add_parser(
+        "from-chain",
+        help="build one scenario file per epoch from the chain's recorded epoch data",
+        description=(
+            "Build a scenario per recorded epoch (the node's REST answers in epoch_N/ folders): "
+            "the sub-groups' members and weights, the epoch's requests and params, each "
+            "participant's recorded miss rate, the recorded exclusions at their heights "
+            "(docs/mainnet-epochs.md). Files: OUTDIR/mainnet-epoch-N.json."
+        ),
+    )
+    add_epoch_options(parser)
+    parser.add_argument("--seed", type=parse_seed, default=1, help="the scenarios' seed (1)")
+    parser.add_argument(
+        "--out", default=".", metavar="OUTDIR", help="folder for the scenario files (default .)"
+    )
+    parser.set_defaults(handler=run_scenarios_from_chain)
 
 
 def run_scenarios_list(args: argparse.Namespace) -> int:
@@ -126,4 +203,31 @@ def run_scenarios_generate(args: argparse.Namespace) -> int:
     else:
         write_text_atomic(args.out, text)
         print(f"wrote {args.out}: {scenario.name}, {len(scenario.participants)} participants")
+    return 0
+
+
+def run_scenarios_from_chain(args: argparse.Namespace) -> int:
+    from keepersim.chaindata.fleet import load_epoch_scenarios
+    from keepersim.outputs import write_text_atomic
+    from keepersim.sim.scenario import format_scenario_json
+
+    check_output_args(args, folders=("out",))
+    scenarios = load_epoch_scenarios(
+        args.source,
+        args.epochs,
+        seed=args.seed,
+        miss_timing=args.miss_timing,
+        traffic=args.traffic,
+        profile=args.traffic_profile,
+    )
+    texts = [(f"{s.name}.json", format_scenario_json(s), s) for s in scenarios]
+    for name, text, s in texts:
+        path = f"{args.out.rstrip('/')}/{name}"
+        write_text_atomic(path, text)
+        source = s.source or {}
+        print(
+            f"wrote {path}: {len(s.participants)} participants, {s.blocks} blocks, "
+            f"{s.arrivals_per_block * s.blocks:.0f} requests, {len(s.events)} exclusions; "
+            f"selection path: {source.get('selection_path', '')}"
+        )
     return 0

@@ -89,8 +89,19 @@ def process_new_epoch_group(keeper: Keeper, epoch_index: int, height: int) -> No
             ml_nodes=nodes.ml_nodes if nodes is not None else (),
         )
         members.append(member)
-        for model in nodes.models if nodes is not None else ():
-            models.setdefault(model, []).append(member)
+        if nodes is None:
+            continue
+        for model in nodes.models:
+            model_weight = nodes.model_weights.get(model, participant.weight)
+            if model_weight == participant.weight:
+                models.setdefault(model, []).append(member)
+            elif model_weight > 0:
+                # The sub-group's own weight (the chain sums the PoC weight of the ML nodes
+                # serving the model: sub-group members' weights differ from the parent's).
+                sub_member = ValidationWeight()
+                sub_member.CopyFrom(member)
+                sub_member.weight = model_weight
+                models.setdefault(model, []).append(sub_member)
     keeper.set_epoch(Epoch(index=epoch_index, poc_start_block_height=height))
     keeper.set_effective_epoch_index(epoch_index)
     keeper.set_epoch_group(

@@ -17,8 +17,8 @@ from keepersim.keeper.keeper import Keeper
 from keepersim.module.params_load import get_loaded_policy
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.errors import InvalidMessageError, UnauthorizedError
-from keepersim.types.events import ParamsUpdated
-from keepersim.types.messages import ACTIVE, Params, Participant
+from keepersim.types.events import ParamsUpdated, ParticipantDeactivated
+from keepersim.types.messages import ACTIVE, INACTIVE, ExcludedParticipant, Params, Participant
 from keepersim.types.pb.inference.inference.tx_pb2 import (
     MsgFinishInference,
     MsgStartInference,
@@ -28,6 +28,7 @@ from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 from keepersim.types.pb.keepersim.v1.tx_pb2 import (
     MsgDeclineInference,
+    MsgExcludeParticipant,
     MsgRegisterParticipant,
     MsgUpdateExtensionParams,
     Tx,
@@ -101,6 +102,37 @@ def process_register_participant(ctx: BlockContext, msg: MsgRegisterParticipant)
     )
 
 
+def process_exclude_participant(ctx: BlockContext, msg: MsgExcludeParticipant) -> None:
+    """A recorded exclusion replayed: the participant leaves selection for the rest of the epoch
+    and the chain's ExcludedParticipant entry is written at this height, as
+    ``recordExclusion`` does (x/inference/keeper/participant_status.go:135-148, gonka ee730031).
+    Upstream sets INVALID for ``consecutive_failures`` and ``statistical_invalidations``
+    (calculations/status.go:63,67) and INACTIVE otherwise; both remove the participant from the
+    epoch's groups (participant_status.go:126-133). keepersim sets INACTIVE for every reason, its
+    one "out for the rest of the epoch" status (reset at the boundary). A participant already out
+    is left as it is (upstream's ``AlreadySet``, status.go:55-57)."""
+    _require_gov_authority(msg.authority, "MsgExcludeParticipant")
+    if not msg.reason:
+        raise InvalidMessageError("MsgExcludeParticipant.reason is empty")
+    keeper = ctx.keeper
+    participant = keeper.get_participant(msg.address)
+    if participant is None:
+        raise InvalidMessageError(f"MsgExcludeParticipant: unknown participant {msg.address!r}")
+    if participant.status != ACTIVE:
+        return
+    participant.status = INACTIVE
+    keeper.set_participant(participant)
+    keeper.set_excluded(
+        ExcludedParticipant(
+            epoch_index=keeper.get_effective_epoch_index(),
+            address=msg.address,
+            reason=msg.reason,
+            exclusion_block_height=ctx.height,
+        )
+    )
+    keeper.emit(ParticipantDeactivated(ctx.height, msg.address, "", msg.reason))
+
+
 _HANDLERS: dict[type[Message], Callable[[BlockContext, Any], None]] = {
     MsgStartInference: process_start_inference,
     MsgFinishInference: process_finish_inference,
@@ -108,6 +140,7 @@ _HANDLERS: dict[type[Message], Callable[[BlockContext, Any], None]] = {
     MsgUpdateParams: process_update_params,
     MsgUpdateExtensionParams: process_update_extension_params,
     MsgRegisterParticipant: process_register_participant,
+    MsgExcludeParticipant: process_exclude_participant,
 }
 
 

@@ -1,5 +1,6 @@
-"""What a set of runs is made of: scenario sources (built-in names rebuilt per seed, files or
-Scenario objects with their own seeds) and the ordered policy list with the baselines.
+"""What a set of runs is made of: scenario sources (built-in names rebuilt per seed, files,
+folders of the chain's recorded epochs (one scenario per epoch) or Scenario objects with their
+own seeds) and the ordered policy list with the baselines.
 
 Seeds (compare and sweep alike): a built-in scenario is rebuilt for each seed ``1..N``
 (``get_builtin_scenario(name, seed)``) and run with that seed; a scenario file (or a
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from keepersim.chaindata.fleet import load_epoch_scenarios
 from keepersim.sim.driver import get_known_policies
 from keepersim.sim.scenario import Scenario, load_scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
@@ -62,8 +64,14 @@ def resolve_scenarios(items: Sequence[Scenario | str | os.PathLike[str]]) -> lis
             if not path.exists():
                 raise CompareError(
                     f"{os.fspath(item)!r} is neither a built-in scenario "
-                    f"({', '.join(sorted(builtins))}) nor an existing file"
+                    f"({', '.join(sorted(builtins))}) nor an existing file or epoch folder"
                 )
+            if path.is_dir():
+                # The chain's recorded epochs (an epoch_N folder, or one holding them): one
+                # scenario per epoch (keepersim.chaindata.fleet, defaults of from-chain).
+                for scenario in load_epoch_scenarios(path):
+                    out.append(ScenarioSource(scenario.name, scenario=scenario))
+                continue
             scenario = load_scenario(path)
             out.append(ScenarioSource(scenario.name, scenario=scenario))
     seen: dict[str, int] = {}

@@ -17,6 +17,7 @@ from keepersim.types.errors import BlockError
 from keepersim.types.messages import MsgFinishInference, MsgStartInference, MsgUpdateParams
 from keepersim.types.pb.keepersim.v1.tx_pb2 import (
     MsgDeclineInference,
+    MsgExcludeParticipant,
     MsgRegisterParticipant,
     MsgUpdateExtensionParams,
 )
@@ -31,6 +32,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
     "MsgUpdateParams": MsgUpdateParams,
     "MsgUpdateExtensionParams": MsgUpdateExtensionParams,
     "MsgRegisterParticipant": MsgRegisterParticipant,
+    "MsgExcludeParticipant": MsgExcludeParticipant,
 }
 
 

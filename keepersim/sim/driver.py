@@ -28,7 +28,8 @@ Genesis
     registered nodes (``keepersim.participant_nodes``); chain id ``keepersim-<scenario name>``.
 
 Requests
-    The number of requests arriving at height ``h`` is Poisson(``arrivals_per_block``), drawn
+    The number of requests arriving at height ``h`` is Poisson(``arrivals_per_block``, times
+    the ``arrival_shape`` factor of ``h`` when the scenario has one), drawn
     for all heights at once from ``numpy.random.default_rng(seed)``: nothing else uses that
     generator, so every policy sees the same request stream. Request ``n`` (numbered from 0 in
     arrival order) has inference id ``req-<n, 8 digits>``; its model is the only model of the
@@ -125,6 +126,7 @@ from keepersim.sim.oracle import (
     get_policy_override,
 )
 from keepersim.sim.scenario import Scenario, format_scenario_json, get_json_type
+from keepersim.sim.scenario_extras import compute_arrival_factors, compute_params_patch
 from keepersim.store.checkpoint import (
     DictJournal,
     ResumeError,
@@ -177,7 +179,11 @@ from keepersim.types.pb.inference.inference.tx_pb2 import (
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
-from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, MsgUpdateExtensionParams
+from keepersim.types.pb.keepersim.v1.tx_pb2 import (
+    MsgDeclineInference,
+    MsgExcludeParticipant,
+    MsgUpdateExtensionParams,
+)
 
 __all__ = [
     "REQUESTER",
@@ -190,6 +196,7 @@ __all__ = [
     "StoreKind",
     "build_genesis",
     "build_params",
+    "build_scenario_params",
     "compute_params_with_changes",
     "compute_run_mechanisms",
     "draw_outcome",
@@ -283,11 +290,51 @@ def draw_outcome(
     return u, latency
 
 
-def _pick_model(seed: int, request_index: int, models: Sequence[str]) -> str:
-    if len(models) == 1:
+def _pick_model(
+    seed: int,
+    request_index: int,
+    models: Sequence[str],
+    traffic: Sequence[tuple[str, float]] = (),
+) -> str:
+    """Request ``n``'s model: uniform among ``models``, or by the shares of ``traffic``
+    (a scenario's ``model_traffic``), keyed by ``(seed, n)``."""
+    if not traffic and len(models) == 1:
         return models[0]
     digest = hashlib.blake2b(f"{seed}/{request_index}/model".encode(), digest_size=8).digest()
-    return models[int.from_bytes(digest, "big") % len(models)]
+    value = int.from_bytes(digest, "big")
+    if not traffic:
+        return models[value % len(models)]
+    total = sum(share for _, share in traffic)
+    point = value / 2**64 * total
+    acc = 0.0
+    chosen = traffic[-1][0]
+    for model, share in traffic:
+        acc += share
+        if share > 0 and point < acc:
+            chosen = model
+            break
+    else:
+        chosen = next(m for m, s in reversed(traffic) if s > 0)
+    return chosen
+
+
+def build_scenario_params(scenario: Scenario, policy: str) -> ModuleParams:
+    """The run's default params before the policy: the chain's code defaults with the
+    scenario's expiry, epoch length and shortest PoC (the module docstring), then the scenario's
+    own ``params`` patch, if any."""
+    out = get_default_params()
+    out.params.validation_params.expiration_blocks = scenario.expiration_blocks
+    epoch = out.params.epoch_params
+    epoch.epoch_length = scenario.epoch_length
+    epoch.poc_stage_duration = 1
+    epoch.poc_exchange_duration = 0
+    epoch.poc_validation_delay = 0
+    epoch.poc_validation_duration = 1
+    epoch.set_new_validators_delay = 0
+    out.extension_params.sprt_enabled = policy == "sprt"
+    if scenario.params is not None:
+        out = params_from_dict(compute_params_patch(params_to_dict(out), scenario.params))
+    return out
 
 
 def build_params(
@@ -301,16 +348,7 @@ def build_params(
     """The params a run starts with (see the module docstring); validated."""
     out = ModuleParams()
     if params is None:
-        out.CopyFrom(get_default_params())
-        out.params.validation_params.expiration_blocks = scenario.expiration_blocks
-        epoch = out.params.epoch_params
-        epoch.epoch_length = scenario.epoch_length
-        epoch.poc_stage_duration = 1
-        epoch.poc_exchange_duration = 0
-        epoch.poc_validation_delay = 0
-        epoch.poc_validation_duration = 1
-        epoch.set_new_validators_delay = 0
-        out.extension_params.sprt_enabled = policy == "sprt"
+        out.CopyFrom(build_scenario_params(scenario, policy))
     else:
         out.CopyFrom(params)
     health = out.extension_params.health_params
@@ -374,6 +412,7 @@ def build_genesis(scenario: Scenario, params: ModuleParams) -> Genesis:
                 ParticipantNodes(
                     address=spec.address,
                     models=list(spec.models),
+                    model_weights=dict(spec.model_weights),
                     ml_nodes=[MLNodeInfo(node_id="node-0", timeslot_allocation=[True, True])],
                 ),
             )
@@ -734,14 +773,20 @@ class ScenarioStepper:
         self.deliver = deliver if deliver is not None else partial(chain.deliver_block, strict=True)
         self.on_selection = on_selection
         self.on_start = on_start
-        self.counts = np.random.default_rng(self.seed).poisson(
-            scenario.arrivals_per_block, size=self.blocks
-        )
+        rng = np.random.default_rng(self.seed)
+        if scenario.arrival_shape:
+            factors = compute_arrival_factors(scenario.arrival_shape, self.blocks)
+            self.counts = rng.poisson(scenario.arrivals_per_block * np.asarray(factors))
+        else:
+            self.counts = rng.poisson(scenario.arrivals_per_block, size=self.blocks)
         self.specs = {p.address: p for p in scenario.participants}
         self.models = sorted({m for p in scenario.participants for m in p.models})
         self.governance: dict[int, list[ModuleParams]] = {}
         for height, p in governance:
             self.governance.setdefault(height, []).append(p)
+        self.events: dict[int, list[tuple[str, str]]] = {}
+        for event in scenario.events:
+            self.events.setdefault(event.height, []).append((event.address, event.reason))
         self.finishes: dict[int, list[MsgFinishInference]] = {}
         self.declines: dict[int, list[MsgDeclineInference]] = {}
         self.reselects: dict[int, list[tuple[int, int, str]]] = {}
@@ -835,6 +880,10 @@ class ScenarioStepper:
         txs: list[Any] = []
         for p in self.governance.get(h, ()):
             txs.extend(compute_governance_txs(p, authority))
+        txs.extend(
+            MsgExcludeParticipant(authority=authority, address=address, reason=reason)
+            for address, reason in self.events.get(h, ())
+        )
         txs.extend(self.finishes.pop(h, ()))
         txs.extend(self.declines.pop(h, ()))
         starts: list[MsgStartInference] = []
@@ -844,7 +893,8 @@ class ScenarioStepper:
             n = self.next_request
             self.next_request += 1
             self.requests += 1
-            self.assign(h, n, 0, _pick_model(self.seed, n, self.models), starts)
+            model = _pick_model(self.seed, n, self.models, self.scenario.model_traffic)
+            self.assign(h, n, 0, model, starts)
         txs.extend(starts)
         return self.deliver(txs)
 

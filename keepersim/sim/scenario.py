@@ -11,7 +11,9 @@ experiment. keepersim accepts a few optional keys beyond the spec (each document
 * top level ``pushback`` (boolean, default false): a participant over capacity declines with
   pushback (a neutral outcome) instead of silently missing,
 * per participant ``models`` (non-empty list of strings, default ``["default"]``),
-* per participant ``capacity`` may be omitted (same as null).
+* per participant ``capacity`` may be omitted (same as null),
+* top level ``model_traffic``, ``events``, ``params``, ``source`` and per participant
+  ``model_weights``: a fleet built from the chain's record (:mod:`keepersim.sim.scenario_extras`).
 
 Validation runs the JSON Schema first, then the semantic rules (unique addresses; ``miss`` starts
 at from_block 0 with strictly increasing from_blocks; latency ``[min, max]`` with min <= max;
@@ -43,6 +45,8 @@ from typing import Any, Final
 
 import jsonschema
 
+from keepersim.sim.scenario_extras import ScenarioEvent, get_extra_problems
+
 __all__ = [
     "DEFAULT_EXPIRATION_BLOCKS",
     "DEFAULT_LATENCY_BLOCKS",
@@ -63,6 +67,7 @@ __all__ = [
     "ParticipantSpec",
     "Scenario",
     "ScenarioError",
+    "ScenarioEvent",
     "dump_scenario",
     "format_scenario_json",
     "get_schema",
@@ -128,6 +133,8 @@ class ParticipantSpec:
     miss: tuple[tuple[int, float], ...]
     capacity: int | None = None
     models: tuple[str, ...] = DEFAULT_MODELS
+    #: ``(model, weight)``: its weight in that model's sub-group where not ``weight``.
+    model_weights: tuple[tuple[str, int], ...] = ()
     _miss_from: tuple[int, ...] = field(init=False, repr=False, compare=False)
     _miss_p: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
@@ -190,6 +197,15 @@ class Scenario:
     max_reselects: int = DEFAULT_MAX_RESELECTS
     pushback: bool = DEFAULT_PUSHBACK
     description: str = ""
+    #: ``(from_block, factor)``: the arrival rate's factor from that block on (empty: 1).
+    arrival_shape: tuple[tuple[int, float], ...] = ()
+    #: ``(model, share)``: a request's model drawn with these shares (empty: uniform).
+    model_traffic: tuple[tuple[str, float], ...] = ()
+    events: tuple[ScenarioEvent, ...] = ()
+    #: A patch of the chain's Params JSON merged onto the run's defaults (None: none).
+    params: Mapping[str, Any] | None = field(default=None, hash=False)
+    #: Where the scenario came from (no effect on a run).
+    source: Mapping[str, Any] | None = field(default=None, hash=False)
     _total_weight: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -584,6 +600,8 @@ def _parse(obj: object, source: str, problems: list[_Problem]) -> Scenario:
     for error in _validator().iter_errors(obj):
         problems.extend(_schema_problems(error))
     problems.extend(_semantic_problems(obj))
+    if isinstance(obj, Mapping) and not problems:
+        problems.extend(get_extra_problems(obj))
     if problems:
         _raise_problems(source, problems)
     assert isinstance(obj, Mapping)
@@ -611,6 +629,9 @@ def _build(obj: Mapping[str, Any]) -> Scenario:
                 miss=tuple((int(b), float(p)) for b, p in part["miss"]),
                 capacity=None if capacity is None else int(capacity),
                 models=tuple(part.get("models", DEFAULT_MODELS)),
+                model_weights=tuple(
+                    (m, int(w)) for m, w in sorted(part.get("model_weights", {}).items())
+                ),
             )
         )
     return Scenario(
@@ -624,6 +645,14 @@ def _build(obj: Mapping[str, Any]) -> Scenario:
         max_reselects=int(obj.get("max_reselects", DEFAULT_MAX_RESELECTS)),
         pushback=bool(obj.get("pushback", DEFAULT_PUSHBACK)),
         description=obj.get("description", ""),
+        arrival_shape=tuple((int(b), float(f)) for b, f in obj.get("arrival_shape", ())),
+        model_traffic=tuple((m, float(v)) for m, v in obj.get("model_traffic", {}).items()),
+        events=tuple(
+            ScenarioEvent(int(e["height"]), e["address"], e["kind"], e["reason"])
+            for e in obj.get("events", ())
+        ),
+        params=obj.get("params"),
+        source=obj.get("source"),
     )
 
 
@@ -700,6 +729,8 @@ def _dump_participant(p: ParticipantSpec) -> dict[str, Any]:
     out["capacity"] = p.capacity
     if p.models != DEFAULT_MODELS:
         out["models"] = list(p.models)
+    if p.model_weights:
+        out["model_weights"] = dict(p.model_weights)
     return out
 
 
@@ -725,6 +756,16 @@ def dump_scenario(s: Scenario) -> dict[str, Any]:
         out["max_reselects"] = s.max_reselects
     if s.pushback != DEFAULT_PUSHBACK:
         out["pushback"] = s.pushback
+    if s.arrival_shape:
+        out["arrival_shape"] = [[b, f] for b, f in s.arrival_shape]
+    if s.model_traffic:
+        out["model_traffic"] = dict(s.model_traffic)
+    if s.params is not None:
+        out["params"] = s.params
+    if s.source is not None:
+        out["source"] = s.source
+    if s.events:
+        out["events"] = [e.to_dict() for e in s.events]
     out["participants"] = [_dump_participant(p) for p in s.participants]
     return out
 
@@ -733,11 +774,18 @@ def format_scenario_json(s: Scenario) -> str:
     """The scenario as JSON text: indented, one participant per line (diff-friendly)."""
     obj = dump_scenario(s)
     participants = obj.pop("participants")
-    head = json.dumps(obj, indent=2, ensure_ascii=False)
+    events = obj.pop("events", None)
+    shape = obj.pop("arrival_shape", None)
+    head = json.dumps(obj, indent=2, ensure_ascii=False)[:-2]
+    if shape:
+        head += ',\n  "arrival_shape": ' + json.dumps(shape)
+    if events:
+        lines = ",\n".join("    " + json.dumps(e, ensure_ascii=False) for e in events)
+        head += ',\n  "events": [\n' + lines + "\n  ]"
     rows = ",\n".join(
         "    " + json.dumps(p, ensure_ascii=False, allow_nan=False) for p in participants
     )
-    return head[:-2] + ',\n  "participants": [\n' + rows + "\n  ]\n}\n"
+    return head + ',\n  "participants": [\n' + rows + "\n  ]\n}\n"
 
 
 def save_scenario(s: Scenario, path: str | os.PathLike[str]) -> None:

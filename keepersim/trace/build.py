@@ -107,6 +107,18 @@ def _scalar_converter(field: FieldDescriptor) -> Convert:
     raise FastParseError(f"field type {field.type} has no fast path")
 
 
+def _map_converter(entry: Descriptor | Any) -> Convert:
+    """A map field with string keys and scalar values (a JSON object)."""
+    convert_value = _scalar_converter(entry.fields_by_name["value"])
+
+    def convert_map(value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise FastParseError("not an object")
+        return {str(k): convert_value(v) for k, v in value.items()}
+
+    return convert_map
+
+
 class MessageBuilder:
     """Builds a protobuf message from a schema-valid protobuf-JSON dict, without ParseDict.
 
@@ -136,6 +148,10 @@ class MessageBuilder:
         )
         for field in descriptor.fields:
             repeated = bool(field.is_repeated)
+            entry = field.message_type
+            if entry is not None and entry.GetOptions().map_entry:
+                self._fields[field.name] = (False, False, _map_converter(entry))
+                continue
             if field.type == FieldDescriptor.TYPE_MESSAGE:
                 sub_type = field.message_type
                 assert sub_type is not None

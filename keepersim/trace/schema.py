@@ -103,6 +103,10 @@ def _is_nullable(field: FieldDescriptor) -> bool:
 
 
 def _field_schema(field: FieldDescriptor, defs: dict[str, Any]) -> dict[str, Any]:
+    entry = field.message_type
+    if entry is not None and entry.GetOptions().map_entry:
+        value = _field_schema(entry.fields_by_name["value"], defs)
+        return {"title": "a map", "type": "object", "additionalProperties": value}
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         message_type = field.message_type
         assert message_type is not None

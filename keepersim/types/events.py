@@ -59,11 +59,14 @@ class HealthTransition:
 
 @dataclass(frozen=True, slots=True)
 class ParticipantDeactivated:
-    """SPRT declared the participant INACTIVE for the rest of the epoch."""
+    """The participant is INACTIVE for the rest of the epoch: SPRT declared it (``reason``
+    ``downtime``, with its LLR), or a recorded exclusion was replayed
+    (``MsgExcludeParticipant``: the chain's reason, no LLR)."""
 
     height: int
     address: str
     llr: str
+    reason: str = "downtime"
 
 
 @dataclass(frozen=True, slots=True)

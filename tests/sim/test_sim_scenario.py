@@ -148,24 +148,38 @@ def test_schema_is_valid_draft_2020_12_and_strict() -> None:
     jsonschema.Draft202012Validator.check_schema(schema)
     assert get_schema_path().is_file()
 
-    def walk(node: Any) -> None:
+    # Objects are closed, except the maps (their values typed: {model: share or weight}) and
+    # the two that are checked elsewhere ('params' loads as the chain's Params) or are free
+    # ('source', no effect on a run).
+    open_objects = {"params", "source"}
+
+    def walk(node: Any, name: str = "") -> None:
         if isinstance(node, dict):
-            if node.get("type") == "object":
-                assert node.get("additionalProperties") is False
-            for child in node.values():
-                walk(child)
+            if node.get("type") == "object" and name not in open_objects:
+                extra = node.get("additionalProperties")
+                assert extra is False or (isinstance(extra, dict) and "type" in extra), name
+            for key, child in node.items():
+                walk(child, key)
         elif isinstance(node, list):
             for child in node:
-                walk(child)
+                walk(child, name)
 
     walk(schema)
     described = json.dumps(schema)
     for key in ("description", "max_reselects", "pushback", "models"):
         assert key in described
     participant = schema["$defs"]["participant"]["properties"]
-    for key in ("models",):
+    for key in ("models", "model_weights"):
         assert "extension" in participant[key]["description"]
-    for key in ("description", "max_reselects", "pushback"):
+    for key in (
+        "description",
+        "max_reselects",
+        "pushback",
+        "model_traffic",
+        "events",
+        "params",
+        "source",
+    ):
         assert "extension" in schema["properties"][key]["description"]
 
 
@@ -368,8 +382,9 @@ def test_all_problems_collected_in_one_message() -> None:
     err = info.value
     assert str(err).startswith("many.json: 6 problems:")
     assert err.problems == (
-        "top level: unknown key 'extra' (allowed: arrivals_per_block, blocks, description, "
-        "epoch_length, expiration_blocks, max_reselects, name, participants, pushback, seed)",
+        "top level: unknown key 'extra' (allowed: arrival_shape, arrivals_per_block, blocks, "
+        "description, epoch_length, events, expiration_blocks, max_reselects, model_traffic, "
+        "name, params, participants, pushback, seed, source)",
         "participants[0].weight: expected an integer > 0, got 0",
         "participants[1].address: duplicate address 'a' (already used by participants[0]); "
         "expected unique addresses",

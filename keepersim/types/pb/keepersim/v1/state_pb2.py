@@ -26,15 +26,19 @@ _sym_db = _symbol_database.Default()
 from keepersim.types.pb.inference.inference import epoch_group_data_pb2 as inference_dot_inference_dot_epoch__group__data__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18keepersim/v1/state.proto\x12\x0ckeepersim.v1\x1a*inference/inference/epoch_group_data.proto\"f\n\x10ParticipantNodes\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0e\n\x06models\x18\x02 \x03(\t\x12\x31\n\x08ml_nodes\x18\x03 \x03(\x0b\x32\x1f.inference.inference.MLNodeInfo\"P\n\rEpochDeclines\x12\x13\n\x0b\x65poch_index\x18\x01 \x01(\x04\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x19\n\x11\x64\x65\x63lined_requests\x18\x03 \x01(\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18keepersim/v1/state.proto\x12\x0ckeepersim.v1\x1a*inference/inference/epoch_group_data.proto\"\xe4\x01\n\x10ParticipantNodes\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0e\n\x06models\x18\x02 \x03(\t\x12\x31\n\x08ml_nodes\x18\x03 \x03(\x0b\x32\x1f.inference.inference.MLNodeInfo\x12G\n\rmodel_weights\x18\x04 \x03(\x0b\x32\x30.keepersim.v1.ParticipantNodes.ModelWeightsEntry\x1a\x33\n\x11ModelWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"P\n\rEpochDeclines\x12\x13\n\x0b\x65poch_index\x18\x01 \x01(\x04\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x19\n\x11\x64\x65\x63lined_requests\x18\x03 \x01(\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'keepersim.types.pb.keepersim.v1.state_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PARTICIPANTNODES']._serialized_start=86
-  _globals['_PARTICIPANTNODES']._serialized_end=188
-  _globals['_EPOCHDECLINES']._serialized_start=190
-  _globals['_EPOCHDECLINES']._serialized_end=270
+  _globals['_PARTICIPANTNODES_MODELWEIGHTSENTRY']._loaded_options = None
+  _globals['_PARTICIPANTNODES_MODELWEIGHTSENTRY']._serialized_options = b'8\001'
+  _globals['_PARTICIPANTNODES']._serialized_start=87
+  _globals['_PARTICIPANTNODES']._serialized_end=315
+  _globals['_PARTICIPANTNODES_MODELWEIGHTSENTRY']._serialized_start=264
+  _globals['_PARTICIPANTNODES_MODELWEIGHTSENTRY']._serialized_end=315
+  _globals['_EPOCHDECLINES']._serialized_start=317
+  _globals['_EPOCHDECLINES']._serialized_end=397
 # @@protoc_insertion_point(module_scope)

@@ -31,24 +31,53 @@ class ParticipantNodes(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ModelWeightsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ADDRESS_FIELD_NUMBER: _builtins.int
     MODELS_FIELD_NUMBER: _builtins.int
     ML_NODES_FIELD_NUMBER: _builtins.int
+    MODEL_WEIGHTS_FIELD_NUMBER: _builtins.int
     address: _builtins.str
     @_builtins.property
     def models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def ml_nodes(self) -> _containers.RepeatedCompositeFieldContainer[_epoch_group_data_pb2.MLNodeInfo]: ...
+    @_builtins.property
+    def model_weights(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The participant's weight in a model's sub-group, where it differs from its weight (the chain
+        sums the PoC weight of the ML nodes serving that model, so a sub-group weight is its own
+        number). A model absent here gets the participant's weight.
+        """
+
     def __init__(
         self,
         *,
         address: _builtins.str = ...,
         models: _abc.Iterable[_builtins.str] | None = ...,
         ml_nodes: _abc.Iterable[_epoch_group_data_pb2.MLNodeInfo] | None = ...,
+        model_weights: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "ml_nodes", b"ml_nodes", "models", b"models"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "ml_nodes", b"ml_nodes", "model_weights", b"model_weights", "models", b"models"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -28,7 +28,7 @@ from keepersim.types.pb.inference.inference import tx_pb2 as inference_dot_infer
 from keepersim.types.pb.keepersim.v1 import extension_params_pb2 as keepersim_dot_v1_dot_extension__params__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15keepersim/v1/tx.proto\x12\x0ckeepersim.v1\x1a*inference/inference/epoch_group_data.proto\x1a\x1cinference/inference/tx.proto\x1a#keepersim/v1/extension_params.proto\"\x89\x01\n\x16MsgRegisterParticipant\x12\x0f\n\x07\x63reator\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x0e\n\x06weight\x18\x04 \x01(\x05\x12\x31\n\x08ml_nodes\x18\x05 \x03(\x0b\x32\x1f.inference.inference.MLNodeInfo\"L\n\x13MsgDeclineInference\x12\x0f\n\x07\x63reator\x18\x01 \x01(\t\x12\x14\n\x0cinference_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"f\n\x18MsgUpdateExtensionParams\x12\x11\n\tauthority\x18\x01 \x01(\t\x12\x37\n\x10\x65xtension_params\x18\x02 \x01(\x0b\x32\x1d.keepersim.v1.ExtensionParams\"\xa3\x03\n\x02Tx\x12\x44\n\x14register_participant\x18\x01 \x01(\x0b\x32$.keepersim.v1.MsgRegisterParticipantH\x00\x12\x41\n\x0fstart_inference\x18\x02 \x01(\x0b\x32&.inference.inference.MsgStartInferenceH\x00\x12\x43\n\x10\x66inish_inference\x18\x03 \x01(\x0b\x32\'.inference.inference.MsgFinishInferenceH\x00\x12>\n\x11\x64\x65\x63line_inference\x18\x04 \x01(\x0b\x32!.keepersim.v1.MsgDeclineInferenceH\x00\x12=\n\rupdate_params\x18\x05 \x01(\x0b\x32$.inference.inference.MsgUpdateParamsH\x00\x12I\n\x17update_extension_params\x18\x06 \x01(\x0b\x32&.keepersim.v1.MsgUpdateExtensionParamsH\x00\x42\x05\n\x03msgb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15keepersim/v1/tx.proto\x12\x0ckeepersim.v1\x1a*inference/inference/epoch_group_data.proto\x1a\x1cinference/inference/tx.proto\x1a#keepersim/v1/extension_params.proto\"\x89\x01\n\x16MsgRegisterParticipant\x12\x0f\n\x07\x63reator\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x0e\n\x06weight\x18\x04 \x01(\x05\x12\x31\n\x08ml_nodes\x18\x05 \x03(\x0b\x32\x1f.inference.inference.MLNodeInfo\"L\n\x13MsgDeclineInference\x12\x0f\n\x07\x63reator\x18\x01 \x01(\t\x12\x14\n\x0cinference_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"f\n\x18MsgUpdateExtensionParams\x12\x11\n\tauthority\x18\x01 \x01(\t\x12\x37\n\x10\x65xtension_params\x18\x02 \x01(\x0b\x32\x1d.keepersim.v1.ExtensionParams\"K\n\x15MsgExcludeParticipant\x12\x11\n\tauthority\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xe7\x03\n\x02Tx\x12\x44\n\x14register_participant\x18\x01 \x01(\x0b\x32$.keepersim.v1.MsgRegisterParticipantH\x00\x12\x41\n\x0fstart_inference\x18\x02 \x01(\x0b\x32&.inference.inference.MsgStartInferenceH\x00\x12\x43\n\x10\x66inish_inference\x18\x03 \x01(\x0b\x32\'.inference.inference.MsgFinishInferenceH\x00\x12>\n\x11\x64\x65\x63line_inference\x18\x04 \x01(\x0b\x32!.keepersim.v1.MsgDeclineInferenceH\x00\x12=\n\rupdate_params\x18\x05 \x01(\x0b\x32$.inference.inference.MsgUpdateParamsH\x00\x12I\n\x17update_extension_params\x18\x06 \x01(\x0b\x32&.keepersim.v1.MsgUpdateExtensionParamsH\x00\x12\x42\n\x13\x65xclude_participant\x18\x07 \x01(\x0b\x32#.keepersim.v1.MsgExcludeParticipantH\x00\x42\x05\n\x03msgb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,6 +41,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MSGDECLINEINFERENCE']._serialized_end=366
   _globals['_MSGUPDATEEXTENSIONPARAMS']._serialized_start=368
   _globals['_MSGUPDATEEXTENSIONPARAMS']._serialized_end=470
-  _globals['_TX']._serialized_start=473
-  _globals['_TX']._serialized_end=892
+  _globals['_MSGEXCLUDEPARTICIPANT']._serialized_start=472
+  _globals['_MSGEXCLUDEPARTICIPANT']._serialized_end=547
+  _globals['_TX']._serialized_start=550
+  _globals['_TX']._serialized_end=1037
 # @@protoc_insertion_point(module_scope)

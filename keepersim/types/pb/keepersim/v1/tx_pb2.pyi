@@ -118,6 +118,38 @@ class MsgUpdateExtensionParams(_message.Message):
 Global___MsgUpdateExtensionParams: _TypeAlias = MsgUpdateExtensionParams  # noqa: Y015
 
 @_typing.final
+class MsgExcludeParticipant(_message.Message):
+    """An exclusion the chain decided at this block, replayed from its record (a scenario's
+    `events`): the participant leaves selection for the rest of the epoch. It stands in for the
+    chain's own decisions (confirmation PoC in EndBlock, consecutive failures on a validation), which
+    keepersim does not compute: UpdateParticipantStatus -> deactiveParticipant / invalidateParticipant
+    (x/inference/keeper/participant_status.go, gonka ee730031). Signed by the x/gov module account.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AUTHORITY_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    authority: _builtins.str
+    address: _builtins.str
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        authority: _builtins.str = ...,
+        address: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "authority", b"authority", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MsgExcludeParticipant: _TypeAlias = MsgExcludeParticipant  # noqa: Y015
+
+@_typing.final
 class Tx(_message.Message):
     """A transaction as keepersim's block carries it: exactly one message."""
 
@@ -129,6 +161,7 @@ class Tx(_message.Message):
     DECLINE_INFERENCE_FIELD_NUMBER: _builtins.int
     UPDATE_PARAMS_FIELD_NUMBER: _builtins.int
     UPDATE_EXTENSION_PARAMS_FIELD_NUMBER: _builtins.int
+    EXCLUDE_PARTICIPANT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_participant(self) -> Global___MsgRegisterParticipant: ...
     @_builtins.property
@@ -141,6 +174,8 @@ class Tx(_message.Message):
     def update_params(self) -> _tx_pb2.MsgUpdateParams: ...
     @_builtins.property
     def update_extension_params(self) -> Global___MsgUpdateExtensionParams: ...
+    @_builtins.property
+    def exclude_participant(self) -> Global___MsgExcludeParticipant: ...
     def __init__(
         self,
         *,
@@ -150,12 +185,13 @@ class Tx(_message.Message):
         decline_inference: Global___MsgDeclineInference | None = ...,
         update_params: _tx_pb2.MsgUpdateParams | None = ...,
         update_extension_params: Global___MsgUpdateExtensionParams | None = ...,
+        exclude_participant: Global___MsgExcludeParticipant | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["decline_inference", b"decline_inference", "finish_inference", b"finish_inference", "msg", b"msg", "register_participant", b"register_participant", "start_inference", b"start_inference", "update_extension_params", b"update_extension_params", "update_params", b"update_params"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decline_inference", b"decline_inference", "exclude_participant", b"exclude_participant", "finish_inference", b"finish_inference", "msg", b"msg", "register_participant", b"register_participant", "start_inference", b"start_inference", "update_extension_params", b"update_extension_params", "update_params", b"update_params"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decline_inference", b"decline_inference", "finish_inference", b"finish_inference", "msg", b"msg", "register_participant", b"register_participant", "start_inference", b"start_inference", "update_extension_params", b"update_extension_params", "update_params", b"update_params"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decline_inference", b"decline_inference", "exclude_participant", b"exclude_participant", "finish_inference", b"finish_inference", "msg", b"msg", "register_participant", b"register_participant", "start_inference", b"start_inference", "update_extension_params", b"update_extension_params", "update_params", b"update_params"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["register_participant", "start_inference", "finish_inference", "decline_inference", "update_params", "update_extension_params"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["register_participant", "start_inference", "finish_inference", "decline_inference", "update_params", "update_extension_params", "exclude_participant"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 
