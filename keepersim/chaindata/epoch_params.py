@@ -1,59 +1,39 @@
 """The epoch's live params as the fleet uses them: the one place ``params.json`` becomes a
 scenario's ``params`` patch.
 
-Interim: only the few fields a fleet needs are read (``validation_params.expiration_blocks`` and
-the downtime SPRT thresholds; the epoch timing is recorded in the scenario's ``source``), each
-checked by the chain's own JSON reader (:func:`~keepersim.types.chain_json.parse_chain_json`,
-newer fields ignored and listed). A shared reader of the whole params JSON (absent fields filled
-as the upgrade handlers set them) replaces :func:`compute_epoch_params_patch` when it lands; note
-then that the PoC stage durations must stay out of the patch (the fleet covers the epoch's
-effective blocks, after its PoC: keepersim would otherwise open the run with a PoC phase).
+The node's answer goes through the one reader of the chain's params JSON
+(:func:`~keepersim.types.chain_params_json.parse_chain_params`: an older node's absent fields are
+filled as the upgrade handlers fill them, with a warning naming each). The patch is every field of
+the live params except ``epoch_params``: the fleet covers the epoch's effective blocks as one
+epoch after its PoC, so the live epoch length and PoC stage durations would open the run with a
+PoC phase the record does not describe. They are kept as recorded in the scenario's ``source``
+(:func:`get_epoch_timing`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from keepersim.types.chain_json import compute_chain_json, parse_chain_json
-from keepersim.types.errors import ChainJsonError
-from keepersim.types.messages import Params
+from google.protobuf import json_format
 
-__all__ = ["EPOCH_PARAMS_FIELDS", "compute_epoch_params_patch", "get_epoch_timing"]
+from keepersim.types.chain_params_json import parse_chain_params
 
-#: The ``validation_params`` fields the fleet takes from the epoch's params.
-EPOCH_PARAMS_FIELDS: Final = (
-    "expiration_blocks",
-    "downtime_good_percentage",
-    "downtime_bad_percentage",
-    "downtime_h_threshold",
-)
+__all__ = ["compute_epoch_params_patch", "get_epoch_timing"]
 
 
 def compute_epoch_params_patch(params: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    """The scenario ``params`` patch from the body of ``params.json`` (its ``params``): the
-    :data:`EPOCH_PARAMS_FIELDS` present in the file. Raises ChainJsonError naming the file."""
-    validation = params.get("validation_params")
-    picked = {
-        k: v
-        for k, v in (validation.items() if isinstance(validation, Mapping) else ())
-        if k in EPOCH_PARAMS_FIELDS and v is not None
-    }
-    ignored: list[str] = []
-    where = f"{path}: params"
-    try:
-        parsed = parse_chain_json(
-            {"validation_params": picked},
-            Params,
-            where=where,
-            ignore_unknown=True,
-            ignored=ignored,
-        )
-    except ChainJsonError:
-        raise
-    printed = compute_chain_json(parsed).get("validation_params", {})
-    return {"validation_params": {k: printed[k] for k in EPOCH_PARAMS_FIELDS if k in picked}}
+    """The scenario ``params`` patch from the body of ``params.json`` (its ``params``): the live
+    params, read by the shared reader, without ``epoch_params``. Raises ChainJsonError naming
+    the file and field."""
+    parsed = parse_chain_params(params, where=f"{path}: params")
+    parsed.ClearField("epoch_params")
+    patch: dict[str, Any] = json_format.MessageToDict(
+        parsed, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    patch.pop("epoch_params", None)
+    return patch
 
 
 def get_epoch_timing(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -168,6 +168,7 @@ from keepersim.types.params import (
     GOV_AUTHORITY,
     get_decimal_value,
     get_default_params,
+    params_from_dict,
     params_to_dict,
     validate_params,
 )
