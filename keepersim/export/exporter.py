@@ -83,11 +83,11 @@ from keepersim.export.backoff import (
 )
 from keepersim.export.chain_api import (
     EpochMembers,
-    compute_api_bases,
     compute_earliest_exportable_epoch,
     compute_epoch_members,
     compute_epoch_participants,
     compute_pruned_epochs,
+    find_api_base,
     get_response_height,
 )
 from keepersim.export.fetch import (
@@ -457,17 +457,13 @@ class _Exporter:
     def find_api(self) -> JsonResponse:
         """``epoch_info`` (unpinned: its height becomes the pin) at the first base that serves
         it: ``--node`` as given, or with the proxy's ``/chain-api`` (never doubled)."""
-        bases = compute_api_bases(self.node)
-        for i, base in enumerate(bases):
+
+        def get(base: str) -> JsonResponse:
             self.base = base
-            try:
-                return self.get_response(EPOCH_INFO)
-            except ExportFetchError as exc:
-                # a 404 that is not the gateway's (a proxy's page, a router's): try the next base
-                if i + 1 < len(bases) and exc.status_code == 404 and exc.grpc_code is None:
-                    continue
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+            return self.get_response(EPOCH_INFO)
+
+        self.base, answer = find_api_base(self.node, get)
+        return answer
 
     def get_chain_id(self) -> tuple[str, str, Any]:
         """The chain id, where it came from, and node_info (None when the node has none)."""
@@ -561,7 +557,10 @@ class _Exporter:
                     f"epochs {a}-{b}: the node has pruned the inferences of epoch"
                     f"{'s' if len(pruned) > 1 else ''} {_ranges(pruned)} "
                     f"(epoch_params.inference_pruning_epoch_threshold {threshold}, latest epoch "
-                    f"{latest}); the earliest exportable epoch is {earliest}"
+                    f"{latest}); the earliest exportable epoch is {earliest}; "
+                    f"`keepersim export --aggregate --epochs {a}-{b}` writes what the node "
+                    "still serves for them (params, epoch groups, summaries, exclusions, "
+                    "confirmation PoC events)"
                 )
         wanted = list(range(a, min(b + 1, latest) + 1))
         parents = dict(zip(wanted, pool.map(self.get_group, wanted), strict=True))
