@@ -10,7 +10,6 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from keepersim.export.fetch import ExportFetchError
-
 from keepersim.types.messages import ACTIVE, EpochGroupData, MLNodeInfo, Participant
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 from keepersim.types.rest_routes import GATEWAY_HEIGHT_HEADER, HEIGHT_HEADER, PROXY_PREFIX

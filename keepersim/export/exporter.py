@@ -69,7 +69,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 from google.protobuf import json_format
@@ -155,11 +155,17 @@ _LIST_INDEX = re.compile(r"\[\d+\]")
 UnitHook = Callable[[str, str], None]
 
 
+class ExportResultLike(Protocol):
+    """An export's result (:class:`ExportResult`, or ``--aggregate``'s)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 class ExportError(Exception):
     """The export stopped; the message names the URL when a fetch failed. ``result`` holds the
     counters so far (the progress file keeps what was done, for a rerun)."""
 
-    def __init__(self, message: str, result: ExportResult | None = None) -> None:
+    def __init__(self, message: str, result: ExportResultLike | None = None) -> None:
         super().__init__(message)
         self.result = result
 
