@@ -14,7 +14,8 @@ where the proxy's ``/chain-api`` is detected, or a URL ending in ``/chain-api``;
   from it to the block before e+1's) and each epoch's model groups ``?model_id=`` per
   ``sub_group_models`` (the members' models and ML nodes; weights and reputation come from the
   parent), and each epoch's ``excluded_participants/{e}`` (into the result). Epochs 1..E-T (T = ``inference_pruning_epoch_threshold``) are refused naming the
-  earliest exportable epoch E-T+1 (a chain node prunes their inferences; keepersim never does);
+  earliest exportable epoch E-T+1 and pointing to ``--aggregate`` (:mod:`.aggregate`: what a
+  node keeps of them) (a chain node prunes their inferences; keepersim never does);
 * ``participant`` and ``inference``, page by page following ``pagination.next_key``, pinned. The
   inference listing has no epoch filter and is keyed by id, so it is paged whole once for the
   range (no page can be skipped) and filtered on ``epoch_id``: an inference belongs to its
