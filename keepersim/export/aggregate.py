@@ -56,7 +56,6 @@ from keepersim.export.chain_api import find_api_base, get_response_height
 from keepersim.export.exporter import GRPC_UNIMPLEMENTED, ExportError, ExportOptions
 from keepersim.export.fetch import ExportFetchError, Fetcher, JsonResponse
 from keepersim.outputs import remove_stale_temporaries, write_text_atomic
-from keepersim.types.messages import EpochGroupData
 from keepersim.types.rest_routes import (
     BLOCK_BY_HEIGHT,
     EPOCH_INFO,
@@ -254,6 +253,11 @@ class _Aggregator:
                     f"{self.progress_path} belongs to an export of node {state.get('node')!r}; "
                     "rerun with --restart to start over"
                 )
+            if self.options.height is not None and state.get("pin_height") != self.options.height:
+                raise ExportError(
+                    f"--height {self.options.height}: the unfinished export in {self.out} is "
+                    f"pinned at height {state.get('pin_height')}; rerun with --restart"
+                )
             self.state = state
             self.trust_files = True
             return
@@ -299,7 +303,6 @@ class _Aggregator:
             if file.kind == "epoch_group_data":
                 parent = records or []
         models = list(parent[0].sub_group_models) if parent else []
-        assert not parent or isinstance(parent[0], EpochGroupData)
         try:
             model_files = compute_model_files(epoch, models)
         except ValueError as exc:

@@ -355,3 +355,33 @@ def test_killed_process_resumes(mainnet_history: ChainHistory, tmp_path: Path) -
     assert result.files_resumed == kept
     for epoch in (249, 250):
         assert_same_as_shared(out, epoch, url)
+
+
+def test_height_pins_an_earlier_snapshot(
+    chain_history: ChainHistory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """``--height`` pins every answer there (the latest epoch is the one at that height); an
+    unfinished export keeps its own pin and refuses another ``--height``."""
+    height = chain_history.heights[2]
+    at = chain_history.get_snapshot_at(height)
+    assert at is not None
+    node = StandinNode(chain_history).start()
+    try:
+        pinned = dataclasses.replace(FAST, height=height)
+        result = export_aggregates(node.url, (1, 2), tmp_path / "a", options=pinned)
+        assert result.pinned_height == height and result.latest_epoch == at.effective_epoch
+        assert {r.height_header for r in node.requests if r.rpc not in (None, "EpochInfo")} == {
+            str(height)
+        }
+        meta = json.loads((tmp_path / "a" / "epoch_2" / "metadata.json").read_text())
+        assert (meta["pinned_height"], meta["latest_epoch"]) == (height, at.effective_epoch)
+        with pytest.raises(ExportError, match="beyond the node's latest epoch"):
+            export_aggregates(node.url, (1, 3), tmp_path / "b", options=pinned)
+        (tmp_path / "c").mkdir()
+        state = {"version": 1, "node": node.url, "pin_height": height + 1}
+        (tmp_path / "c" / PROGRESS_FILE).write_text(json.dumps(state))
+        with pytest.raises(ExportError, match=f"pinned at height {height + 1}; rerun"):
+            export_aggregates(node.url, (1, 2), tmp_path / "c", options=pinned)
+    finally:
+        node.stop()
