@@ -26,6 +26,7 @@ __all__ = [
     "check_output_folder",
     "get_atomic_path",
     "is_special_file",
+    "remove_stale_temporaries",
     "write_json_atomic",
     "write_text_atomic",
 ]
@@ -142,6 +143,18 @@ def get_atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def remove_stale_temporaries(folder: str | os.PathLike[str]) -> int:
+    """Remove the temporary files of :func:`get_atomic_path` that a killed process left in
+    ``folder`` (a SIGKILL skips the cleanup); how many. Only for a folder no other writer uses
+    at the time."""
+    removed = 0
+    for tmp in Path(folder).glob(_TMP_PREFIX + "*"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed += 1
+    return removed
 
 
 def write_text_atomic(

@@ -1,6 +1,7 @@
 """Vendor the chain's protos (gonka ``inference-chain/proto``, "set B"), compiled into keepersim.
 
-Copies the 18 upstream files of docs/design/chain-types-v0.2.14.md section 2.3 into
+Copies the 18 upstream files of docs/design/chain-types-v0.2.14.md section 2.3, plus
+``confirmation_poc_event.proto`` (the ``confirmation_poc_events`` route's message), into
 ``proto/inference/inference/`` with the spec's stripping rule: ``option (...)`` lines and
 ``(...)`` entries inside ``[...]`` are dropped (``deprecated`` and standard options stay), and so
 are the imports nothing in the file uses any more (gogoproto, amino, cosmos_proto, cosmos.msg, and
@@ -41,12 +42,14 @@ OUT_FOLDER = "inference"
 #: Where the .proto files sit inside the upstream repository (their import root).
 UPSTREAM_PROTO_ROOT = "inference-chain/proto"
 UPSTREAM_REPO = "gonka-ai/gonka"
-#: Set B (section 2.3): the 20 shared types, their closure, and tx.proto's imports.
+#: Set B (section 2.3): the 20 shared types, their closure, and tx.proto's imports; and
+#: confirmation_poc_event.proto (ListConfirmationPoCEvents, query.proto:422 at ee730031).
 SET_B = tuple(
     f"inference/inference/{name}.proto"
     for name in (
         "bridge",
         "claim_recipient",
+        "confirmation_poc_event",
         "devshard_escrow",
         "epoch",
         "epoch_group_data",

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from keepersim.cli.argtypes import get_float_type, get_int_type
 from keepersim.cli.common import PROGRESS_HELP, UsageError, require_extra, write_json
-from keepersim.outputs import check_output_file
+from keepersim.outputs import check_output_file, check_output_folder
 from keepersim.types.rest_routes import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 
 __all__ = ["add_export_command", "run_export"]
@@ -34,7 +35,9 @@ def add_export_command(subparsers: Any) -> None:
             "into a trace (docs/trace-format.md, docs/export.md). Resumable: rerun the same "
             "command after a failure to continue (state in OUT.progress.json). Prints the "
             "result JSON (fetch counts, pages per epoch, notes); exit status 1 when the export "
-            "stopped."
+            "stopped. With --aggregate, --out is a folder of the chain's own answers per epoch "
+            "(params, epoch groups, summaries, exclusions, confirmation PoC events; the layout "
+            "of the shared mainnet data), which a node keeps after pruning the inferences."
         ),
     )
     parser.add_argument(
@@ -44,7 +47,19 @@ def add_export_command(subparsers: Any) -> None:
         help="node REST URL: a host root (/chain-api is detected) or a URL ending in /chain-api",
     )
     parser.add_argument("--epochs", required=True, metavar="A-B", help="epoch range, e.g. 3-5")
-    parser.add_argument("--out", required=True, metavar="TRACE", help="trace file to write")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="TRACE|DIR",
+        help="trace file to write (with --aggregate: the folder of epoch_N/ folders)",
+    )
+    parser.add_argument(
+        "--aggregate",
+        action="store_true",
+        help="write each epoch's aggregates as the node answers them (params, groups, "
+        "summaries, exclusions, confirmation PoC events) into --out/epoch_N/; works for "
+        "epochs whose inferences the node has pruned (docs/export.md)",
+    )
     parser.add_argument(
         "--concurrency",
         type=get_int_type(1),
@@ -128,6 +143,8 @@ def run_export(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if not args.node.startswith(("http://", "https://")):
         raise UsageError(f"--node must be an http(s) URL, got {args.node!r}")
+    if args.aggregate:
+        return _run_aggregate(args, epochs, options)
     check_output_file(args.out, "--out")
     if args.result != "-":
         check_output_file(args.result, "--result")
@@ -146,4 +163,26 @@ def run_export(args: argparse.Namespace) -> int:
             "replay compares inference outcomes only",
             file=sys.stderr,
         )
+    return 0
+
+
+def _run_aggregate(args: argparse.Namespace, epochs: tuple[int, int], options: Any) -> int:
+    """``--aggregate``: the epoch folders (keepersim.export.aggregate)."""
+    from keepersim.export.aggregate import export_aggregates
+    from keepersim.export.exporter import ExportError
+
+    check_output_folder(args.out, "--out")
+    a, b = epochs
+    for epoch in range(a, b + 1):  # an epoch folder's name taken by a file: before any fetch
+        check_output_folder(Path(args.out) / f"epoch_{epoch}", "--out")
+    if args.result != "-":
+        check_output_file(args.result, "--result")
+    try:
+        result = export_aggregates(args.node, epochs, args.out, options=options)
+    except ExportError as exc:
+        if exc.result is not None:
+            write_json(args.result, exc.result.to_dict())
+        print(f"keepersim: error: {exc}", file=sys.stderr)
+        return 1
+    write_json(args.result, result.to_dict())
     return 0

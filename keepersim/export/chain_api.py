@@ -4,10 +4,12 @@ docs/design/chain-rest-api.md sections 0 and 3, and chain-types-v0.2.14.md secti
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlsplit
 
+from keepersim.export.fetch import ExportFetchError
 from keepersim.types.messages import ACTIVE, EpochGroupData, MLNodeInfo, Participant
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 from keepersim.types.rest_routes import GATEWAY_HEIGHT_HEADER, HEIGHT_HEADER, PROXY_PREFIX
@@ -20,10 +22,12 @@ __all__ = [
     "compute_epoch_members",
     "compute_epoch_participants",
     "compute_pruned_epochs",
+    "find_api_base",
     "get_response_height",
 ]
 
 INT32_MAX = 2**31 - 1
+T = TypeVar("T")
 
 
 def compute_api_bases(node: str) -> list[str]:
@@ -34,6 +38,21 @@ def compute_api_bases(node: str) -> list[str]:
     if urlsplit(base).path.endswith(PROXY_PREFIX):
         return [base]
     return [base, base + PROXY_PREFIX]
+
+
+def find_api_base(node: str, get: Callable[[str], T]) -> tuple[str, T]:
+    """The first base of :func:`compute_api_bases` at which ``get(base)`` answers, and its
+    answer: a 404 that is not the gateway's (no gRPC code: a proxy's or a router's page) moves
+    on to the next base; any other failure is raised."""
+    bases = compute_api_bases(node)
+    for i, base in enumerate(bases):
+        try:
+            return base, get(base)
+        except ExportFetchError as exc:
+            if i + 1 < len(bases) and exc.status_code == 404 and exc.grpc_code is None:
+                continue
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover - compute_api_bases is never empty
 
 
 def get_response_height(headers: Mapping[str, str]) -> int | None:

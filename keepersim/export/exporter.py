@@ -14,7 +14,8 @@ where the proxy's ``/chain-api`` is detected, or a URL ending in ``/chain-api``;
   from it to the block before e+1's) and each epoch's model groups ``?model_id=`` per
   ``sub_group_models`` (the members' models and ML nodes; weights and reputation come from the
   parent), and each epoch's ``excluded_participants/{e}`` (into the result). Epochs 1..E-T (T = ``inference_pruning_epoch_threshold``) are refused naming the
-  earliest exportable epoch E-T+1 (a chain node prunes their inferences; keepersim never does);
+  earliest exportable epoch E-T+1 and pointing to ``--aggregate`` (:mod:`.aggregate`: what a
+  node keeps of them) (a chain node prunes their inferences; keepersim never does);
 * ``participant`` and ``inference``, page by page following ``pagination.next_key``, pinned. The
   inference listing has no epoch filter and is keyed by id, so it is paged whole once for the
   range (no page can be skipped) and filtered on ``epoch_id``: an inference belongs to its
@@ -72,7 +73,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 from google.protobuf import json_format
@@ -86,11 +87,11 @@ from keepersim.export.backoff import (
 )
 from keepersim.export.chain_api import (
     EpochMembers,
-    compute_api_bases,
     compute_earliest_exportable_epoch,
     compute_epoch_members,
     compute_epoch_participants,
     compute_pruned_epochs,
+    find_api_base,
     get_response_height,
 )
 from keepersim.export.fetch import (
@@ -159,11 +160,17 @@ _LIST_INDEX = re.compile(r"\[\d+\]")
 UnitHook = Callable[[str, str], None]
 
 
+class ExportResultLike(Protocol):
+    """An export's result (:class:`ExportResult`, or ``--aggregate``'s)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 class ExportError(Exception):
     """The export stopped; the message names the URL when a fetch failed. ``result`` holds the
     counters so far (the progress file keeps what was done, for a rerun)."""
 
-    def __init__(self, message: str, result: ExportResult | None = None) -> None:
+    def __init__(self, message: str, result: ExportResultLike | None = None) -> None:
         super().__init__(message)
         self.result = result
 
@@ -477,17 +484,13 @@ class _Exporter:
     def find_api(self) -> JsonResponse:
         """``epoch_info`` (unpinned: its height becomes the pin) at the first base that serves
         it: ``--node`` as given, or with the proxy's ``/chain-api`` (never doubled)."""
-        bases = compute_api_bases(self.node)
-        for i, base in enumerate(bases):
+
+        def get(base: str) -> JsonResponse:
             self.base = base
-            try:
-                return self.get_response(EPOCH_INFO)
-            except ExportFetchError as exc:
-                # a 404 that is not the gateway's (a proxy's page, a router's): try the next base
-                if i + 1 < len(bases) and exc.status_code == 404 and exc.grpc_code is None:
-                    continue
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+            return self.get_response(EPOCH_INFO)
+
+        self.base, answer = find_api_base(self.node, get)
+        return answer
 
     def get_chain_id(self) -> tuple[str, str, Any]:
         """The chain id, where it came from, and node_info (None when the node has none)."""
@@ -581,7 +584,10 @@ class _Exporter:
                     f"epochs {a}-{b}: the node has pruned the inferences of epoch"
                     f"{'s' if len(pruned) > 1 else ''} {_ranges(pruned)} "
                     f"(epoch_params.inference_pruning_epoch_threshold {threshold}, latest epoch "
-                    f"{latest}); the earliest exportable epoch is {earliest}"
+                    f"{latest}); the earliest exportable epoch is {earliest}; "
+                    f"`keepersim export --aggregate --epochs {a}-{b}` writes what the node "
+                    "still serves for them (params, epoch groups, summaries, exclusions, "
+                    "confirmation PoC events)"
                 )
         wanted = list(range(a, min(b + 1, latest) + 1))
         parents = dict(zip(wanted, pool.map(self.get_group, wanted), strict=True))

@@ -27,6 +27,7 @@ from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.messages import Epoch, EpochPerformanceSummary, Inference, Participant
 
 __all__ = [
+    "get_confirmation_poc_events",
     "get_epoch_group",
     "get_epoch_info",
     "get_excluded",
@@ -134,6 +135,14 @@ def get_excluded(state: ServerState, epoch_index: str) -> Answer:
             epoch = k.get_effective_epoch_index()
         items = [compute_chain_json(e) for e in k.iterate_excluded(epoch)]
     return {"items": items}, compute_height_headers(height)
+
+
+def get_confirmation_poc_events(state: ServerState, epoch_index: str) -> Answer:
+    """``{"events": []}``: keepersim models no confirmation PoC, so every epoch has none (the
+    chain answers ``[]`` too for an epoch without events:
+    ``x/inference/keeper/query_confirmation_poc_events.go`` at ee730031)."""
+    parse_uint(epoch_index, "epoch_index")
+    return {"events": []}, compute_height_headers(state.chain.height)
 
 
 def get_params(state: ServerState) -> Answer:

@@ -14,6 +14,7 @@ service's HTTP bindings, handlers in :mod:`.queries`):
 ``epoch_performance_summary/{epoch_index}`` ``{"epochPerformanceSummary": [...]}``
 ``epoch_group_data/{epoch_index}?model_id=`` ``{"epoch_group_data": EpochGroupData}``
 ``excluded_participants/{epoch_index}``     ``{"items": [...]}`` (0: the current epoch)
+``confirmation_poc_events/{epoch_index}``   ``{"events": []}`` (no confirmation PoC modelled)
 ``params``                                  ``{"params": Params}`` (the chain's params only)
 ``epoch_info``                              ``{"block_height", "params", "latest_epoch",
                                             "is_confirmation_poc_active",
@@ -71,6 +72,7 @@ ROUTE_TABLE: Final[tuple[RouteSpec, ...]] = (
     RouteSpec(r.EPOCH_PERFORMANCE_SUMMARY, q.get_summaries),
     RouteSpec(r.EPOCH_GROUP_DATA, q.get_epoch_group, query=True),
     RouteSpec(r.EXCLUDED_PARTICIPANTS, q.get_excluded),
+    RouteSpec(r.CONFIRMATION_POC_EVENTS, q.get_confirmation_poc_events),
     RouteSpec(r.PARAMS, q.get_params),
     RouteSpec(r.EPOCH_INFO, q.get_epoch_info),
     RouteSpec(r.NODE_INFO, q.get_node_info),
@@ -88,6 +90,7 @@ ROUTE_TABLE: Final[tuple[RouteSpec, ...]] = (
 #: Shared routes the node does not answer, and why.
 UNSERVED: Final[dict[str, str]] = {
     r.EPOCH_GROUP_DATA_ALL: "the list of every epoch's groups: the exporter reads groups by epoch",
+    r.BLOCK_BY_HEIGHT: "keepersim's blocks have heights, not times",
 }
 
 

@@ -8,6 +8,7 @@ bytes and JSON decode into the same values. keepersim's own messages are in ``ke
 
 from __future__ import annotations
 
+from keepersim.types.pb.inference.inference.confirmation_poc_event_pb2 import ConfirmationPoCEvent
 from keepersim.types.pb.inference.inference.epoch_group_data_pb2 import (
     EpochGroupData,
     MLNodeInfo,
@@ -64,6 +65,7 @@ __all__ = [
     "UNCONFIRMED",
     "VALIDATED",
     "VOTING",
+    "ConfirmationPoCEvent",
     "CurrentEpochStats",
     "Decimal",
     "Epoch",

@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "BLOCK_BY_HEIGHT",
     "CHAIN_PREFIX",
+    "CONFIRMATION_POC_EVENTS",
     "DECLINES",
     "DEFAULT_PAGE_LIMIT",
     "EPOCH_GROUP_DATA",
@@ -66,8 +68,15 @@ EPOCH_GROUP_DATA: Final = f"{CHAIN_PREFIX}/epoch_group_data/{{epoch_index}}"
 EPOCH_PERFORMANCE_SUMMARY: Final = f"{CHAIN_PREFIX}/epoch_performance_summary/{{epoch_index}}"
 #: List key ``items``; epoch 0 means the effective epoch.
 EXCLUDED_PARTICIPANTS: Final = f"{CHAIN_PREFIX}/excluded_participants/{{epoch_index}}"
+#: ``ListConfirmationPoCEvents`` (query.proto:422 at ee730031; handler
+#: ``x/inference/keeper/query_confirmation_poc_events.go``): list key ``events``, the epoch's
+#: ``ConfirmationPoCEvent`` rows in ``(epoch, event_sequence)`` order, unpaginated; an epoch
+#: without events (or unknown) gives ``[]``.
+CONFIRMATION_POC_EVENTS: Final = f"{CHAIN_PREFIX}/confirmation_poc_events/{{epoch_index}}"
 #: The Cosmos SDK's node info (``default_node_info.network`` is the chain id).
 NODE_INFO: Final = "/cosmos/base/tendermint/v1beta1/node_info"
+#: The Cosmos SDK's block at a height (``block.header.time``: when the block was made).
+BLOCK_BY_HEIGHT: Final = "/cosmos/base/tendermint/v1beta1/blocks/{height}"
 
 # keepersim's own routes (``keepersim serve``).
 POLICY: Final = f"{KEEPERSIM_PREFIX}/policy/{{address}}"

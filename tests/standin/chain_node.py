@@ -53,7 +53,9 @@ What it mimics, gonka v0.2.14 = ee730031 (facts from docs/design/chain-rest-api.
   ``{"code":5,"message":"not found","details":[]}``; ``epoch_performance_summary/{epoch}``
   filters all summaries (an unknown epoch gives ``[]``); ``excluded_participants/0`` is the
   effective epoch's; ``epoch_info.block_height`` and ``participant.block_height`` are the query
-  height; ``active_confirmation_poc_event`` is always ``null`` (no confirmation PoC).
+  height; ``active_confirmation_poc_event`` is always ``null`` (no confirmation PoC in
+  progress); ``confirmation_poc_events/{epoch}`` lists the epoch's events by the
+  ``(epoch, event_sequence)`` prefix (none: ``[]``; ``query_confirmation_poc_events.go``).
 
 State by height: the stand-in holds a :class:`ChainHistory` of :class:`ChainSnapshot` (at height
 1, at every epoch's effective height, at the last block, and at any extra heights); a query at
@@ -62,8 +64,13 @@ at those heights). ``earliest_height`` makes a pruning node instead (older heigh
 SDK's ``failed to load state``).
 
 An **older node** (``version=OLDER_VERSION``, v0.2.5) serves the routes of query.proto before
-v0.2.6 (``82c43a42``), which added ``epoch_performance_summary/{epoch_index}``: there that path
-matches no route and is the gateway's 501. Its bodies are still v0.2.14's messages.
+v0.2.6 (``82c43a42``), which added ``epoch_performance_summary/{epoch_index}`` (and before v0.2.8,
+``f038d984``, which added ``confirmation_poc_events/{epoch_index}``): there those paths match no
+route and are the gateway's 501. Its bodies are still v0.2.14's messages.
+
+A **mainnet node** (tests/standin/mainnet.py) holds the real epochs 247-252 of the shared data
+(``../shared/data/gonka-mainnet``) as its state: their inferences pruned, the aggregates kept.
+That node predated some v0.2.14 fields; :attr:`ChainSnapshot.omitted_fields` leaves them out.
 
 Knobs on :class:`StandinNode`: ``prefix``; ``rate_limit`` (:class:`RateLimit`, nginx's leaky
 bucket on an injectable clock); :meth:`StandinNode.fail_next` (the next N requests, or N to one
@@ -97,6 +104,7 @@ from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.messages import (
     INACTIVE,
     RAMPING,
+    ConfirmationPoCEvent,
     Epoch,
     EpochGroupData,
     EpochPerformanceSummary,
@@ -212,7 +220,20 @@ class ChainSnapshot:
     inferences: tuple[Inference, ...]
     summaries: tuple[EpochPerformanceSummary, ...]
     excluded: tuple[ExcludedParticipant, ...]
+    confirmation_poc_events: tuple[ConfirmationPoCEvent, ...] = ()
+    #: Fields the answering node's version does not have (``"<message full name>.<field>"``):
+    #: left out of every body, as a node built before upstream added them prints them (the
+    #: mainnet node of tests/standin/mainnet.py predates some v0.2.14 fields).
+    omitted_fields: frozenset[str] = frozenset()
     _rendered: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def render(self, message: Any) -> dict[str, Any]:
+        """``message`` as the gateway prints it (:func:`compute_chain_json`), without the
+        :attr:`omitted_fields`."""
+        data = compute_chain_json(message)
+        if self.omitted_fields:
+            _omit_fields(message.DESCRIPTOR, data, self.omitted_fields)
+        return data
 
     def get_latest_epoch(self) -> Epoch:
         return max(self.epochs, key=lambda e: e.index)
@@ -227,14 +248,12 @@ class ChainSnapshot:
 
     def _compute_rows(self, name: str) -> list[Row]:
         if name == "participants":
-            return [
-                (compute_address_key(p.address), compute_chain_json(p)) for p in self.participants
-            ]
+            return [(compute_address_key(p.address), self.render(p)) for p in self.participants]
         if name == "inferences":
-            return [(i.index.encode(), compute_chain_json(i)) for i in self.inferences]
+            return [(i.index.encode(), self.render(i)) for i in self.inferences]
         if name == "epoch_groups":
             return [
-                (_epoch_key(g.epoch_index) + g.model_id.encode(), compute_chain_json(g))
+                (_epoch_key(g.epoch_index) + g.model_id.encode(), self.render(g))
                 for g in self.epoch_groups
             ]
         if name == "summaries":
@@ -242,14 +261,34 @@ class ChainSnapshot:
             for s in self.summaries:
                 address = compute_address_key(s.participant_id)
                 key = bytes([len(address)]) + address + _epoch_key(s.epoch_index)
-                out.append((key, compute_chain_json(s)))
+                out.append((key, self.render(s)))
             return out
         if name == "excluded":
             return [
-                (_epoch_key(e.epoch_index) + compute_address_key(e.address), compute_chain_json(e))
+                (_epoch_key(e.epoch_index) + compute_address_key(e.address), self.render(e))
                 for e in self.excluded
             ]
+        if name == "confirmation_poc_events":
+            # keeper.go: ConfirmationPoCEvents keyed by (uint64 epoch, uint64 event_sequence)
+            return [
+                (_epoch_key(e.epoch_index) + _epoch_key(e.event_sequence), self.render(e))
+                for e in self.confirmation_poc_events
+            ]
         raise KeyError(name)
+
+
+def _omit_fields(descriptor: Any, data: dict[str, Any], omitted: frozenset[str]) -> None:
+    """Remove the ``omitted`` fields from ``data`` (a message printed by compute_chain_json),
+    in nested messages too."""
+    for fd in descriptor.fields:
+        if f"{descriptor.full_name}.{fd.name}" in omitted:
+            data.pop(fd.name, None)
+            continue
+        value = data.get(fd.name)
+        if fd.message_type is None or value is None or fd.message_type.GetOptions().map_entry:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            _omit_fields(fd.message_type, item, omitted)
 
 
 @dataclass(frozen=True)
@@ -669,7 +708,7 @@ def _find(rows: Sequence[Row], key: bytes) -> dict[str, Any]:
 
 
 def _handle_params(call: Call) -> dict[str, Any]:
-    return {"params": compute_chain_json(call.snapshot.params)}
+    return {"params": call.snapshot.render(call.snapshot.params)}
 
 
 def _handle_participant_all(call: Call) -> dict[str, Any]:
@@ -725,8 +764,8 @@ def _handle_get_current_epoch(call: Call) -> dict[str, Any]:
 def _handle_epoch_info(call: Call) -> dict[str, Any]:
     return {
         "block_height": str(call.height),
-        "params": compute_chain_json(call.snapshot.params),
-        "latest_epoch": compute_chain_json(call.snapshot.get_latest_epoch()),
+        "params": call.snapshot.render(call.snapshot.params),
+        "latest_epoch": call.snapshot.render(call.snapshot.get_latest_epoch()),
         "is_confirmation_poc_active": False,
         "active_confirmation_poc_event": None,
     }
@@ -762,6 +801,13 @@ def _handle_excluded(call: Call) -> dict[str, Any]:
     return {"items": [v for k, v in rows if k[:8] == _epoch_key(epoch)]}
 
 
+def _handle_confirmation_poc_events(call: Call) -> dict[str, Any]:
+    """``query_confirmation_poc_events.go``: the epoch's events by prefix range (none: ``[]``)."""
+    epoch = _parse_uint64(call.path["epoch_index"], "epoch_index", path=True)
+    rows = call.snapshot.get_rows("confirmation_poc_events")
+    return {"events": [v for k, v in rows if k[:8] == _epoch_key(epoch)]}
+
+
 #: The served routes (query.proto at ee730031, ``rpc`` lines 47-412; since: the upstream
 #: version that added the route, where it matters for the older node).
 ROUTES: tuple[Route, ...] = (
@@ -789,6 +835,12 @@ ROUTES: tuple[Route, ...] = (
     Route("CountParticipants", "/participants/count", _handle_count_participants),
     Route("EpochInfo", "/epoch_info", _handle_epoch_info),
     Route("ExcludedParticipants", "/excluded_participants/{epoch_index}", _handle_excluded),
+    Route(
+        "ListConfirmationPoCEvents",
+        "/confirmation_poc_events/{epoch_index}",
+        _handle_confirmation_poc_events,
+        since="v0.2.8",  # f038d984 "Upgrade v0.2.8" added the route
+    ),
 )
 
 #: Each route's response message fields, in declaration order (query.proto at ee730031,
@@ -815,6 +867,7 @@ RESPONSE_KEYS: dict[str, tuple[str, ...]] = {
         "active_confirmation_poc_event",
     ),  # QueryEpochInfoResponse l.1055
     "ExcludedParticipants": ("items",),  # QueryExcludedParticipantsResponse l.1166
+    "ListConfirmationPoCEvents": ("events",),  # QueryConfirmationPoCEventsResponse l.1185
 }
 
 

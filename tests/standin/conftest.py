@@ -1,4 +1,5 @@
-"""Fixtures: one keepersim-made chain history per session, and stand-in nodes over it."""
+"""Fixtures: one keepersim-made chain history per session, the shared mainnet epochs as another,
+and stand-in nodes over them."""
 
 from __future__ import annotations
 
@@ -24,5 +25,21 @@ def current_node(chain_history: ChainHistory) -> Iterator[StandinNode]:
 @pytest.fixture
 def older_node(chain_history: ChainHistory) -> Iterator[StandinNode]:
     node = StandinNode(chain_history, version=OLDER_VERSION).start()
+    yield node
+    node.stop()
+
+
+@pytest.fixture(scope="session")
+def mainnet_history() -> ChainHistory:
+    from standin.mainnet import MAINNET_DATA, build_mainnet_history
+
+    if not MAINNET_DATA.is_dir():
+        pytest.skip(f"no shared mainnet data at {MAINNET_DATA} (set KEEPERSIM_SHARED_DATA)")
+    return build_mainnet_history()
+
+
+@pytest.fixture
+def mainnet_node(mainnet_history: ChainHistory) -> Iterator[StandinNode]:
+    node = StandinNode(mainnet_history).start()
     yield node
     node.stop()

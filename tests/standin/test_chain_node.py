@@ -173,6 +173,7 @@ def sample_paths(history: ChainHistory) -> dict[str, str]:
         "CountParticipants": "/participants/count",
         "EpochInfo": "/epoch_info",
         "ExcludedParticipants": "/excluded_participants/2",
+        "ListConfirmationPoCEvents": "/confirmation_poc_events/2",
     }
 
 
@@ -775,8 +776,9 @@ def test_older_node_lacks_the_summary_route(
     assert get(older_node, one).json == get(current_node, one).json
     assert walk(older_node, "/epoch_performance_summary", "epochPerformanceSummary", 10)[0]
     for rpc, route in sample_paths(chain_history).items():
-        if rpc != "EpochPerformanceSummary":
+        if rpc not in ("EpochPerformanceSummary", "ListConfirmationPoCEvents"):
             assert get(older_node, route).status == 200, rpc
+    assert get(older_node, "/confirmation_poc_events/2").status == 501  # since v0.2.8
 
 
 # ---------------------------------------------------------------------------------------------
@@ -884,7 +886,7 @@ def test_older_node_routes_match_query_proto_before_v0_2_6() -> None:
     by_path = {path: response for path, response in get_upstream_routes(text).values()}
     for route in ROUTES:
         path = API_PREFIX + route.template
-        if route.since == "v0.2.6":
+        if route.since != "v0.2.5":  # v0.2.6's by-epoch summaries, v0.2.8's PoC events
             assert path not in by_path
         else:
             fields = tuple(get_message_fields(text, by_path[path]))
