@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 
 from keepersim.chain import Chain
 from keepersim.trace.format import TRACE_VERSION
+from keepersim.trace.integrity import append_closing_record
 from keepersim.trace.writer import get_epoch_declines
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.events import EpochSettled
@@ -159,12 +160,25 @@ def summary_line(
     return line
 
 
-def write_trace(path: Path, lines: Iterable[dict[str, Any] | str]) -> Path:
+def write_trace(path: Path, lines: Iterable[dict[str, Any] | str], *, closed: bool = True) -> Path:
+    """Write ``lines`` (dicts or raw text) as a trace, with its closing record unless not
+    ``closed`` (a cut trace)."""
     with open(path, "w", encoding="utf-8") as f:
         for line in lines:
             f.write(line if isinstance(line, str) else json.dumps(line))
             f.write("\n")
+    if closed:
+        append_closing_record(path)
     return path
+
+
+def read_lines(path: Path) -> list[str]:
+    """A trace's record lines (text), without its closing record: edit them, then write them
+    back with :func:`write_trace` (which closes the trace again)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if lines and json.loads(lines[-1]).get("type") == "end":
+        lines.pop()
+    return lines
 
 
 def record_trace(
