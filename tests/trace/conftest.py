@@ -13,3 +13,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
 @pytest.fixture
 def tmp_trace(tmp_path: Path) -> Path:
     return tmp_path / "trace.jsonl"
+
+
+class TraceBytes(bytes):
+    """A trace's bytes, shown short (hypothesis prints a failing example's arguments)."""
+
+    def __repr__(self) -> str:
+        return f"<trace of {len(self)} bytes>"
+
+
+@pytest.fixture(scope="session")
+def sim_trace(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The bytes of a real trace, written by ``simulate`` (run_scenario) on a small fleet with
+    misses, outages and three epochs: its closing record included."""
+    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.generate import generate_scenario
+
+    scenario = generate_scenario(
+        "integrity",
+        5,
+        participants=8,
+        blocks=180,
+        epoch_length=60,
+        arrivals_per_block=1.5,
+        degraded_share=0.2,
+        outage_share=0.1,
+        latency=(1, 5),
+        expiration_blocks=20,
+    )
+    path = tmp_path_factory.mktemp("sim-trace") / "trace.jsonl"
+    run_scenario(scenario, "gonka", seed=3, store="memory", trace_out=path)
+    return TraceBytes(path.read_bytes())
