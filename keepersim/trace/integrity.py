@@ -106,22 +106,21 @@ def read_line_digest(handle: IO[bytes], end: int) -> tuple[_Hash, int]:
 
 def _iter_lines_backwards(handle: IO[bytes], end: int) -> Iterator[tuple[int, bytes]]:
     """(start offset, bytes) of the whole lines before ``end`` (which follows a newline), the
-    last one first, each without its newline."""
-    line_end = end - 1  # the newline of the last line
-    buffer = b""
-    pos = line_end
-    while line_end > 0:
-        i = buffer.rfind(b"\n")
-        if i < 0 and pos > 0:
-            start = max(0, pos - 65536)
-            handle.seek(start)
-            buffer = handle.read(pos - start) + buffer
-            pos = start
-            continue
-        line_start = pos + i + 1 if i >= 0 else 0
-        yield line_start, buffer[i + 1 :] if i >= 0 else buffer
-        buffer = buffer[:i] if i >= 0 else b""
-        line_end = line_start - 1
+    last one first, each without its newline. A long line is read in blocks, joined once."""
+    pos = end - 1  # the newline of the last line; bytes before ``pos`` are still unread
+    pieces: list[bytes] = []  # the current line's blocks read so far, the last first
+    while pos > 0:
+        start = max(0, pos - 65536)
+        handle.seek(start)
+        block = handle.read(pos - start)
+        pos = start
+        while (i := block.rfind(b"\n")) >= 0:
+            pieces.append(block[i + 1 :])
+            yield start + i + 1, b"".join(reversed(pieces))
+            pieces = []
+            block = block[:i]
+        pieces.append(block)
+    yield 0, b"".join(reversed(pieces))
 
 
 def _find_last_height(handle: IO[bytes], end: int) -> int | None:
