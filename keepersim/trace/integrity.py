@@ -139,6 +139,10 @@ def _find_last_height(handle: IO[bytes], end: int) -> int | None:
     return None
 
 
+def _describe_line(line: int, height: int | None) -> str:
+    return f"line {line}" + ("" if height is None else f" (height {height})")
+
+
 def _read_header(first: bytes) -> tuple[int, int] | None:
     """(version, first height) of a header line; None when it is not one (the reader says
     why)."""
@@ -197,15 +201,15 @@ def compute_trace_end(path: str | os.PathLike[str]) -> TraceEnd:
         if problem is not None:
             raise TraceError(name, where, *problem)
         last_height = _find_last_height(handle, last_start)
-        at = f"line {lines}" + ("" if last_height is None else f", height {last_height}")
+        last = _describe_line(lines, last_height)
         if data["lines"] != lines:
             raise TraceError(
                 name,
                 where,
                 "end.lines",
                 f"the closing record counts {data['lines']} lines before it, the trace has "
-                f"{lines}: lines were added or removed after it was written (last record: "
-                f"{at})",
+                f"{lines}: lines were added or removed after it was written; its last record "
+                f"is {last}",
             )
         if data["sha256"] != digest.hexdigest():
             raise TraceError(
@@ -213,8 +217,8 @@ def compute_trace_end(path: str | os.PathLike[str]) -> TraceEnd:
                 where,
                 "end.sha256",
                 f"lines 1-{lines} hash to {digest.hexdigest()[:16]}..., the closing record says "
-                f"{data['sha256'][:16]}...: the trace was changed after it was written (last "
-                f"record: {at})",
+                f"{data['sha256'][:16]}...: the trace was changed after it was written; its "
+                f"last record is {last}",
             )
         return TraceEnd("closed", last_start, lines, last_height, first_height)
 
@@ -229,13 +233,13 @@ def _describe_cut(name: str, end: TraceEnd) -> TraceError:
             "missing: the trace ends inside its first line, without its closing record: it "
             "was cut, or the run writing it did not finish",
         )
-    at = f"line {n}" + ("" if end.last_height is None else f" (height {end.last_height})")
     short = f" (line {n + 1} is cut short)" if end.cut_inside_line else ""
     return TraceError(
         name,
-        max(n, 1),
+        n,
         "end",
-        f"missing: the trace ends after {at} without its closing record{short}: it was cut, "
+        f"missing: the trace ends after {_describe_line(n, end.last_height)} without its "
+        f"closing record{short}: it was cut, "
         f"or the run writing it did not finish; --allow-partial replays lines 1-{n}",
     )
 
@@ -259,15 +263,14 @@ def check_trace_end(path: str | os.PathLike[str], *, allow_partial: bool = False
         raise _describe_cut(name, end)
     first = end.first_height
     if end.last_height is None or first is None or end.last_height < first:
-        at = f"line {end.lines}" + (
-            "" if end.last_height is None else f" (height {end.last_height})"
-        )
+        if end.lines == 0:
+            raise _describe_cut(name, end)
         raise TraceError(
             name,
-            max(end.lines, 1),
+            end.lines,
             "end",
-            f"missing: the trace ends after {at} without its closing record, before its "
-            f"first block {first}: nothing to replay",
+            f"missing: the trace ends after {_describe_line(end.lines, end.last_height)} "
+            f"without its closing record, before its first block {first}: nothing to replay",
         )
     return end
 
