@@ -29,6 +29,7 @@ from keepersim.replay.common import ReplayError
 from keepersim.replay.estimator import estimate_trace
 from keepersim.replay.what_if import replay_what_if
 from keepersim.server.runner import RunnerError, TraceSource
+from keepersim.testing import run_proposal
 from keepersim.trace.integrity import (
     append_closing_record,
     check_trace_end,
@@ -38,6 +39,7 @@ from keepersim.trace.records import Header, TraceError
 from keepersim.trace.writer import TraceWriter
 
 ROOT = Path(__file__).resolve().parents[2]
+PROPOSAL = ROOT / "examples" / "governance_tests" / "stricter-breaker.json"
 
 
 def _examples(n: int) -> settings:
@@ -364,6 +366,8 @@ def test_every_trace_reader_refuses_a_cut_trace(sim_trace: bytes, tmp_path: Path
         lambda: estimate_trace(path),
         lambda: replay_as_recorded(path),
         lambda: replay_what_if(path, "gonka", seed=1),
+        # keepersim.testing (and so `keepersim proposal --trace`)
+        lambda: run_proposal(PROPOSAL, [], traces=[path], seeds=2),
     ]
     for read in readers:
         with pytest.raises(TraceError, match="without its closing record"):
