@@ -256,3 +256,21 @@ def record_trace(
     merged.extend(queue)
     write_trace(path, lines + merged)
     return path, summaries
+
+
+def make_small_scenario() -> Any:
+    """A small fleet with misses, outages and three epochs of 60 blocks."""
+    from keepersim.sim.generate import generate_scenario
+
+    return generate_scenario(
+        "integrity",
+        5,
+        participants=8,
+        blocks=180,
+        epoch_length=60,
+        arrivals_per_block=1.5,
+        degraded_share=0.2,
+        outage_share=0.1,
+        latency=(1, 5),
+        expiration_blocks=20,
+    )

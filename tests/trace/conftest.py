@@ -24,23 +24,12 @@ class TraceBytes(bytes):
 
 @pytest.fixture(scope="session")
 def sim_trace(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """The bytes of a real trace, written by ``simulate`` (run_scenario) on a small fleet with
-    misses, outages and three epochs: its closing record included."""
-    from keepersim.sim.driver import run_scenario
-    from keepersim.sim.generate import generate_scenario
+    """The bytes of a real trace, written by ``simulate`` (run_scenario) on
+    :func:`make_small_scenario`: its closing record included."""
+    from replay_helpers import make_small_scenario
 
-    scenario = generate_scenario(
-        "integrity",
-        5,
-        participants=8,
-        blocks=180,
-        epoch_length=60,
-        arrivals_per_block=1.5,
-        degraded_share=0.2,
-        outage_share=0.1,
-        latency=(1, 5),
-        expiration_blocks=20,
-    )
+    from keepersim.sim.driver import run_scenario
+
     path = tmp_path_factory.mktemp("sim-trace") / "trace.jsonl"
-    run_scenario(scenario, "gonka", seed=3, store="memory", trace_out=path)
+    run_scenario(make_small_scenario(), "gonka", seed=3, store="memory", trace_out=path)
     return TraceBytes(path.read_bytes())

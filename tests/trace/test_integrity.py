@@ -376,6 +376,26 @@ def test_every_trace_reader_refuses_a_cut_trace(sim_trace: bytes, tmp_path: Path
         TraceSource(path)
 
 
+def test_a_failed_simulate_run_leaves_a_trace_that_is_refused(tmp_path: Path) -> None:
+    """A run that stops with an error (or a signal: the same path) leaves its --trace-out at
+    its final path without a closing record; no reader takes it for a whole trace."""
+    from replay_helpers import make_small_scenario
+
+    from keepersim.sim.driver import run_scenario
+
+    def stop(chain: Any, height: int) -> None:
+        if height == 100:
+            raise KeyboardInterrupt
+
+    path = tmp_path / "trace.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(make_small_scenario(), "gonka", store="memory", trace_out=path, on_block=stop)
+    with pytest.raises(TraceError, match="without its closing record"):
+        replay_as_recorded(path)
+    report = replay_as_recorded(path, allow_partial=True)
+    assert report.partial and not report.ok and report.last_height < 100
+
+
 def test_make_trace_script_writes_a_closed_trace(tmp_path: Path) -> None:
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
