@@ -26,6 +26,7 @@ from keepersim.trace.format import (
     encode_line,
     encode_message,
 )
+from keepersim.trace.integrity import append_closing_record
 from keepersim.types.messages import ACTIVE, MLNodeInfo, Participant
 from keepersim.types.params import get_mainnet_params
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
@@ -128,6 +129,7 @@ def write_trace(
                 w(encode_line(build_inference_line(inference)) + "\n")
             total += int(starts.size)
         w(summary_line(epochs - 1, last, addresses, counts[epochs - 1]))
+    append_closing_record(path)  # the trace is whole: readers refuse one without it
     return {"inferences": total, "misses": misses, "blocks": last}
 
 

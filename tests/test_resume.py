@@ -9,6 +9,7 @@ a random instant. Each chain of kills resumes the same store again and again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -24,6 +25,8 @@ import pytest
 from keepersim.sim.generate import generate_scenario
 from keepersim.sim.scenario import format_scenario_json
 from keepersim.store.checkpoint import KILL_AT_ENV
+from keepersim.trace.reader import iterate_trace
+from keepersim.trace.records import TraceError
 
 BLOCKS = 500
 # Output fields that depend on the wall clock or on the output paths, not on the run.
@@ -81,7 +84,15 @@ def reference(scenario_file: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         str(folder / "trace.jsonl"),
     )
     assert done.returncode == 0, done.stderr
-    return _report(folder / "out.json"), (folder / "trace.jsonl").read_bytes()
+    trace = (folder / "trace.jsonl").read_bytes()
+    # Whole: its closing record counts the lines before it and holds their SHA-256.
+    body = trace[: trace.rindex(b"\n", 0, len(trace) - 1) + 1]
+    assert json.loads(trace[len(body) :]) == {
+        "type": "end",
+        "lines": body.count(b"\n"),
+        "sha256": hashlib.sha256(body).hexdigest(),
+    }
+    return _report(folder / "out.json"), trace
 
 
 def _simulate_args(scenario: Path, folder: Path, *extra: str) -> list[str]:
@@ -118,6 +129,8 @@ def test_simulate_killed_and_resumed_ends_as_an_uninterrupted_run(
         run = _keepersim(*args, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
         assert run.returncode == -signal.SIGKILL, (point, run.stderr)
         assert not (tmp_path / "out.json").exists()
+        with pytest.raises(TraceError):  # the killed run's trace is never taken for a whole one
+            list(iterate_trace(tmp_path / "trace.jsonl"))
     done = _keepersim(*args, "--resume")
     assert done.returncode == 0, done.stderr
     report, trace = reference

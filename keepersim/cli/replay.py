@@ -2,7 +2,8 @@
 choosing), write report.json (and exclusions.png) to --out, print a short table.
 
 The handler returns the exit status: 0 done, 1 the as-recorded replay found mismatches or
-rejected transactions; bad input (a malformed trace line, a bad governance file, an unknown
+rejected transactions, or replayed a partial trace (``--allow-partial``); bad input (a trace
+without its closing record: cut, or its run did not finish) (a malformed trace line, a bad governance file, an unknown
 policy) raises one of :func:`keepersim.cli.common.get_input_errors`, exit status 2. Heavy modules
 are imported inside the handler, so registering the command costs nothing.
 
@@ -83,6 +84,13 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
         "--skip-bad", action="store_true", help="skip malformed lines (listed in the report)"
     )
     parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="replay a trace without its closing record (cut, or its run did not finish) up to "
+        "its last whole line; the report says partial: true and where the trace ends, and an "
+        "as-recorded replay is then never ok (exit 1)",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="as-recorded: stop at the first rejected transaction",
@@ -146,11 +154,13 @@ def _parse_prior(text: str) -> BetaPrior:
         raise ReplayError(f"--prior: expected 'a,b' with a, b > 0, got {text!r} ({exc})") from None
 
 
-def _read_base_params(trace: str, skip_bad: bool) -> ModuleParams:
+def _read_base_params(trace: str, skip_bad: bool, allow_partial: bool) -> ModuleParams:
     from keepersim.replay.common import open_trace
     from keepersim.trace.records import BadLines
 
-    prologue, records = open_trace(trace, skip_bad=skip_bad, bad_lines=BadLines())
+    prologue, records = open_trace(
+        trace, skip_bad=skip_bad, bad_lines=BadLines(), allow_partial=allow_partial
+    )
     close = getattr(records, "close", None)
     if close is not None:
         close()
@@ -192,7 +202,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     governance = None
     if args.governance:
         governance = load_governance_file(
-            args.governance, _read_base_params(args.trace, args.skip_bad)
+            args.governance, _read_base_params(args.trace, args.skip_bad, args.allow_partial)
         )
     progress = args.progress is not False
     if args.mode == "as-recorded":
@@ -207,6 +217,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             strict=args.strict,
             resume=args.resume,
             resumable=resumable,
+            allow_partial=args.allow_partial,
         )
         data = report.to_dict()
         print_as_recorded(report, out)
@@ -230,6 +241,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         window_blocks=window_blocks,
         prior=prior,
         skip_bad=args.skip_bad,
+        allow_partial=args.allow_partial,
     )
     seed = args.seed if args.seed is not None else (header.seed or 0)
     runs = {
@@ -248,6 +260,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             estimator=estimator,
             resume=args.resume,
             resumable=resumable,
+            allow_partial=args.allow_partial,
         )
         for policy in policies
     }
@@ -258,6 +271,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         "mode": "what-if",
         "trace": args.trace,
         "seed": seed,
+        "partial": header.cut is not None,
+        "trace_end": None if header.cut is None else header.cut.to_dict(),
         "estimator": estimate,
         "calibration": compute_calibration_note(
             estimator.get_settings(), None, header.scenario, estimator.declines
@@ -280,8 +295,21 @@ def _pct(part: int, whole: int) -> str:
     return f"{part} ({100 * part / whole:.1f}%)" if whole else str(part)
 
 
+def print_partial(trace: str, end: dict[str, int] | None, out: TextIO) -> None:
+    """The table's line for a partial trace (``--allow-partial``): where it ends."""
+    if end is not None:
+        print(
+            f"partial: true: {trace} has no closing record (cut, or its run did not finish); "
+            f"replayed to its last whole line {end['line']} (height {end['height']}), not to "
+            f"the recorded last height {end['recorded_last_height']}: not a whole replay",
+            file=out,
+        )
+
+
 def print_as_recorded(report: ReplayReport, out: TextIO) -> None:
     r = report.recorded
+    cut = report.header.cut
+    print_partial(report.trace, None if cut is None else cut.to_dict(), out)
     print(
         f"trace {report.trace}: heights {report.first_height}..{report.last_height} "
         f"({report.blocks} blocks), {r['inferences']} inferences recorded: "
@@ -327,6 +355,7 @@ def print_what_if(
 ) -> None:
     first = next(iter(runs.values()))
     rec = first["recorded"]
+    print_partial(first["trace"], first.get("trace_end"), out)
     print(
         f"trace {first['trace']}: {rec['inferences']} requests replayed, seed {first['seed']}; "
         f"recorded miss rate {rec['miss_rate']:.4f}",

@@ -260,11 +260,20 @@ class ReplayReport:
     elapsed_seconds: float = 0.0
 
     @property
+    def partial(self) -> bool:
+        """The trace had no closing record (read with ``allow_partial``): it may be cut."""
+        return self.header.cut is not None
+
+    @property
     def ok(self) -> bool:
-        """No summary mismatch, no status mismatch, no rejected transaction (skipped bad lines
-        are reported apart)."""
+        """A whole trace, with no summary mismatch, no status mismatch, no rejected transaction
+        (skipped bad lines are reported apart). A partial trace is never ok: what is missing
+        was not checked."""
         return not (
-            self.summary_mismatch_count or self.status_mismatches.count or self.tx_failures.count
+            self.partial
+            or self.summary_mismatch_count
+            or self.status_mismatches.count
+            or self.tx_failures.count
         )
 
     def get_shadow(self, policy: str) -> PolicyShadow:
@@ -291,6 +300,8 @@ class ReplayReport:
             "blocks": self.blocks,
             "txs": self.txs,
             "ok": self.ok,
+            "partial": self.partial,
+            "trace_end": None if header.cut is None else header.cut.to_dict(),
             "recorded": {
                 "inferences": self.recorded["inferences"],
                 "misses": self.recorded["misses"],
@@ -829,6 +840,7 @@ def replay_as_recorded(
     max_listed: int = 50,
     resume: bool = False,
     resumable: bool = False,
+    allow_partial: bool = False,
 ) -> ReplayReport:
     """Replay a trace's recorded traffic once per policy (in lockstep); see the module doc.
 
@@ -840,16 +852,20 @@ def replay_as_recorded(
 
     ``store``: "memory", or "leveldb" with one fresh folder per policy under ``store_dir``.
     ``governance``: (height, ModuleParams) sent as MsgUpdateParams and MsgUpdateExtensionParams
-    from the authority in block height (policy and shadow are kept as the replay sets them). Raises :class:`ReplayError` (strict
-    rejections, setup) and :class:`~keepersim.trace.records.TraceError` (bad lines without
-    ``skip_bad``).
+    from the authority in block height (policy and shadow are kept as the replay sets them).
+    ``allow_partial``: replay a trace without its closing record up to its last whole line (the
+    report says ``partial`` and is never ``ok``). Raises :class:`ReplayError` (strict
+    rejections, setup) and :class:`~keepersim.trace.records.TraceError` (a trace without its
+    closing record, or whose closing record does not match; bad lines without ``skip_bad``).
     """
     policies = list(policies)
     check_policies(policies)
     started = time.perf_counter()
     bad = BadLines(max_listed=max_listed)
     cursor = TraceCursor()
-    prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor)
+    prologue, records = open_trace(
+        trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor, allow_partial=allow_partial
+    )
     header = prologue.header
     report = ReplayReport(
         trace=os.fspath(trace_path),
@@ -919,7 +935,11 @@ def replay_as_recorded(
                 report = run.report
                 run.cursor = cursor = state["cursor"]
                 records = iterate_trace(
-                    trace_path, skip_bad=skip_bad, bad_lines=report.bad_lines, cursor=cursor
+                    trace_path,
+                    skip_bad=skip_bad,
+                    bad_lines=report.bad_lines,
+                    cursor=cursor,
+                    allow_partial=allow_partial,
                 )
                 if state["current"] is not None:
                     run.process(state["current"])

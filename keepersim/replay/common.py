@@ -52,8 +52,13 @@ def open_trace(
     skip_bad: bool,
     bad_lines: BadLines,
     cursor: TraceCursor | None = None,
+    allow_partial: bool = False,
 ) -> tuple[Prologue, Iterator[TraceRecord]]:
-    records = iterate_trace(path, skip_bad=skip_bad, bad_lines=bad_lines, cursor=cursor)
+    """The trace's prologue and its other records (``allow_partial``: a trace without its
+    closing record is read up to its last whole line; its header's ``cut`` says where)."""
+    records = iterate_trace(
+        path, skip_bad=skip_bad, bad_lines=bad_lines, cursor=cursor, allow_partial=allow_partial
+    )
     try:
         prologue = read_prologue(records)
     except StopIteration:

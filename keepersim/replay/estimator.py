@@ -450,9 +450,13 @@ def estimate_trace(
     segment_strength: float = DEFAULT_SEGMENT_STRENGTH,
     skip_bad: bool = False,
     bad_lines: BadLines | None = None,
+    allow_partial: bool = False,
 ) -> tuple[Header, BehaviourEstimator]:
-    """One streaming pass over a trace: its header and the fitted estimator."""
-    records = iterate_trace(path, skip_bad=skip_bad, bad_lines=bad_lines)
+    """One streaming pass over a trace: its header and the fitted estimator (``allow_partial``:
+    of a trace without its closing record, up to its last whole line)."""
+    records = iterate_trace(
+        path, skip_bad=skip_bad, bad_lines=bad_lines, allow_partial=allow_partial
+    )
     header = next(records)
     assert isinstance(header, Header)
     estimator = BehaviourEstimator(

@@ -423,6 +423,7 @@ def replay_what_if(
     on_request: RequestHook | None = None,
     resume: bool = False,
     resumable: bool = False,
+    allow_partial: bool = False,
 ) -> dict[str, Any]:
     """Replay the recorded requests with ``policy`` choosing executors; see the module doc.
 
@@ -434,7 +435,8 @@ def replay_what_if(
     ``on_request(height, inference_id, executor, latency)`` sees every assignment (latency None
     for a miss). A ``resumable`` leveldb replay checkpoints (see ``replay_as_recorded``):
     ``resume`` goes on with the store ``store_dir/what-if-<policy>`` from its last committed
-    block.
+    block. ``allow_partial``: replay a trace without its closing record up to its last whole
+    line (the result says ``partial`` and where the trace ends, ``trace_end``).
     """
     check_policies([policy])
     started = time.perf_counter()
@@ -447,9 +449,12 @@ def replay_what_if(
             prior=prior,
             skip_bad=skip_bad,
             bad_lines=BadLines(max_listed=max_listed),
+            allow_partial=allow_partial,
         )
     cursor = TraceCursor()
-    prologue, records = open_trace(trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor)
+    prologue, records = open_trace(
+        trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor, allow_partial=allow_partial
+    )
     header = prologue.header
     prologue = get_policy_prologue(prologue, policy)
     fingerprint = None
@@ -526,7 +531,13 @@ def replay_what_if(
                 assert run.bad_lines is not None
                 bad = run.bad_lines
                 run.cursor = cursor = state["cursor"]
-                records = iterate_trace(trace_path, skip_bad=skip_bad, bad_lines=bad, cursor=cursor)
+                records = iterate_trace(
+                    trace_path,
+                    skip_bad=skip_bad,
+                    bad_lines=bad,
+                    cursor=cursor,
+                    allow_partial=allow_partial,
+                )
                 if state["current"] is not None:
                     run.process_record(state["current"])
             for record in records:
@@ -551,6 +562,8 @@ def replay_what_if(
         "chain_id": header.chain_id,
         "first_height": header.first_height,
         "last_height": header.last_height,
+        "partial": header.cut is not None,
+        "trace_end": None if header.cut is None else header.cut.to_dict(),
         "blocks": run.blocks,
         "inferences": counts["inferences"],
         "misses": counts["misses"],

@@ -9,6 +9,8 @@
 * :mod:`keepersim.trace.validate`: checks a line against it (jsonschema-rs), naming the field;
 * :mod:`keepersim.trace.build`: builds the protobuf messages of a valid line;
 * :mod:`keepersim.trace.records`: the typed records, :class:`TraceError`, :class:`BadLines`;
+* :mod:`keepersim.trace.integrity`: the closing record (a cut trace is never taken for a whole
+  one): :func:`check_trace_end`, :func:`append_closing_record`;
 * :mod:`keepersim.trace.reader`: :func:`iterate_trace`, the streaming reader, and the ordering
   rules;
 * :mod:`keepersim.trace.writer`: :class:`TraceWriter`, which streams a run's lines in order;
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from keepersim.trace.genesis import Prologue, build_genesis, read_prologue
+    from keepersim.trace.integrity import TraceEnd, append_closing_record, check_trace_end
     from keepersim.trace.messages import build_block
     from keepersim.trace.reader import TraceCursor, iterate_trace, read_header
     from keepersim.trace.records import (
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
         InferenceRecord,
         ParamsRecord,
         ParticipantsRecord,
+        TraceCut,
         TraceError,
         TraceRecord,
     )
@@ -46,7 +50,11 @@ _EXPORTS = {
     "InferenceRecord": "keepersim.trace.records",
     "ParamsRecord": "keepersim.trace.records",
     "ParticipantsRecord": "keepersim.trace.records",
+    "TraceCut": "keepersim.trace.records",
     "TraceError": "keepersim.trace.records",
+    "TraceEnd": "keepersim.trace.integrity",
+    "append_closing_record": "keepersim.trace.integrity",
+    "check_trace_end": "keepersim.trace.integrity",
     "TraceRecord": "keepersim.trace.records",
     "TraceCursor": "keepersim.trace.reader",
     "iterate_trace": "keepersim.trace.reader",
@@ -68,11 +76,15 @@ __all__ = [
     "ParticipantsRecord",
     "Prologue",
     "TraceCursor",
+    "TraceCut",
+    "TraceEnd",
     "TraceError",
     "TraceRecord",
     "TraceWriter",
+    "append_closing_record",
     "build_block",
     "build_genesis",
+    "check_trace_end",
     "get_epoch_declines",
     "iterate_trace",
     "read_header",

@@ -3,7 +3,8 @@ the line codec (one JSON object per line, chain objects in the chain's REST JSON
 
 The order of lines at one height is :data:`LINE_ORDER`: params, epoch_summary, participants,
 then the inferences that started at that height (by id). The writer sorts by
-(height, :func:`get_line_rank`, key); the reader checks the same order.
+(height, :func:`get_line_rank`, key); the reader checks the same order. The last line is the
+closing record (:func:`build_end_line`, checked by :mod:`keepersim.trace.integrity`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ __all__ = [
     "LINE_ORDER",
     "RECORD_KINDS",
     "TRACE_VERSION",
+    "UNCLOSED_VERSION",
     "VERSION_1_ERROR",
+    "build_end_line",
     "build_header_line",
     "build_inference_line",
     "build_params_line",
@@ -36,11 +39,15 @@ __all__ = [
     "get_status_name",
 ]
 
-#: The trace format's version (the header's ``version``); 2: the chain's own message shapes.
-TRACE_VERSION: Final = 2
+#: The trace format's version (the header's ``version``): 2 brought the chain's own message
+#: shapes, 3 the closing record (a cut trace is told from a whole one).
+TRACE_VERSION: Final = 3
 
-#: Every line's ``type``.
-RECORD_KINDS: Final = ("header", "params", "participants", "inference", "epoch_summary")
+#: The version before the closing record: still read, with a warning that a cut cannot be told.
+UNCLOSED_VERSION: Final = 2
+
+#: Every line's ``type`` (``end``: the closing record, the last line).
+RECORD_KINDS: Final = ("header", "params", "participants", "inference", "epoch_summary", "end")
 
 #: The order of the kinds of lines at one height (the header is first of all).
 LINE_ORDER: Final = ("params", "epoch_summary", "participants", "inference")
@@ -171,3 +178,9 @@ def build_summary_line(
     if epoch_declines is not None:
         line["epoch_declines"] = epoch_declines
     return line
+
+
+def build_end_line(lines: int, sha256: str) -> dict[str, Any]:
+    """The closing record: the number of lines before it (the header included) and the SHA-256
+    (hex) of their exact bytes, newlines included. Written only when the whole trace is."""
+    return {"type": "end", "lines": lines, "sha256": sha256}

@@ -1,6 +1,12 @@
 """Streaming trace reader: typed records, each line checked against the JSON Schema, parsed into
 the protobuf types, and checked against the ordering rules of the format (docs/trace-format.md).
 
+Before the first record, the file's end is checked (:func:`keepersim.trace.integrity.check_trace_end`):
+a version-3 trace without its closing record (cut, or its run did not finish) or whose closing
+record does not match is refused; with ``allow_partial`` a cut one is read up to its last whole
+line, and its :class:`Header` says where it ends (``cut``, ``last_height`` that line's height).
+The closing record itself is not yielded.
+
 Usage::
 
     bad = BadLines()
@@ -62,10 +68,12 @@ from keepersim.trace.build import FastParseError, get_builder
 from keepersim.trace.format import (
     FINISHED_LIKE,
     RECORD_KINDS,
+    TRACE_VERSION,
     VERSION_1_ERROR,
     decode_line,
     get_status_name,
 )
+from keepersim.trace.integrity import TraceEnd, check_trace_end
 from keepersim.trace.records import (
     BadLines,
     EpochSummaryRecord,
@@ -73,6 +81,7 @@ from keepersim.trace.records import (
     InferenceRecord,
     ParamsRecord,
     ParticipantsRecord,
+    TraceCut,
     TraceError,
     TraceRecord,
 )
@@ -121,8 +130,9 @@ def _join(root: str, path: str) -> str:
 class _Reader:
     """Parses lines and keeps the ordering state (constant memory)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, end: TraceEnd | None = None) -> None:
         self.path = path
+        self.end = end
         self.header: Header | None = None
         self.have_params = False
         self.have_participants = False
@@ -176,6 +186,15 @@ class _Reader:
             )
         if record_type == "inference":  # nearly every line
             return self.parse_inference(data, line)
+        if record_type == "end":
+            assert self.header is not None
+            raise self.error(
+                line,
+                "type",
+                f"a closing record (end) before the last line, or in a version "
+                f"{self.header.version} trace: it can only be the last line of a version "
+                f"{TRACE_VERSION} trace",
+            )
         if record_type == "header":
             return self.parse_header(data, line)
         if record_type == "params":
@@ -198,6 +217,11 @@ class _Reader:
                 line, "header.last_height", f"must be >= first_height {first}, got {last}"
             )
         seed = data.get("seed")
+        cut = None
+        end = self.end
+        if end is not None and end.state == "cut" and end.last_height is not None:
+            cut = TraceCut(end.lines, end.last_height, last)
+            last = min(last, end.last_height)
         header = Header(
             line=line,
             version=int(data["version"]),
@@ -208,6 +232,7 @@ class _Reader:
             scenario=data.get("scenario"),
             seed=None if seed is None else int(seed),
             policy=data.get("policy"),
+            cut=cut,
         )
         self.header = header
         return header
@@ -460,23 +485,30 @@ def iterate_trace(
     skip_bad: bool = False,
     bad_lines: BadLines | None = None,
     cursor: TraceCursor | None = None,
+    allow_partial: bool = False,
 ) -> Iterator[TraceRecord]:
     """Stream a trace's records; the first one is always the :class:`Header`.
 
-    Raises :class:`TraceError` on the first bad line, unless ``skip_bad``: then bad lines (other
-    than the header) are skipped and recorded in ``bad_lines``. ``cursor`` is kept up to date
-    as lines are read; one holding a reader (a resumed replay's) continues after its line.
+    Raises :class:`TraceError` for a trace without its closing record (unless ``allow_partial``:
+    then its whole lines are read, and the header says where it ends) or whose closing record
+    does not match, and on the first bad line, unless ``skip_bad``: then bad lines (other than
+    the header) are skipped and recorded in ``bad_lines``. ``cursor`` is kept up to date as lines
+    are read; one holding a reader (a resumed replay's) continues after its line.
     """
     name = os.fspath(path)
+    end = check_trace_end(name, allow_partial=allow_partial)
+    stop = end.records_end
     if cursor is None:
         cursor = TraceCursor()
     if cursor.reader is None:
-        cursor.reader = _Reader(name)
+        cursor.reader = _Reader(name, end)
     reader = cursor.reader
     with open(name, "rb") as handle:
         handle.seek(cursor.offset)
         number = cursor.line
         for number, raw in enumerate(handle, start=cursor.line + 1):  # noqa: B007
+            if stop is not None and cursor.offset >= stop:
+                break
             cursor.offset += len(raw)
             cursor.line = number
             try:

@@ -26,6 +26,7 @@ __all__ = [
     "InferenceRecord",
     "ParamsRecord",
     "ParticipantsRecord",
+    "TraceCut",
     "TraceError",
     "TraceRecord",
 ]
@@ -72,16 +73,35 @@ class BadLines:
 
 
 @dataclass(frozen=True, slots=True)
+class TraceCut:
+    """Where a trace read with ``allow_partial`` ends: it has no closing record."""
+
+    line: int  # the last whole line
+    height: int  # its height (the replay's last block)
+    recorded_last_height: int  # the header's last_height
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "line": self.line,
+            "height": self.height,
+            "recorded_last_height": self.recorded_last_height,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Header:
     line: int
     version: int
     chain_id: str
     source: str
     first_height: int
+    # the last height to replay: the header's, or a partial trace's last (``cut``)
     last_height: int
     scenario: str | dict[str, Any] | None = None
     seed: int | None = None
     policy: str | None = None
+    # A partial trace (read with allow_partial, no closing record): where it ends
+    cut: TraceCut | None = None
 
     def get_scenario_name(self) -> str | None:
         if isinstance(self.scenario, dict):

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from keepersim.trace.format import RECORD_KINDS, TRACE_VERSION
+from keepersim.trace.format import RECORD_KINDS, TRACE_VERSION, UNCLOSED_VERSION
 from keepersim.types.chain_json import NON_NULLABLE_FIELDS
 from keepersim.types.messages import (
     EpochPerformanceSummary,
@@ -202,7 +202,10 @@ def build_trace_schema() -> dict[str, Any]:
     defs["header"] = record(
         "header",
         {
-            "version": {"title": "trace format version 2", "const": TRACE_VERSION},
+            "version": {
+                "title": f"trace format version {TRACE_VERSION} (or {UNCLOSED_VERSION})",
+                "enum": [UNCLOSED_VERSION, TRACE_VERSION],
+            },
             "chain_id": {"$ref": "#/$defs/nonEmptyString"},
             "source": {"title": "one of ['simulate', 'export']", "enum": ["simulate", "export"]},
             "first_height": _UINT64,
@@ -276,6 +279,22 @@ def build_trace_schema() -> dict[str, Any]:
             },
         },
         ["epoch_index", "height", "summaries"],
+    )
+    defs["end"] = record(
+        "end",
+        {
+            "lines": {
+                "title": "the number of lines before the closing record",
+                "type": "integer",
+                "minimum": 1,
+            },
+            "sha256": {
+                "title": "a SHA-256 (64 lowercase hex digits)",
+                "type": "string",
+                "pattern": "^[0-9a-f]{64}$",
+            },
+        },
+        ["lines", "sha256"],
     )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

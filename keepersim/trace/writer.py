@@ -13,7 +13,12 @@ Lines come out in height order with memory bounded by the inferences in flight:
   was written; the ones still in flight after the last block are written at :meth:`close` as
   the chain holds them (status ``STARTED``);
 * ``epoch_summary`` at the settlement height ``H``, after every inference line that started
-  before ``H``, with keepersim's declines of the epoch (``epoch_declines``, one per summary).
+  before ``H``, with keepersim's declines of the epoch (``epoch_declines``, one per summary);
+* ``end``, the closing record (the number of lines before it and their SHA-256), written by
+  :meth:`TraceWriter.close` only: a run that fails (:meth:`TraceWriter.abort`) or is killed
+  leaves a trace without one, which readers refuse as cut (:mod:`keepersim.trace.integrity`).
+  A resumed run (:meth:`TraceWriter.reopen`) hashes the lines already written first, so the
+  digest covers the whole file.
 
 At one height the order is :data:`keepersim.trace.format.LINE_ORDER`: params, epoch_summary,
 participants, then the inferences that started at that height. JSON shapes are the node REST's
@@ -24,6 +29,7 @@ strings, enums as names.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import os
 from collections.abc import Iterable
@@ -31,6 +37,7 @@ from typing import IO, Any
 
 from keepersim.keeper.keeper import Keeper
 from keepersim.trace.format import (
+    build_end_line,
     build_header_line,
     build_inference_line,
     build_params_line,
@@ -40,6 +47,7 @@ from keepersim.trace.format import (
     encode_message,
     get_line_rank,
 )
+from keepersim.trace.integrity import read_line_digest
 from keepersim.types.messages import (
     EpochPerformanceSummary,
     Inference,
@@ -86,7 +94,8 @@ class TraceWriter:
         policy: str | None = None,
         source: str = "simulate",
     ) -> None:
-        self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115
+        self._file: IO[bytes] = open(path, "wb")  # noqa: SIM115
+        self._digest = hashlib.sha256()  # of every line written (the closing record's)
         self._heap: list[tuple[int, int, str, str]] = []
         self._seq = 0
         # start height -> inferences started then and not yet resolved
@@ -209,7 +218,8 @@ class TraceWriter:
                 journal[entry[:3]] = None  # stored by an earlier checkpoint: delete it
 
     def close(self, in_flight: Iterable[Inference] = ()) -> None:
-        """Write the inferences still in flight (as given) and everything pending; close."""
+        """Write the inferences still in flight (as given), everything pending and the closing
+        record (the trace is whole); close."""
         if self._closed:
             return
         for inference in in_flight:
@@ -217,13 +227,15 @@ class TraceWriter:
         heap = self._heap
         while heap:
             self._write(heapq.heappop(heap)[3])
+        self._write(encode_line(build_end_line(self.lines, self._digest.hexdigest())))
         self._unresolved.clear()
         self._starts_heap.clear()
         self._file.close()
         self._closed = True
 
     def abort(self) -> None:
-        """Close the file without writing what is pending (a failed run)."""
+        """Close the file without writing what is pending or the closing record (a failed run:
+        readers refuse the trace as cut)."""
         if not self._closed:
             self._file.close()
             self._closed = True
@@ -259,7 +271,8 @@ class TraceWriter:
     ) -> TraceWriter:
         """Continue a trace from :meth:`get_state` (the scalars and every pending line): the
         file is cut back to the recorded offset (lines written after it belong to blocks that
-        were never committed); pending lines stay tracked."""
+        were never committed) and the lines before it are hashed again for the closing record;
+        pending lines stay tracked."""
         offset = int(scalars["offset"])
         size = os.path.getsize(path)
         if size < offset:
@@ -268,8 +281,18 @@ class TraceWriter:
                 "committed block: it was changed since"
             )
         self = cls.__new__(cls)
-        self._file = open(path, "r+", encoding="utf-8")  # noqa: SIM115
-        self._file.truncate(offset)
+        self._file = open(path, "r+b")  # noqa: SIM115
+        try:
+            self._file.truncate(offset)
+            self._digest, lines = read_line_digest(self._file, offset)
+            if lines != scalars["lines"]:
+                raise ValueError(
+                    f"its first {offset} bytes hold {lines} lines, not the {scalars['lines']} "
+                    "written before the last committed block: it was changed since"
+                )
+        except BaseException:
+            self._file.close()
+            raise
         self._file.seek(offset)
         self._heap = [(*key, line) for key, line in pending]
         heapq.heapify(self._heap)
@@ -283,6 +306,7 @@ class TraceWriter:
         return self
 
     def _write(self, line: str) -> None:
-        self._file.write(line)
-        self._file.write("\n")
+        data = (line + "\n").encode()
+        self._file.write(data)
+        self._digest.update(data)
         self.lines += 1

@@ -4,6 +4,7 @@ mid-export (SIGKILL) and rerun also gives the same trace."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -39,7 +40,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Chain, st
     with BackgroundServer(create_app(chain)) as server:
         out = folder / "baseline.jsonl"
         export_trace(server.url, (0, 2), out, options=OPTIONS)
-        yield chain, server.url, out.read_bytes()
+        baseline = out.read_bytes()
+        # Whole: the closing record counts the lines before it and holds their SHA-256, so a
+        # resumed export equal to it ends with a correct closing record over the whole file.
+        body = baseline[: baseline.rindex(b"\n", 0, len(baseline) - 1) + 1]
+        assert json.loads(baseline[len(body) :]) == {
+            "type": "end",
+            "lines": body.count(b"\n"),
+            "sha256": hashlib.sha256(body).hexdigest(),
+        }
+        yield chain, server.url, baseline
     chain.close()
 
 

@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 
 from keepersim.chain import Chain
 from keepersim.trace.format import TRACE_VERSION
+from keepersim.trace.integrity import append_closing_record
 from keepersim.trace.writer import get_epoch_declines
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.events import EpochSettled
@@ -159,12 +160,25 @@ def summary_line(
     return line
 
 
-def write_trace(path: Path, lines: Iterable[dict[str, Any] | str]) -> Path:
+def write_trace(path: Path, lines: Iterable[dict[str, Any] | str], *, closed: bool = True) -> Path:
+    """Write ``lines`` (dicts or raw text) as a trace, with its closing record unless not
+    ``closed`` (a cut trace)."""
     with open(path, "w", encoding="utf-8") as f:
         for line in lines:
             f.write(line if isinstance(line, str) else json.dumps(line))
             f.write("\n")
+    if closed:
+        append_closing_record(path)
     return path
+
+
+def read_lines(path: Path) -> list[str]:
+    """A trace's record lines (text), without its closing record: edit them, then write them
+    back with :func:`write_trace` (which closes the trace again)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if lines and json.loads(lines[-1]).get("type") == "end":
+        lines.pop()
+    return lines
 
 
 def record_trace(
@@ -242,3 +256,21 @@ def record_trace(
     merged.extend(queue)
     write_trace(path, lines + merged)
     return path, summaries
+
+
+def make_small_scenario() -> Any:
+    """A small fleet with misses, outages and three epochs of 60 blocks."""
+    from keepersim.sim.generate import generate_scenario
+
+    return generate_scenario(
+        "integrity",
+        5,
+        participants=8,
+        blocks=180,
+        epoch_length=60,
+        arrivals_per_block=1.5,
+        degraded_share=0.2,
+        outage_share=0.1,
+        latency=(1, 5),
+        expiration_blocks=20,
+    )

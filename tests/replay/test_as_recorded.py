@@ -16,6 +16,7 @@ from replay_helpers import (
     make_participants,
     params_line,
     participants_line,
+    read_lines,
     record_trace,
     summary_line,
     write_trace,
@@ -47,7 +48,7 @@ def test_replay_reproduces_the_recorded_chain(tmp_trace: Path) -> None:
 
 
 def _tamper(path: Path, epoch: int, participant: str, field: str, value: str) -> int:
-    lines = path.read_text().splitlines()
+    lines = read_lines(path)
     for i, raw in enumerate(lines):
         data = json.loads(raw)
         if data["type"] == "epoch_summary" and data["epoch_index"] == str(epoch):
@@ -55,7 +56,7 @@ def _tamper(path: Path, epoch: int, participant: str, field: str, value: str) ->
                 if s["participant_id"] == participant:
                     s[field] = value
             lines[i] = json.dumps(data)
-            path.write_text("\n".join(lines) + "\n")
+            write_trace(path, lines)
             return i + 1
     raise AssertionError("summary not found")
 
@@ -82,13 +83,13 @@ def test_tampered_summary_field_is_exactly_the_mismatch(tmp_trace: Path) -> None
 
 def test_summary_of_unknown_participant_is_reported(tmp_trace: Path) -> None:
     path, _ = record_trace(tmp_trace, blocks=45, participants=2, seed=2)
-    lines = path.read_text().splitlines()
+    lines = read_lines(path)
     for i, raw in enumerate(lines):
         data = json.loads(raw)
         if data["type"] == "epoch_summary":
             data["summaries"].append({"participant_id": "ghost", "epoch_index": "0"})
             lines[i] = json.dumps(data)
-    path.write_text("\n".join(lines) + "\n")
+    write_trace(path, lines)
     report = replay_as_recorded(path, policies=["none"])
     assert [
         (m["participant"], m["field"], m["exported"], m["computed"])
@@ -321,9 +322,9 @@ def test_mid_chain_export_starts_in_its_epoch(tmp_trace: Path) -> None:
 
 def test_bad_lines_are_skipped_and_reported(tmp_trace: Path) -> None:
     path, _ = record_trace(tmp_trace, blocks=60, participants=2, seed=4)
-    lines = path.read_text().splitlines()
+    lines = read_lines(path)
     lines.insert(5, json.dumps({**inference_line("zz", 3, "p0"), "start_block_height": -5}))
-    path.write_text("\n".join(lines) + "\n")
+    write_trace(path, lines)
     with pytest.raises(TraceError, match=r":6: inference.start_block_height: expected a uint64"):
         replay_as_recorded(path, policies=["none"])
     report = replay_as_recorded(path, policies=["none"], skip_bad=True)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from replay_helpers import record_trace
+from replay_helpers import read_lines, record_trace, write_trace
 
 from keepersim.cli import main
 from keepersim.cli.replay import add_replay_command
@@ -37,21 +37,20 @@ def test_as_recorded_writes_report_and_plot(
 
 def test_mismatch_exit_status(tmp_path: Path) -> None:
     trace, _ = record_trace(tmp_path / "t.jsonl", blocks=50, participants=2)
-    lines = trace.read_text().splitlines()
+    lines = read_lines(trace)
     for i, raw in enumerate(lines):
         data = json.loads(raw)
         if data["type"] == "epoch_summary":
             data["summaries"][0]["inference_count"] = "999"
             lines[i] = json.dumps(data)
-    trace.write_text("\n".join(lines) + "\n")
+    write_trace(trace, lines)
     assert main(["replay", str(trace), "--policies", "none"]) == 1
 
 
 def test_bad_trace_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace, _ = record_trace(tmp_path / "t.jsonl", blocks=30, participants=2)
-    with open(trace, "a") as f:
-        bad = {"type": "inference", "inference_id": 5, "model": "m", "assigned_to": "p0"}
-        f.write(json.dumps({**bad, "start_block_height": "29"}) + "\n")
+    bad = {"type": "inference", "inference_id": 5, "model": "m", "assigned_to": "p0"}
+    write_trace(trace, [*read_lines(trace), json.dumps({**bad, "start_block_height": "29"})])
     assert main(["replay", str(trace)]) == 2
     err = capsys.readouterr().err.splitlines()[-1]  # after the progress lines so far
     assert err.startswith("keepersim: error: ") and "inference.inference_id" in err

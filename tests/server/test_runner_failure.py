@@ -36,6 +36,7 @@ from keepersim.server.runner import (
 from keepersim.sim.driver import run_scenario
 from keepersim.sim.generate import generate_scenario
 from keepersim.sim.scenario import Scenario
+from keepersim.trace.integrity import append_closing_record
 
 P = "/productscience/inference/inference"
 LOGGER = "keepersim.server.runner"
@@ -80,7 +81,7 @@ def needed_height(line: dict[str, Any]) -> int:
 def write_bad_trace(good: Path, out: Path) -> tuple[Path, int, int]:
     """A copy of ``good`` with a cut-off inference line half-way. Returns (path, bad line
     number, the height expected to fail: the block the line before it is placed in)."""
-    lines = good.read_text().splitlines()
+    lines = good.read_text().splitlines()[:-1]  # without the closing record: written again
     records = [json.loads(line) for line in lines]
     index = next(
         i
@@ -89,6 +90,7 @@ def write_bad_trace(good: Path, out: Path) -> tuple[Path, int, int]:
     )
     lines[index] = lines[index][: len(lines[index]) // 2]
     out.write_text("\n".join(lines) + "\n")
+    append_closing_record(out)
     return out, index + 1, needed_height(records[index - 1])
 
 

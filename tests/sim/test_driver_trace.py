@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,19 @@ def test_trace_lines_come_in_height_order(tmp_path: Path) -> None:
         s, "gonka", store="memory", trace_out=path, governance=governance
     ).to_dict()
     lines = read_trace(path)
+    # The closing record: the number of lines before it and the SHA-256 of their bytes.
+    raw = path.read_bytes()
+    body = raw[: raw.rindex(b"\n", 0, len(raw) - 1) + 1]
+    assert lines.pop() == {
+        "type": "end",
+        "lines": len(lines),
+        "sha256": hashlib.sha256(body).hexdigest(),
+    }
+    assert [line["type"] for line in lines].count("end") == 0
     header = lines[0]
     assert header == {
         "type": "header",
-        "version": 2,
+        "version": 3,
         "chain_id": "keepersim-trace",
         "source": "simulate",
         "first_height": "1",
@@ -147,7 +157,7 @@ def test_trace_is_read_back_by_the_reader(tmp_path: Path) -> None:
     scenario = make_scenario()
     run_scenario(scenario, "gonka", store="memory", trace_out=path)
     records = list(iterate_trace(path))
-    assert len(records) == len(read_trace(path))
+    assert len(records) == len(read_trace(path)) - 1  # all but the closing record
     participants = next(r for r in records if isinstance(r, ParticipantsRecord))
     assert {n.address: list(n.models) for n in participants.nodes} == {
         p.address: list(p.models) for p in scenario.participants

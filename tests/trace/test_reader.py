@@ -15,10 +15,12 @@ from replay_helpers import (
     make_participants,
     params_line,
     participants_line,
+    read_lines,
     summary_line,
     write_trace,
 )
 
+from keepersim.trace.integrity import append_closing_record
 from keepersim.trace.reader import iterate_trace, read_header
 from keepersim.trace.records import (
     BadLines,
@@ -221,7 +223,7 @@ def test_header_is_required_even_with_skip_bad(tmp_trace: Path) -> None:
     write_trace(tmp_trace, [params_line(make_params()), *prologue()[1:]])
     with pytest.raises(TraceError, match=r":1: type: the first line must be the header"):
         list(iterate_trace(tmp_trace, skip_bad=True))
-    write_trace(tmp_trace, [])
+    write_trace(tmp_trace, [], closed=False)
     with pytest.raises(TraceError, match="no header"):
         list(iterate_trace(tmp_trace))
     bad_header = {**header_line(5, 4)}
@@ -333,8 +335,8 @@ def test_version_1_trace_says_the_format_changed(tmp_trace: Path) -> None:
     assert (info.value.line, info.value.field) == (1, "header.version")
     assert "version 1 is no longer read" in info.value.reason
     assert "--trace-out" in info.value.reason and "\n" not in str(info.value)
-    write_trace(tmp_trace, [{**header_line(1, 10), "version": 3}])
-    with pytest.raises(TraceError, match=r"header.version: expected trace format version 2"):
+    write_trace(tmp_trace, [{**header_line(1, 10), "version": 4}])
+    with pytest.raises(TraceError, match=r"header.version: expected trace format version 3"):
         list(iterate_trace(tmp_trace))
 
 
@@ -368,9 +370,10 @@ def test_duplicate_participant_and_summary(tmp_trace: Path) -> None:
 
 
 def test_not_utf8(tmp_trace: Path) -> None:
-    write_trace(tmp_trace, prologue())
+    write_trace(tmp_trace, prologue(), closed=False)
     with open(tmp_trace, "ab") as f:
         f.write(b'{"type": "inference", "model": "\xff"}\n')
+    append_closing_record(tmp_trace)
     with pytest.raises(TraceError, match=r":4: <line>: not UTF-8"):
         list(iterate_trace(tmp_trace))
     assert json.loads(tmp_trace.read_bytes().splitlines()[0])["type"] == "header"
@@ -398,12 +401,12 @@ def test_participants_lines_carry_the_groups_weights_and_reputations(tmp_path: P
             p.address: p.weight for p in line.participants
         }
         assert all(0 <= w.reputation <= 100 for w in line.weights)
-    text = out.read_text().splitlines()
+    text = read_lines(out)
     i = next(n for n, t in enumerate(text) if '"type":"participants"' in t.replace(" ", ""))
     data = json.loads(text[i])
     data["validation_weights"].append(data["validation_weights"][0])
     text[i] = json.dumps(data)
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("\n".join(text) + "\n")
+    write_trace(bad, text)
     with pytest.raises(TraceError, match=r"validation_weights\[\d+\]\.member_address.*duplicate"):
         list(iterate_trace(bad))

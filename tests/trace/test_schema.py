@@ -246,7 +246,7 @@ def test_builder_handles_nested_repeated_and_null() -> None:
             "header.seed",
             "expected a seed (integer or uint64 string), got -1",
         ),
-        ({**header_line(1, 9), "version": 3}, "header.version", "expected trace format version 2"),
+        ({**header_line(1, 9), "version": 4}, "header.version", "expected trace format version 3"),
     ],
 )
 def test_nested_errors_name_the_field(line: dict[str, Any], field: str, reason: str) -> None:
