@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -53,7 +52,7 @@ from keepersim.export.aggregate_layout import (
 )
 from keepersim.export.backoff import BackoffGate
 from keepersim.export.chain_api import find_api_base, get_response_height
-from keepersim.export.exporter import GRPC_UNIMPLEMENTED, ExportError, ExportOptions
+from keepersim.export.exporter import GRPC_UNIMPLEMENTED, ExportError, ExportOptions, run_fetcher
 from keepersim.export.fetch import ExportFetchError, Fetcher, JsonResponse
 from keepersim.outputs import remove_stale_temporaries, write_text_atomic
 from keepersim.types.rest_routes import (
@@ -473,40 +472,12 @@ def export_aggregates(
         raise ExportError(f"epochs: need 0 <= A <= B, got {a}-{b}")
     out_path = Path(out)
     result = AggregateResult(node=node, out=os.fspath(out_path), epochs=(a, b))
-    if gate is None:
-        gate = BackoffGate(options.backoff_base, options.backoff_cap, jitter=options.jitter)
-    own_client = client is None
-    if client is None:
-        limits = httpx.Limits(
-            max_connections=options.concurrency * 2, max_keepalive_connections=options.concurrency
-        )
-        client = httpx.Client(limits=limits)
-    fetcher = Fetcher(client, gate=gate, timeout=options.timeout, max_attempts=options.max_attempts)
-    aggregator = _Aggregator(node, (a, b), out_path, options, fetcher, result, on_file)
-    started = time.perf_counter()
-    try:
-        aggregator.run()
-        result.ok = True
-    except ExportFetchError as exc:
-        result.error = str(exc)
-        raise ExportError(f"export stopped: {exc}", result) from exc
-    except ExportError as exc:
-        result.error = str(exc)
-        exc.result = result
-        raise
-    finally:
-        result.duration_seconds = time.perf_counter() - started
-        stats = fetcher.stats()
-        result.fetch_requests = stats.requests
-        result.fetch_retries = stats.retries
-        result.fetch_errors = stats.errors
-        result.fetch_bad_bodies = stats.bad_bodies
-        result.fatal_errors = stats.fatal_errors
-        result.gave_up = stats.gave_up
-        result.fetch_backoff_pauses = stats.backoff_pauses
-        result.requests_by_route = dict(aggregator.requests)
-        result.epochs_written.sort()
-        result.epochs_resumed.sort()
-        if own_client:
-            client.close()
+    with run_fetcher(result, options, client, gate) as fetcher:
+        aggregator = _Aggregator(node, (a, b), out_path, options, fetcher, result, on_file)
+        try:
+            aggregator.run()
+        finally:
+            result.requests_by_route = dict(aggregator.requests)
+            result.epochs_written.sort()
+            result.epochs_resumed.sort()
     return result

@@ -71,9 +71,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import httpx
 from google.protobuf import json_format
@@ -1038,6 +1039,65 @@ class _Exporter:
         }
 
 
+class FetchCounted(Protocol):
+    """What :func:`run_fetcher` fills: an export's outcome and its fetch counters."""
+
+    fetch_requests: int
+    fetch_retries: int
+    fetch_errors: int
+    fetch_bad_bodies: int
+    fatal_errors: int
+    gave_up: int
+    fetch_backoff_pauses: int
+    duration_seconds: float
+    ok: bool
+    error: str | None
+
+
+@contextmanager
+def run_fetcher(
+    result: FetchCounted,
+    options: ExportOptions,
+    client: httpx.Client | None = None,
+    gate: BackoffGate | None = None,
+) -> Iterator[Fetcher]:
+    """The one fetcher of an export run (trace or ``--aggregate``): its client (owned unless
+    injected) and back-off gate; on exit the fetch counters and duration are copied into
+    ``result`` whatever happened, and a failed fetch becomes :class:`ExportError` carrying it."""
+    if gate is None:
+        gate = BackoffGate(options.backoff_base, options.backoff_cap, jitter=options.jitter)
+    own_client = client is None
+    if client is None:
+        limits = httpx.Limits(
+            max_connections=options.concurrency * 2, max_keepalive_connections=options.concurrency
+        )
+        client = httpx.Client(limits=limits)
+    fetcher = Fetcher(client, gate=gate, timeout=options.timeout, max_attempts=options.max_attempts)
+    started = time.perf_counter()
+    try:
+        yield fetcher
+        result.ok = True
+    except ExportFetchError as exc:
+        result.error = str(exc)
+        raise ExportError(f"export stopped: {exc}", cast(ExportResultLike, result)) from exc
+    except ExportError as exc:
+        result.error = str(exc)
+        exc.result = cast(ExportResultLike, result)
+        raise
+    finally:
+        result.duration_seconds = time.perf_counter() - started
+        stats = fetcher.stats()
+        result.fetch_requests = stats.requests
+        result.fetch_retries = stats.retries
+        result.fetch_errors = stats.errors
+        result.fetch_bad_bodies = stats.bad_bodies
+        result.fatal_errors = stats.fatal_errors
+        result.gave_up = stats.gave_up
+        result.fetch_backoff_pauses = stats.backoff_pauses
+        if own_client:
+            client.close()
+
+
 def export_trace(
     node: str,
     epochs: tuple[int, int],
@@ -1061,42 +1121,14 @@ def export_trace(
         raise ExportError(f"epochs: need 0 <= A <= B, got {a}-{b}")
     out_path = Path(out)
     result = ExportResult(node=node, out=os.fspath(out_path), epochs=(a, b))
-    if gate is None:
-        gate = BackoffGate(options.backoff_base, options.backoff_cap, jitter=options.jitter)
-    own_client = client is None
-    if client is None:
-        limits = httpx.Limits(
-            max_connections=options.concurrency * 2, max_keepalive_connections=options.concurrency
-        )
-        client = httpx.Client(limits=limits)
-    fetcher = Fetcher(client, gate=gate, timeout=options.timeout, max_attempts=options.max_attempts)
-    exporter = _Exporter(node, (a, b), out_path, options, fetcher, on_unit)
-    started = time.perf_counter()
-    try:
-        exporter.run(result)
-        result.ok = True
-    except ExportFetchError as exc:
-        result.error = str(exc)
-        raise ExportError(f"export stopped: {exc}", result) from exc
-    except ExportError as exc:
-        result.error = str(exc)
-        exc.result = result
-        raise
-    finally:
-        result.duration_seconds = time.perf_counter() - started
-        stats = fetcher.stats()
-        result.fetch_requests = stats.requests
-        result.fetch_retries = stats.retries
-        result.fetch_errors = stats.errors
-        result.fetch_bad_bodies = stats.bad_bodies
-        result.fatal_errors = stats.fatal_errors
-        result.gave_up = stats.gave_up
-        result.fetch_backoff_pauses = stats.backoff_pauses
-        result.pages_fetched = exporter.pages_fetched
-        result.requests_by_route = dict(exporter.requests_by_route)
-        exporter.fill_result(result)
-        if own_client:
-            client.close()
+    with run_fetcher(result, options, client, gate) as fetcher:
+        exporter = _Exporter(node, (a, b), out_path, options, fetcher, on_unit)
+        try:
+            exporter.run(result)
+        finally:
+            result.pages_fetched = exporter.pages_fetched
+            result.requests_by_route = dict(exporter.requests_by_route)
+            exporter.fill_result(result)
     return result
 
 
