@@ -1,5 +1,5 @@
 """``keepersim export --aggregate``: the chain's own answers for epochs A..B, one folder per
-epoch in the layout of the shared mainnet data (:mod:`keepersim.export.aggregate_layout`).
+epoch in the layout of the shared mainnet data (:mod:`keepersim.types.epoch_layout`).
 
 A chain node prunes an epoch's inferences ``inference_pruning_epoch_threshold`` epochs later
 (mainnet: 2), but keeps its params, epoch groups, performance summaries, exclusions and
@@ -39,7 +39,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from keepersim.export.aggregate_layout import (
+from keepersim.types.epoch_layout import (
     METADATA_FILE,
     AggregateFile,
     check_answer,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keepersim.export.aggregate_layout import (
+from keepersim.types.epoch_layout import (
     AggregateFile,
     check_answer,
     compute_aggregate_text,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from keepersim.types.chain_json import compute_chain_json, parse_chain_json
+from keepersim.types.epoch_layout import compute_model_file_name
 from keepersim.types.messages import (
     ConfirmationPoCEvent,
     Epoch,
@@ -40,7 +41,6 @@ __all__ = [
     "MAINNET_DATA",
     "MAINNET_EPOCHS",
     "build_mainnet_history",
-    "compute_model_file_name",
     "get_mainnet_files",
 ]
 
@@ -52,12 +52,6 @@ MAINNET_DATA = (
 )
 MAINNET_EPOCHS = tuple(range(247, 253))
 MAINNET_CHAIN_ID = "gonka-mainnet"
-
-
-def compute_model_file_name(epoch: int, model_id: str) -> str:
-    """``epoch_group_data_N__MODEL.json`` with each ``/`` of the model id as ``_`` (the shared
-    files: ``Qwen/Qwen3-235B-A22B-Instruct-2507-FP8`` -> ``Qwen_Qwen3-...``)."""
-    return f"epoch_group_data_{epoch}__{model_id.replace('/', '_')}.json"
 
 
 def get_mainnet_files(epoch: int, data: Path = MAINNET_DATA) -> dict[str, Any]:

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from keepersim.types.epoch_layout import compute_model_file_name
 from standin.chain_node import API_PREFIX, PROXY_PREFIX, ChainHistory, StandinNode
 from standin.conftest import mainnet_history  # noqa: F401
-from standin.mainnet import MAINNET_DATA, MAINNET_EPOCHS, compute_model_file_name
+from standin.mainnet import MAINNET_DATA, MAINNET_EPOCHS
 
 EPOCH_FILES = {
     "params.json": "/params",
