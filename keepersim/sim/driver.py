@@ -952,6 +952,9 @@ class _Run:
         }
         self.in_flight: dict[str, _InFlight] = {}
         self.inactive: set[str] = set()
+        #: Participants a recorded exclusion (the scenario's ``events``) keeps out this epoch: the
+        #: chain's decision in every run, ``none`` included, so the metrics charge no policy.
+        self.recorded_out: set[str] = set()
         self._last_tables: tuple[SelectionTable | str, ...] = ()
         self._last_inactive: frozenset[str] = frozenset()
         self._kept: frozenset[str] = frozenset()
@@ -1039,6 +1042,7 @@ class _Run:
             "stepper": _get_fields(self.stepper, _STEPPER_INPUTS | set(_STEPPER_JOURNALED)),
             "metrics": metrics,
             "inactive": self.inactive,
+            "recorded_out": self.recorded_out,
             "trace": trace,
             "events": result.events,
         }
@@ -1071,10 +1075,12 @@ class _Run:
             start, address = value.decode().split("/", 1)
             self.in_flight[key[len(_CK_FLIGHT) :].decode()] = _InFlight(int(start), address)
         self.inactive = state["inactive"]
+        self.recorded_out = state["recorded_out"]
         self.process_block(self.chain.height, state["events"])
 
     def process_block(self, height: int, events: Sequence[object]) -> None:
         """After block ``height`` committed: its events, the trace, the caller's hook."""
+        self.recorded_out.update(a for a, _ in self.stepper.events.get(height, ()))
         self.process_events(height, events)
         if self.trace is not None:
             self.trace.flush(height)
@@ -1114,6 +1120,8 @@ class _Run:
             while not stepper.is_done():
                 h = chain.height + 1
                 kept_out, factors = self.get_selection_view()
+                if self.recorded_out:
+                    kept_out = kept_out - self.recorded_out
                 metrics.record_block(h, kept_out, factors)
                 result = stepper.step()
                 self.process_block(h, result.events)
@@ -1156,6 +1164,7 @@ class _Run:
                 self.inactive.add(e.address)
             elif isinstance(e, EpochSettled):
                 self.inactive.clear()
+                self.recorded_out.clear()
                 if trace is not None:
                     with self.chain.read() as k:
                         summaries = k.get_summaries_for_epoch(e.settled_epoch)

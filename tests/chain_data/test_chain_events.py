@@ -77,6 +77,19 @@ def test_exclude_event_model_weights_and_traffic() -> None:
     assert end["c"] > 3 * 150 / 4 * 0.5
 
 
+def test_a_recorded_exclusion_is_charged_to_no_policy() -> None:
+    """b, healthy, is out from block 81 by the record in every run: none keeps nobody out, and a
+    policy's kept-out weight is its own, not the chain's recorded decision."""
+    scenario = parse_scenario(BASE, "test")
+    for policy in ("none", "gonka"):
+        result = run_scenario(scenario, policy, store="memory")
+        assert result.metrics["excluded_weight_share"] == 0.0, policy
+        assert result.metrics["false_exclusion_weight_share"] == 0.0, policy
+    # Without the event, nobody is out either: the event alone moved nothing in the metrics.
+    plain = parse_scenario({k: v for k, v in BASE.items() if k != "events"}, "test")
+    assert run_scenario(plain, "none", store="memory").metrics["excluded_weight_share"] == 0.0
+
+
 @pytest.mark.parametrize(
     ("patch", "message"),
     [
