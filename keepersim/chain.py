@@ -13,7 +13,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -70,18 +70,27 @@ _REGISTRATION_KINDS = frozenset({"MsgRegisterParticipant", "register_participant
 
 @dataclass(frozen=True, slots=True)
 class TxResult:
+    """``gas_used``: the message's gas (the SDK's KV schedule, keepersim/store/gas.py), a
+    rejected one's too, as the SDK charges a failed tx."""
+
     index: int
     kind: str
     ok: bool
     error: str = ""
+    gas_used: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class BlockResult:
+    """``gas_used``: the block's gas, begin block, messages and end block; ``gas_by_step``: it
+    by ``begin_block``, message kind (its messages summed) and end-block step name."""
+
     height: int
     app_hash: bytes
     events: tuple[Event, ...]
     tx_results: tuple[TxResult, ...]
+    gas_used: int = 0
+    gas_by_step: Mapping[str, int] = field(default_factory=dict)
 
     def get_failed(self) -> list[TxResult]:
         return [r for r in self.tx_results if not r.ok]
@@ -410,6 +419,7 @@ class Chain:
         try:
             keeper = Keeper(buffer, self._chain_id, self._params, self._extension_params)
             begin_block(keeper, h)
+            gas_by_step: dict[str, int] = {"begin_block": buffer.gas}
             policy = self.get_policy_object(keeper.get_extension_params().health_params.policy)
             ctx = BlockContext(keeper, policy, h)
             results = []
@@ -418,12 +428,15 @@ class Chain:
                 if rejected:
                     known = rejected.get(i)
                     if known is not None:
-                        results.append(known)
+                        results.append(known)  # charged as when it ran and was rejected
+                        buffer.gas += known.gas_used
+                        gas_by_step[known.kind] = gas_by_step.get(known.kind, 0) + known.gas_used
                         continue
                 kind = get_message_kind(msg)
                 # Its own scope: a rejected message leaves no write, event or touched mark.
                 buffer.begin_nested()
                 mark = ctx.get_message_mark()
+                before = buffer.gas
                 try:
                     process_msg(ctx, msg)
                 except KeepersimError as exc:
@@ -432,7 +445,9 @@ class Chain:
                         raise BlockError(
                             f"block {h}, tx {i} ({kind}): {exc}", height=h, tx_index=i
                         ) from exc
-                    failed = TxResult(i, kind, False, f"{type(exc).__name__}: {exc}")
+                    gas = buffer.gas - before
+                    gas_by_step[kind] = gas_by_step.get(kind, 0) + gas
+                    failed = TxResult(i, kind, False, f"{type(exc).__name__}: {exc}", gas)
                     if not ctx.discard_message(mark):
                         rejected[i] = failed
                         buffer.discard()
@@ -440,9 +455,11 @@ class Chain:
                     results.append(failed)
                 else:
                     buffer.merge_nested()
-                    results.append(TxResult(i, kind, True))
+                    gas = buffer.gas - before
+                    gas_by_step[kind] = gas_by_step.get(kind, 0) + gas
+                    results.append(TxResult(i, kind, True, gas_used=gas))
                     registered = registered or kind in _REGISTRATION_KINDS
-            end_block(ctx)
+            end_block(ctx, gas_by_step)
             reset = (
                 keeper.params_changed
                 or keeper.verdicts_reset
@@ -452,7 +469,11 @@ class Chain:
             extra = (
                 None
                 if meta is None
-                else meta(BlockResult(h, b"", tuple(keeper.events), tuple(results)))
+                else meta(
+                    BlockResult(
+                        h, b"", tuple(keeper.events), tuple(results), buffer.gas, gas_by_step
+                    )
+                )
             )
             with self._rw.write():
                 app_hash = self._store.commit(buffer, h, extra)
@@ -469,7 +490,9 @@ class Chain:
         except BaseException:
             buffer.discard()
             raise
-        return BlockResult(h, app_hash, tuple(keeper.events), tuple(results))
+        return BlockResult(
+            h, app_hash, tuple(keeper.events), tuple(results), buffer.gas, gas_by_step
+        )
 
     # queries (read the last committed block)
     @contextmanager

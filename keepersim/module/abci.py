@@ -9,6 +9,7 @@ from keepersim.keeper.inferences import process_inference_expiry
 from keepersim.keeper.keeper import Keeper
 from keepersim.module.epoch import process_epoch_boundary
 from keepersim.module.params_load import get_loaded_policy
+from keepersim.store.buffer import BlockBuffer
 from keepersim.types import keys
 from keepersim.types.events import ParamsRejected
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
@@ -60,7 +61,22 @@ END_BLOCK_STEPS: tuple[Callable[[BlockContext], None], ...] = (
 )
 
 
-def end_block(ctx: BlockContext) -> None:
-    for step in END_BLOCK_STEPS:
+def flush_policy_store(ctx: BlockContext) -> None:
+    """The policy's block-cached entries and wake-ups reach the store (end block's last step)."""
+    ctx.policy_store.flush()
+
+
+def end_block(ctx: BlockContext, gas_by_step: dict[str, int] | None = None) -> None:
+    """The steps in order, then the policy's writes. ``gas_by_step``: each step's gas (the
+    block buffer's, keepersim/store/gas.py) added under the step's name."""
+    store = ctx.keeper.store
+    meter = store if gas_by_step is not None and isinstance(store, BlockBuffer) else None
+    gas = {} if gas_by_step is None else gas_by_step
+    for step in (*END_BLOCK_STEPS, flush_policy_store):
+        if meter is None:
+            step(ctx)
+            continue
+        before = meter.gas
         step(ctx)
-    ctx.policy_store.flush()  # the policy's block-cached entries and wake-ups reach the store
+        name = step.__name__
+        gas[name] = gas.get(name, 0) + meter.gas - before

@@ -1045,6 +1045,7 @@ class _Run:
             "recorded_out": self.recorded_out,
             "trace": trace,
             "events": result.events,
+            "gas": dict(result.gas_by_step),
         }
         meta.update(encode_checkpoint(self.fingerprint, state))
         process_kill_point(result.height, "pre")
@@ -1076,10 +1077,13 @@ class _Run:
             self.in_flight[key[len(_CK_FLIGHT) :].decode()] = _InFlight(int(start), address)
         self.inactive = state["inactive"]
         self.recorded_out = state["recorded_out"]
-        self.process_block(self.chain.height, state["events"])
+        self.process_block(self.chain.height, state["events"], state["gas"])
 
-    def process_block(self, height: int, events: Sequence[object]) -> None:
-        """After block ``height`` committed: its events, the trace, the caller's hook."""
+    def process_block(
+        self, height: int, events: Sequence[object], gas_by_step: Mapping[str, int]
+    ) -> None:
+        """After block ``height`` committed: its events and gas, the trace, the caller's hook."""
+        self.metrics.record_gas(gas_by_step)
         self.recorded_out.update(a for a, _ in self.stepper.events.get(height, ()))
         self.process_events(height, events)
         if self.trace is not None:
@@ -1124,7 +1128,7 @@ class _Run:
                     kept_out = kept_out - self.recorded_out
                 metrics.record_block(h, kept_out, factors)
                 result = stepper.step()
-                self.process_block(h, result.events)
+                self.process_block(h, result.events, result.gas_by_step)
                 pending_bar += 1
                 if pending_bar >= 100:
                     bar.update(pending_bar)

@@ -174,6 +174,9 @@ class MetricsCollector:
         self.misses = 0
         self.declines = 0
         self.in_flight_at_end = 0
+        # Gas (the SDK's KV schedule over the module's store accesses: docs/metrics.md, "Gas")
+        self.gas_total = 0
+        self.gas_by_step: dict[str, int] = {}
 
     # feeding -----------------------------------------------------------------------------
 
@@ -218,6 +221,13 @@ class MetricsCollector:
         bucket.excluded += excluded
         bucket.false_excluded += false
         bucket.withheld += withheld
+
+    def record_gas(self, gas_by_step: Mapping[str, int]) -> None:
+        """A committed block's gas, by begin block, message kind and end-block step."""
+        mine = self.gas_by_step
+        for name, gas in gas_by_step.items():
+            mine[name] = mine.get(name, 0) + gas
+            self.gas_total += gas
 
     def record_request(self) -> None:
         self.requests += 1
@@ -393,6 +403,9 @@ class MetricsCollector:
             "recovery_delay": summarize_delays(recovery),
             "never_readmitted": never_readmitted,
             "traffic_weight_distance": traffic_tv,
+            "gas_total": self.gas_total,
+            "gas_per_inference": self.gas_total / inferences if inferences else None,
+            "gas_by_step": dict(sorted(self.gas_by_step.items())),
             "bucket_blocks": self.bucket_blocks,
             "timeline": timeline,
             "participants": participants,

@@ -16,6 +16,15 @@ from typing import Protocol, TypeVar
 from google.protobuf.message import Message
 
 from keepersim.store.cache import StateCache
+from keepersim.store.gas import (
+    DELETE_COST,
+    HAS_COST,
+    READ_COST_FLAT,
+    READ_COST_PER_BYTE,
+    WRITE_COST_FLAT,
+    WRITE_COST_PER_BYTE,
+    iterate_metered,
+)
 from keepersim.store.kv import KVBackend
 
 M = TypeVar("M", bound=Message)
@@ -75,9 +84,14 @@ class BlockBuffer:
 
     The user keyspace is ``[b"", b"\\xff")``: reserved keys cannot be written or deleted and
     never show up in ``iterate``; ``get`` does not check (one compare fewer per read).
+
+    ``gas``: the block's gas so far, every access charged by the SDK's KV schedule
+    (keepersim/store/gas.py) as the keeper makes it, whether this buffer, the state cache or
+    the backend answers: the buffer is the store a keeper sees, as the SDK's ``gaskv.Store``.
     """
 
     __slots__ = (
+        "gas",
         "backend",
         "_cache",
         "_pending",
@@ -89,6 +103,7 @@ class BlockBuffer:
     )
 
     def __init__(self, backend: KVBackend) -> None:
+        self.gas = 0
         self.backend = backend
         # Decoded objects and memos cross blocks through the state cache (none without it).
         self._cache = backend if isinstance(backend, StateCache) else None
@@ -107,31 +122,59 @@ class BlockBuffer:
     def get(self, key: bytes) -> bytes | None:
         """Own pending write (or tombstone) first, else the backend."""
         pending = self._pending
-        if key in pending:
-            return pending[key]
-        return self.backend.get(key)
+        value = pending[key] if key in pending else self.backend.get(key)
+        self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
+            len(key) + (0 if value is None else len(value))
+        )
+        return value
 
     def take_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
         """The entry at ``key`` decoded, the caller's to change and write back with
-        set_message: the committed object from the cache, or this block's bytes decoded."""
+        set_message: the committed object from the cache, or this block's bytes decoded.
+        Charged as a ``get`` of the stored bytes, the cache's object or not."""
         pending = self._pending
         if key in pending:
             raw = pending[key]
+            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
+                len(key) + (0 if raw is None else len(raw))
+            )
             return None if raw is None else decode(raw)
-        if self._cache is not None:
-            return self._cache.take_decoded(key, decode)
+        cache = self._cache
+        if cache is not None:
+            obj = cache.take_decoded(key, decode)
+            raw = cache.get(key) if obj is not None else None
+            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
+                len(key) + (0 if raw is None else len(raw))
+            )
+            return obj
         raw = self.backend.get(key)
+        self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
+            len(key) + (0 if raw is None else len(raw))
+        )
         return None if raw is None else decode(raw)
 
     def peek_message(self, key: bytes, decode: Callable[[bytes], M]) -> M | None:
-        """The entry at ``key`` decoded, to read only (the cache's object is shared)."""
+        """The entry at ``key`` decoded, to read only (the cache's object is shared); charged
+        as take_message."""
         pending = self._pending
         if key in pending:
             raw = pending[key]
+            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
+                len(key) + (0 if raw is None else len(raw))
+            )
             return None if raw is None else decode(raw)
-        if self._cache is not None:
-            return self._cache.peek_decoded(key, decode)
+        cache = self._cache
+        if cache is not None:
+            obj = cache.peek_decoded(key, decode)
+            raw = cache.get(key) if obj is not None else None
+            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
+                len(key) + (0 if raw is None else len(raw))
+            )
+            return obj
         raw = self.backend.get(key)
+        self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
+            len(key) + (0 if raw is None else len(raw))
+        )
         return None if raw is None else decode(raw)
 
     def set_message(self, key: bytes, message: Message) -> None:
@@ -159,6 +202,7 @@ class BlockBuffer:
 
     def has(self, key: bytes) -> bool:
         """Whether ``key`` holds a value, counting this block's writes."""
+        self.gas += HAS_COST
         pending = self._pending
         if key in pending:
             return pending[key] is not None
@@ -170,6 +214,7 @@ class BlockBuffer:
             raise TypeError(f"key and value must be bytes, got {type(key)}, {type(value)}")
         if key >= RESERVED_PREFIX:
             raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
+        self.gas += WRITE_COST_FLAT + WRITE_COST_PER_BYTE * (len(key) + len(value))
         pending = self._pending
         if self._mark >= 0 and key in pending and key not in self._saved:
             self._saved[key] = pending[key]  # the block's value, before the scope wrote it
@@ -181,6 +226,7 @@ class BlockBuffer:
             raise TypeError(f"key must be bytes, got {type(key)}")
         if key >= RESERVED_PREFIX:
             raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
+        self.gas += DELETE_COST
         pending = self._pending
         if self._mark >= 0 and key in pending and key not in self._saved:
             self._saved[key] = pending[key]
@@ -212,6 +258,13 @@ class BlockBuffer:
 
     def iterate(
         self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Backend entries merged with pending writes, as of this call; charged as gaskv's
+        iterator is (keepersim/store/gas.py: iterate_metered)."""
+        return iterate_metered(self._iterate(start, stop, reverse), self)
+
+    def _iterate(
+        self, start: bytes | None, stop: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
         """Backend entries merged with pending writes, as of this call.
 

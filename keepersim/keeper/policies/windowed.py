@@ -85,7 +85,6 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import MutableSequence, Sequence
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from keepersim.keeper.policies.base import (
@@ -454,35 +453,6 @@ def process_prune(entry: WindowedEntry, height: int, expiration_blocks: int) -> 
             process_remove_flag(entry, item)
 
 
-@dataclass(slots=True)
-class StartsMemo:
-    """The starts this process saw, by timeout height, less those it saw resolve: the overdue
-    check's list without reading the chain's timeout index and every inference in it.
-
-    A hint carried between blocks (PolicyStore.memo): complete for the starts from height
-    ``since`` on under one ``expiration_blocks`` (a change starts a new memo); for older starts
-    (a reopened chain, a params change) the check reads the index. At any timeout height it
-    lists every inference of the index that is still open (and perhaps a few resolved ones),
-    and each one is read before it is judged, so both ways decide the same.
-    """
-
-    since: int
-    expiration: int
-    open: dict[int, set[str]] = field(default_factory=dict)
-
-    def is_complete_for(self, started_at: int) -> bool:
-        return started_at >= self.since
-
-
-def get_starts_memo(ctx: PolicyStore) -> StartsMemo:
-    """The memo of this expiration_blocks (a new one, complete from now on, after a change)."""
-    memo = ctx.memo.get("starts")
-    expiration = ctx.expiration_blocks
-    if not isinstance(memo, StartsMemo) or memo.expiration != expiration:
-        memo = ctx.memo["starts"] = StartsMemo(since=ctx.height, expiration=expiration)
-    return memo
-
-
 def process_bound(values: MutableSequence[int], bound: int) -> None:
     """Drop the oldest beyond ``bound`` (in place: a protobuf repeated field)."""
     excess = len(values) - bound
@@ -508,8 +478,6 @@ class WindowedBreaker(HealthPolicy):
         participant's start reads and writes nothing of its own."""
         if inference.status != STARTED:
             return  # finished before it started: already resolved (and no timeout)
-        memo = get_starts_memo(ctx)
-        memo.open.setdefault(ctx.height + memo.expiration, set()).add(inference.inference_id)
         probing = ctx.get(FLEET, self.get_entry).probing
         if not probing or address not in probing:  # (a protobuf list: its `in` costs more)
             return
@@ -525,10 +493,6 @@ class WindowedBreaker(HealthPolicy):
         self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
     ) -> None:
         params = ctx.params.health_params.windowed
-        memo = get_starts_memo(ctx)
-        listed = memo.open.get(inference.start_block_height + memo.expiration)
-        if listed is not None:
-            listed.discard(inference.inference_id)
         entry = ctx.get(address, self.get_entry)
         before = get_verdict_marker(entry, params)
         item = process_take_open(entry, inference.inference_id)
@@ -679,14 +643,11 @@ class WindowedBreaker(HealthPolicy):
         min_blocks = ctx.params.health_params.windowed.overdue_min_blocks
         started_at = ctx.height - min_blocks
         timeout_at = started_at + expiration
-        memo = get_starts_memo(ctx)
-        memo.open.pop(ctx.height, None)  # expired in this block: gone from the index too
         if min_blocks < expiration:
-            if memo.is_complete_for(started_at):
-                # In the index's order: ids bytewise (code point order is UTF-8 byte order).
-                due = sorted(memo.open.get(timeout_at, ()))
-            else:
-                due = [inference_id for _, inference_id in ctx.keeper.get_timeouts_due(timeout_at)]
+            # Read from the chain's timeout index: the reads a chain makes are what its gas
+            # counts (no in-memory list of starts: a restart would lose it and change a
+            # block's gas; docs/metrics.md, "Gas").
+            due = [inference_id for _, inference_id in ctx.keeper.get_timeouts_due(timeout_at)]
             for inference_id in due:
                 self.process_overdue(ctx, inference_id, started_at)
         for inference_id in ctx.pop_due_items():
