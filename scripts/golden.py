@@ -288,12 +288,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
             raise GoldenInputError(f"--ignore: {name!r} names no field of {args.golden}")
     runs = process_runs(pairs, args.jobs)
     old = {k: v for k, v in golden["runs"].items() if k in wanted} if filtered else golden["runs"]
-    diffs = compute_differences(old, runs, ignore=args.ignore)
+    compared = runs
+    if args.add_new_fields:
+        # Only what the golden file records is compared; the rest is added to it below.
+        compared = {k: {f: v for f, v in r.items() if f in old.get(k, r)} for k, r in runs.items()}
+    diffs = compute_differences(old, compared, ignore=args.ignore)
     if diffs:
         print(compute_report(diffs))
         print(f"{len(diffs)} of {len(old)} runs differ from {args.golden}", file=sys.stderr)
         return 1
     print(f"all {len(runs)} runs equal {args.golden}", file=sys.stderr)
+    if args.add_new_fields:
+        merged = {
+            k: dict(sorted({**runs.get(k, {}), **v}.items())) for k, v in golden["runs"].items()
+        }
+        write_json_atomic(args.golden, {**golden, "runs": merged})
+        print(f"added the runs' new fields to {args.golden}", file=sys.stderr)
     return 0
 
 
@@ -334,6 +344,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="FIELD",
         help="fields (or dotted prefixes) not compared, e.g. app_hash",
+    )
+    chk.add_argument(
+        "--add-new-fields",
+        action="store_true",
+        help="compare only the fields the golden file has; if every run equals it, write the "
+        "runs' new fields (a metric added since the recording) into it",
     )
     return p
 

@@ -93,14 +93,21 @@ def iterate_metered(
     it: Iterator[tuple[bytes, bytes]], counter: GasCounter
 ) -> Iterator[tuple[bytes, bytes]]:
     """``it``, charging ``counter`` as gaskv's iterator does (see the module docstring): the
-    seek when the first entry is asked for, each entry's bytes when the caller moves past it."""
-    per_byte = READ_COST_PER_BYTE
-    flat = ITER_NEXT_COST_FLAT
+    seek now (the first entry read ahead), each entry's bytes again when the caller moves
+    past it."""
     entry = next(it, None)
     if entry is None:
-        counter.gas += flat
-        return
-    counter.gas += flat + per_byte * (len(entry[0]) + len(entry[1]))
+        counter.gas += ITER_NEXT_COST_FLAT
+        return iter(())
+    counter.gas += ITER_NEXT_COST_FLAT + READ_COST_PER_BYTE * (len(entry[0]) + len(entry[1]))
+    return _iterate_rest(entry, it, counter)
+
+
+def _iterate_rest(
+    entry: tuple[bytes, bytes], it: Iterator[tuple[bytes, bytes]], counter: GasCounter
+) -> Iterator[tuple[bytes, bytes]]:
+    per_byte = READ_COST_PER_BYTE
+    flat = ITER_NEXT_COST_FLAT
     yield entry
     for following in it:
         counter.gas += flat + per_byte * (len(entry[0]) + len(entry[1]))
