@@ -62,6 +62,9 @@ LOWER_IS_BETTER = frozenset(
         "never_readmitted",
         "traffic_weight_distance",
         "degraded_traffic_share",
+        # the chain's cost (docs/metrics.md, "Gas")
+        "gas_total",
+        "gas_per_inference",
     }
 )
 HIGHER_IS_BETTER = frozenset({"finished"})

@@ -151,6 +151,16 @@ def _aggregate(
         "unassigned_requests_mean": mean("unassigned_requests"),
         "transitions_mean": mean("transitions"),
         "traffic_weight_distance_mean": mean("traffic_weight_distance"),
+        # (r.get: a record from before gas has none)
+        **{
+            f"{key}_mean": mean_or_none(r.get(key) for r in records)
+            for key in (
+                "gas_total",
+                "gas_per_inference",
+                "gas_over_none",
+                "gas_per_inference_over_none",
+            )
+        },
         "wall_seconds_mean": mean("wall_seconds"),
         "inferences_per_second_mean": mean("inferences_per_second"),
     }
@@ -182,17 +192,28 @@ def _add_run_intervals(records: list[dict[str, Any]]) -> None:
 
 
 def _add_pairing(records: list[dict[str, Any]]) -> None:
-    """Per run: oracle_efficiency and misses_avoided against the same seed's baselines."""
-    base: dict[tuple[str, int, str], int] = {
-        (r["scenario"], r["seed"], r["policy"]): r["misses"]
+    """Per run: oracle_efficiency and misses_avoided against the same seed's baselines, and
+    the gas it adds over ``none`` on that seed (gas_over_none, gas_per_inference_over_none)."""
+    base: dict[tuple[str, int, str], dict[str, Any]] = {
+        (r["scenario"], r["seed"], r["policy"]): r
         for r in records
         if r["policy"] in ("none", "oracle")
     }
     for r in records:
-        m_none = base[(r["scenario"], r["seed"], "none")]
-        m_oracle = base[(r["scenario"], r["seed"], "oracle")]
+        none = base[(r["scenario"], r["seed"], "none")]
+        m_none = none["misses"]
+        m_oracle = base[(r["scenario"], r["seed"], "oracle")]["misses"]
         r["oracle_efficiency"] = compute_oracle_efficiency(m_none, r["misses"], m_oracle)
         r["misses_avoided"] = m_none - r["misses"]
+        r["gas_over_none"] = compute_difference(r.get("gas_total"), none.get("gas_total"))
+        r["gas_per_inference_over_none"] = compute_difference(
+            r.get("gas_per_inference"), none.get("gas_per_inference")
+        )
+
+
+def compute_difference(value: float | None, base: float | None) -> float | None:
+    """``value - base``; None if either is missing (a run without gas, or no inference)."""
+    return None if value is None or base is None else value - base
 
 
 def _json_safe(value: Any) -> Any:

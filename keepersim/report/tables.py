@@ -52,6 +52,10 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+,.0f}"
+
+
 def _miss_rate(row: dict[str, Any]) -> str:
     mean = row.get("miss_rate_mean")
     lo, hi = row.get("miss_rate_ci_low"), row.get("miss_rate_ci_high")
@@ -89,6 +93,8 @@ SUMMARY_COLUMNS: tuple[tuple[str, bool, Any], ...] = (
     ("undetected", True, lambda r: _pct(r.get("undetected_share"), 0)),
     ("recover med", True, lambda r: _num(r.get("recovery_delay_median"))),
     ("fallback", True, lambda r: _num(r.get("fallback_selections_mean"), 1)),
+    ("gas/inf", True, lambda r: _num(r.get("gas_per_inference_mean"))),
+    ("gas/inf over none", True, lambda r: _signed(r.get("gas_per_inference_over_none_mean"))),
 )
 
 
