@@ -164,6 +164,28 @@ def test_simulate_killed_from_outside_at_a_random_instant_resumes(
     assert out.read_bytes() == trace
 
 
+@pytest.mark.parametrize("policy", ["trin-additive", "trin-multiplicative"])
+def test_a_resumed_run_spends_the_gas_of_an_uninterrupted_one(
+    policy: str, scenario_file: Path, tmp_path: Path
+) -> None:
+    """These policies keep an index of their log in memory between blocks, which a restart
+    loses and rebuilds from the store: the rebuild must not change the gas (docs/metrics.md,
+    "Gas"), nor anything else."""
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    whole.mkdir()
+    resumed.mkdir()
+    done = _keepersim(*_simulate_args(scenario_file, whole, "--policy", policy))
+    assert done.returncode == 0, done.stderr
+    args = _simulate_args(scenario_file, resumed, "--policy", policy)
+    killed = _keepersim(*args, env={KILL_AT_ENV: f"{BLOCKS // 2}:post"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    done = _keepersim(*args, "--resume")
+    assert done.returncode == 0, done.stderr
+    report = _report(resumed / "out.json")
+    assert report["gas_total"] > 0 and report["policy"] == policy
+    assert report == _report(whole / "out.json")
+
+
 def test_resume_refuses_a_store_of_other_inputs(scenario_file: Path, tmp_path: Path) -> None:
     args = _simulate_args(scenario_file, tmp_path)
     killed = _keepersim(*args, env={KILL_AT_ENV: "40:post"})
