@@ -65,6 +65,38 @@ def mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
+def format_gas_table(
+    data: dict[tuple[str, str], dict[int, dict[str, str]]], scenarios: list[str]
+) -> list[str]:
+    """Gas per inference of each policy (mean over the seeds every policy ran) and, in
+    parentheses, what it adds over none on the same seeds (docs/metrics.md, "Gas"); a runs.csv
+    from before gas says so instead."""
+    if not any(row.get("gas_per_inference") for runs in data.values() for row in runs.values()):
+        return ["Gas: this runs.csv has no gas_per_inference column (recorded before gas)."]
+    lines = [
+        'Gas per inference (SDK KV gas over keepersim\'s keys; docs/metrics.md, "Gas"), '
+        "and over none on the same seeds:",
+        "",
+        "| scenario | " + " | ".join(POLICIES) + " |",
+        "|---|" + "---|" * len(POLICIES),
+    ]
+    for scenario in scenarios:
+        runs = {p: data.get((scenario, p), {}) for p in POLICIES}
+        seeds = sorted(set.intersection(*(set(r) for r in runs.values())))
+        if not seeds:
+            continue
+        gas = {
+            p: mean([float(runs[p][s].get("gas_per_inference") or "nan") for s in seeds])
+            for p in POLICIES
+        }
+        cells = [
+            "-" if math.isnan(gas[p]) else f"{gas[p]:,.0f} ({gas[p] - gas['none']:+,.0f})"
+            for p in POLICIES
+        ]
+        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", type=Path)
@@ -147,6 +179,7 @@ def main() -> int:
     ]
     lines += ["", "Must-holds: " + ("all hold." if not failures else "not held:")]
     lines += [f"- {f}" for f in failures]
+    lines += ["", *format_gas_table(data, scenarios)]
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if args.out is not None:
