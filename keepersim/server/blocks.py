@@ -82,6 +82,8 @@ def block_result_to_json(result: BlockResult) -> dict[str, Any]:
         "app_hash": result.app_hash.hex(),
         "events": [{"type": type(e).__name__, **dataclasses.asdict(e)} for e in result.events],
         "tx_results": [dataclasses.asdict(r) for r in result.tx_results],
+        "gas_used": result.gas_used,
+        "gas_by_step": dict(result.gas_by_step),
     }
 
 

@@ -412,6 +412,8 @@ def test_post_blocks_updates_chain_and_metrics(make_genesis: Any) -> None:
         assert body["height"] == 1 and body["app_hash"] == chain.app_hash.hex()
         assert [e["type"] for e in body["events"]] == ["InferenceStarted", "InferenceStarted"]
         assert [t["ok"] for t in body["tx_results"]] == [True, True, False]
+        assert all(t["gas_used"] > 0 for t in body["tx_results"])  # a rejected tx's too
+        assert body["gas_used"] == sum(body["gas_by_step"].values()) > 0
         assert "UnknownParticipantError" in body["tx_results"][2]["error"]
         r = client.post(
             "/keepersim/v1/blocks",
