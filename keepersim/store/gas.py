@@ -1,13 +1,15 @@
 """The Cosmos SDK's KV gas schedule, applied to the store accesses of a block's keeper.
 
 Source: ``KVGasConfig()`` in ``store/types/gas.go`` and the charges of ``store/gaskv/store.go``
-of ``cosmossdk.io/store`` v1.1.x, the store gonka builds with (kaitakuai/gonka ee730031,
-``inference-chain/go.mod``: ``github.com/cosmos/cosmos-sdk v0.50.14`` replaced by
-``github.com/gonka-ai/cosmos-sdk v0.53.3-ps19``, ``cosmossdk.io/store v1.1.2`` replaced by
-``github.com/gonka-ai/cosmos-sdk/store v1.1.2-ps1``, whose fork leaves ``types/gas.go`` and
-``gaskv/`` as upstream has them). The SDK wraps the KVStore a keeper takes from its context in
-``gaskv.Store``, so every keeper access is charged, whether an IAVL or inter-block cache serves
-it or not:
+of ``cosmossdk.io/store`` v1.1.x (cosmos/cosmos-sdk, the SDK v0.50 line), the store gonka builds
+with: kaitakuai/gonka ``inference-chain/go.mod`` (the stored version, commit 93138310, after
+v0.2.14) requires ``cosmossdk.io/store v1.1.2``, replaced by
+``github.com/gonka-ai/cosmos-sdk/store v1.1.2-ps1``, with cosmos-sdk v0.50.14 replaced by
+``github.com/gonka-ai/cosmos-sdk v0.53.3-ps19`` (gonka-ai/gonka 009fa8a1, Aug 2025: store
+v1.1.0); the fork's changed files (iavl, rootmulti, pruning, snapshots) leave ``types/gas.go``
+and ``gaskv/`` as upstream has them. The SDK wraps the KVStore a keeper takes from its context
+in ``gaskv.Store``, so every keeper access is charged, whether an IAVL or inter-block cache
+serves it or not:
 
 - ``Get``: ``ReadCostFlat + ReadCostPerByte * (len(key) + len(value))`` (value absent: 0 bytes);
 - ``Set``: ``WriteCostFlat + WriteCostPerByte * (len(key) + len(value))``;
