@@ -419,9 +419,9 @@ class Chain:
         try:
             keeper = Keeper(buffer, self._chain_id, self._params, self._extension_params)
             begin_block(keeper, h)
-            gas_by_step: dict[str, int] = {"begin_block": buffer.gas}
             policy = self.get_policy_object(keeper.get_extension_params().health_params.policy)
             ctx = BlockContext(keeper, policy, h)
+            gas_by_step: dict[str, int] = {"begin_block": buffer.gas}  # the block's set-up too
             results = []
             registered = False  # a registration can change who has a PoC slot
             for i, msg in enumerate(msgs):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from keepersim.store.buffer import KVStore
+from keepersim.store.buffer import BlockBuffer, KVStore
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
 from keepersim.types.events import Event
@@ -82,9 +82,21 @@ class Keeper:
         self.chain_id = chain_id
 
     # params: the chain's Params and keepersim's ExtensionParams, each with its pending update
+    def _get_params_raw(self, key: bytes) -> bytes | None:
+        """Params as stored, read without gas: the keeper holds the decoded params of the last
+        commit when the chain gives them, and whether it does (a reopened chain does not) must
+        not change a block's gas (docs/metrics.md, "Gas"); the same under every policy."""
+        store = self.store
+        if not isinstance(store, BlockBuffer):
+            return store.get(key)
+        gas = store.gas
+        raw = store.get(key)
+        store.gas = gas
+        return raw
+
     def get_params(self) -> Params:
         if self._params is None:
-            raw = self.store.get(keys.PARAMS)
+            raw = self._get_params_raw(keys.PARAMS)
             if raw is None:
                 raise LookupError("params are not set: the chain has no genesis")
             self._params = Params.FromString(raw)
@@ -97,7 +109,7 @@ class Keeper:
 
     def get_extension_params(self) -> ExtensionParams:
         if self._extension_params is None:
-            raw = self.store.get(keys.EXTENSION_PARAMS)
+            raw = self._get_params_raw(keys.EXTENSION_PARAMS)
             if raw is None:
                 raise LookupError("extension params are not set: the chain has no genesis")
             self._extension_params = ExtensionParams.FromString(raw)

@@ -70,3 +70,24 @@ def test_the_same_blocks_spend_the_same_gas_on_leveldb_and_in_memory(
         (r.gas_used, dict(r.gas_by_step)) for r in in_memory
     ]
     assert [r.app_hash for r in on_disk] == [r.app_hash for r in in_memory]
+
+
+def test_a_reopened_chain_spends_the_gas_of_an_open_one(
+    make_chain: Any, genesis: Genesis, tmp_path: Any
+) -> None:
+    """A reopened chain has no decoded params in memory yet: reading them is not charged, so
+    a resumed run's blocks cost what the uninterrupted run's do."""
+    blocks = _blocks(12)
+    whole = make_chain(genesis)
+    expected = [whole.deliver_block(msgs) for msgs in blocks]
+    first = Chain.open(tmp_path / "reopened", genesis=genesis)
+    got = [first.deliver_block(msgs) for msgs in blocks[:6]]
+    first.close()
+    again = Chain.open(tmp_path / "reopened")
+    try:
+        got += [again.deliver_block(msgs) for msgs in blocks[6:]]
+    finally:
+        again.close()
+    assert [(r.gas_used, dict(r.gas_by_step)) for r in got] == [
+        (r.gas_used, dict(r.gas_by_step)) for r in expected
+    ]
