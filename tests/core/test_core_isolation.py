@@ -119,13 +119,13 @@ def end_block_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     seen: list[tuple[Any, ...]] = []
     real = chain_module.end_block
 
-    def spy(ctx: BlockContext) -> None:
+    def spy(ctx: BlockContext, gas_by_step: dict[str, int] | None = None) -> None:
         entries = sorted(
             (address, entry.SerializeToString())
             for address, entry in ctx.policy_store._entries.items()
         )
         seen.append((sorted(ctx.keeper.touched), sorted(ctx.keeper.verdict_touched), entries))
-        real(ctx)
+        real(ctx, gas_by_step)
 
     monkeypatch.setattr(chain_module, "end_block", spy)
     return seen
