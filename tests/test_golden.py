@@ -32,6 +32,14 @@ def test_golden_file_covers_every_builtin_scenario_and_policy(golden_runs: dict[
     assert set(golden_runs) == expected
 
 
+def test_every_golden_record_pins_gas(golden_runs: dict[str, Any]) -> None:
+    """Gas (docs/metrics.md, "Gas") is part of every record, so a cheap run below pins it."""
+    for key, record in golden_runs.items():
+        assert record["gas_total"] == sum(
+            v for f, v in record.items() if f.startswith("gas_by_step.")
+        ), key
+
+
 @pytest.mark.parametrize(("scenario", "policy"), CHEAP_RUNS)
 def test_cheap_builtin_run_equals_its_golden_record(
     scenario: str, policy: str, golden_runs: dict[str, Any]
