@@ -2,7 +2,11 @@
 store), recorded before a refactor and checked after it.
 
     python scripts/golden.py record [--out FILE] [--jobs N] [--scenarios S ...] [--policies P ...]
-    python scripts/golden.py check [--golden FILE] [--jobs N] [--ignore FIELD ...] [...]
+    python scripts/golden.py check [--golden FILE] [--jobs N] [--ignore FIELD ...]
+                                   [--add-new-fields] [...]
+
+``--add-new-fields``: a metric added since the recording (e.g. gas) is not a difference; if
+every recorded field still matches, the new fields are written into the golden file.
 
 A run is kept as a flat record: every scalar of the run JSON (``RunResult.to_dict()``) under its
 dotted name (``detection_delay.median``), each list as the sha256 of its canonical JSON plus its
