@@ -141,11 +141,8 @@ class BlockBuffer:
             return None if raw is None else decode(raw)
         cache = self._cache
         if cache is not None:
-            obj = cache.take_decoded(key, decode)
-            raw = cache.get(key) if obj is not None else None
-            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
-                len(key) + (0 if raw is None else len(raw))
-            )
+            obj, size = cache.take_decoded(key, decode)
+            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (len(key) + size)
             return obj
         raw = self.backend.get(key)
         self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
@@ -165,11 +162,8 @@ class BlockBuffer:
             return None if raw is None else decode(raw)
         cache = self._cache
         if cache is not None:
-            obj = cache.peek_decoded(key, decode)
-            raw = cache.get(key) if obj is not None else None
-            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
-                len(key) + (0 if raw is None else len(raw))
-            )
+            obj, size = cache.peek_decoded(key, decode)
+            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (len(key) + size)
             return obj
         raw = self.backend.get(key)
         self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (

@@ -94,7 +94,8 @@ class StateCache:
         self._old: dict[bytes, bytes | None] = {}
         self._terms: dict[bytes, int] = {}
         self._old_terms: dict[bytes, int] = {}
-        self._decoded: dict[bytes, object] = {}
+        # key -> (decoded object, the length of its stored bytes: its read's gas)
+        self._decoded: dict[bytes, tuple[object, int]] = {}
         self._memos: dict[object, object] = {}
         # key -> value (None: deleted) committed here but not yet written to the backend.
         self._unwritten: dict[bytes, bytes | None] = {}
@@ -198,24 +199,26 @@ class StateCache:
         return delta, new_terms
 
     # -- decoded objects and memos, for the block being built (never for queries) --------------
-    def peek_decoded(self, key: bytes, decode: Callable[[bytes], T]) -> T | None:
-        """The committed entry of ``key`` decoded, to read only (None: absent)."""
-        obj = self._decoded.get(key)
-        if obj is None:
+    def peek_decoded(self, key: bytes, decode: Callable[[bytes], T]) -> tuple[T | None, int]:
+        """The committed entry of ``key`` decoded, to read only (None: absent), and the length
+        of its stored bytes (0: absent)."""
+        entry = self._decoded.get(key)
+        if entry is None:
             raw = self.get(key)
             if raw is None:
-                return None
-            obj = self._decoded[key] = decode(raw)
-        return obj  # type: ignore[return-value]
+                return None, 0
+            entry = self._decoded[key] = (decode(raw), len(raw))
+        return entry  # type: ignore[return-value]
 
-    def take_decoded(self, key: bytes, decode: Callable[[bytes], T]) -> T | None:
-        """The committed entry of ``key`` decoded, for the caller to change and write: the
-        cache forgets it until a commit hands a written object back."""
-        obj = self._decoded.pop(key, None)
-        if obj is not None:
-            return obj  # type: ignore[return-value]
+    def take_decoded(self, key: bytes, decode: Callable[[bytes], T]) -> tuple[T | None, int]:
+        """The committed entry of ``key`` decoded, for the caller to change and write (the
+        cache forgets it until a commit hands a written object back), and the length of its
+        stored bytes (0: absent)."""
+        entry = self._decoded.pop(key, None)
+        if entry is not None:
+            return entry  # type: ignore[return-value]
         raw = self.get(key)
-        return None if raw is None else decode(raw)
+        return (None, 0) if raw is None else (decode(raw), len(raw))
 
     def take_memo(self, name: object) -> object | None:
         """The memo the last commit handed on under ``name`` (taken: a failed block leaves none)."""
@@ -288,7 +291,7 @@ class StateCache:
         objects = self._decoded
         for key in puts.keys() - decoded.keys():
             objects.pop(key, None)
-        objects.update(decoded)
+        objects.update((key, (obj, len(puts[key]))) for key, obj in decoded.items())
         for key in deletes:
             objects.pop(key, None)
         self._memos = dict(memos)
