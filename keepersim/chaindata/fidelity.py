@@ -6,7 +6,14 @@ Per epoch, over ``seeds`` runs (seeds ``1..N``): the participants' ``inference_c
 chain's epoch summary copies), averaged over the seeds, against the recorded summary:
 
 * ``inferences_rel_error``, ``misses_rel_error``, ``requests_rel_error``: (simulated - recorded)
-  / recorded of the totals (requests = inferences + misses);
+  / recorded of the fleet's totals (requests = inferences + misses). The fleet is the epoch's
+  group; a summary also counts what a participant did while the previous epoch's group still
+  served (the chain settles an epoch's stats at the end of the next PoC's validation,
+  x/inference/module/module.go:595-634 at d8b8e907 (v0.2.12), 120 blocks before the group
+  switches at SetNewValidators, and an expired inference is counted when it expires,
+  module.go:255-325). Participants outside the fleet (no weight in this epoch's sub-groups) can
+  only have such counts: they are reported (``recorded_*_all``, ``recorded_outside_fleet``),
+  not compared;
 * ``share_pearson``: Pearson correlation of each participant's share of requests (inferences +
   misses over the total) with the recorded share, over the fleet;
 * ``share_median_rel_error``: the median of |simulated - recorded| / recorded share over the
@@ -31,7 +38,11 @@ from typing import Any, Final
 
 from keepersim.chain import Chain
 from keepersim.chaindata.epoch_folder import EpochRecord
-from keepersim.chaindata.fleet import NOT_MODELLED, build_epoch_scenario
+from keepersim.chaindata.fleet import (
+    DEFAULT_TRAFFIC_PROFILE,
+    NOT_MODELLED,
+    build_epoch_scenario,
+)
 from keepersim.sim.driver import run_scenario
 from keepersim.sim.scenario import Scenario
 
@@ -40,6 +51,7 @@ __all__ = [
     "MUST_HOLD",
     "compute_epoch_fidelity",
     "format_fidelity_table",
+    "get_devshard_inferences",
     "get_fidelity_csv",
     "run_epoch_counts",
     "write_fidelity_plot",
@@ -59,6 +71,18 @@ DEVSHARD_NOTE: Final = (
     "inferences are counted by keeper/devshard_host_stats.go:114-118; keepersim models "
     "GetRandomExecutor only"
 )
+
+
+def get_devshard_inferences(record: EpochRecord) -> int:
+    """The summaries' inferences that ``number_of_requests`` does not count: the group counts
+    each inference finished through MsgFinishInference once, at its validation end block
+    (x/inference/module/inference_validation_endblock.go:78 at d8b8e907), while a settled
+    devshard escrow adds its hosts' completed requests to ``inference_count`` (and to
+    ``validated_inferences``) directly (keeper/devshard_host_stats.go:114-124, called from
+    msg_server_settle_devshard_escrow.go:201-214 at d8b8e907). 0 when the summaries count
+    fewer."""
+    done = sum(s.inference_count for s in record.summaries)
+    return max(0, done - record.number_of_requests)
 
 
 def run_epoch_counts(scenario: Scenario, policy: str, seed: int) -> dict[str, tuple[int, int]]:
@@ -99,7 +123,7 @@ def compute_epoch_fidelity(
     seeds: int = 5,
     miss_timing: str = "constant",
     traffic: str = "auto",
-    profile: str = "flat",
+    profile: str = DEFAULT_TRAFFIC_PROFILE,
     on_run: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The fidelity of one epoch (see the module docstring): the summary and per-participant
@@ -117,7 +141,8 @@ def compute_epoch_fidelity(
         if on_run is not None:
             on_run(record.epoch, seed)
     sim = {a: (d / seeds, m / seeds) for a, (d, m) in sums.items()}
-    recorded = {s.address: (s.inference_count, s.missed_requests) for s in record.summaries}
+    recorded_all = {s.address: (s.inference_count, s.missed_requests) for s in record.summaries}
+    recorded = {a: recorded_all.get(a, (0, 0)) for a in fleet}
     weight = {
         p.address: p.weight + sum(w for _, w in p.model_weights) for p in scenario.participants
     }
@@ -153,7 +178,7 @@ def compute_epoch_fidelity(
         "participants": len(fleet),
         "seeds": seeds,
         "miss_timing": miss_timing,
-        "traffic_profile": profile,
+        "traffic_profile": (scenario.source or {}).get("traffic", {}).get("profile", profile),
         "traffic_requests": round(scenario.arrivals_per_block * scenario.blocks),
         "recorded_inferences": rec_done,
         "simulated_inferences": sim_done,
@@ -162,7 +187,10 @@ def compute_epoch_fidelity(
         "simulated_misses": sim_missed,
         "misses_rel_error": _rel(sim_missed, rec_missed),
         "requests_rel_error": _rel(sim_total, rec_total),
-        "recorded_outside_fleet": sum(d + m for a, (d, m) in recorded.items() if a not in sums),
+        "recorded_outside_fleet": sum(d + m for a, (d, m) in recorded_all.items() if a not in sums),
+        "recorded_inferences_all": sum(d for d, _ in recorded_all.values()),
+        "recorded_misses_all": sum(m for _, m in recorded_all.values()),
+        "devshard_inferences": get_devshard_inferences(record),
         "share_pearson": _pearson(
             [r["simulated_share"] for r in rows], [r["recorded_share"] for r in rows]
         ),
@@ -221,6 +249,8 @@ _TABLE_COLUMNS: Final = (
     ("recorded_misses", "miss rec"),
     ("simulated_misses", "miss sim"),
     ("misses_rel_error", "miss err"),
+    ("recorded_misses_all", "miss rec all"),
+    ("devshard_inferences", "devshard inf"),
     ("share_pearson", "share r"),
     ("share_median_rel_error", "share med err"),
     ("misses_pearson", "miss r"),

@@ -87,7 +87,12 @@ def add_scenarios_command(subparsers: Any) -> None:
 
 def add_epoch_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``scenarios from-chain`` and ``fidelity``."""
-    from keepersim.chaindata.fleet import MISS_TIMINGS, TRAFFIC_PROFILES, TRAFFIC_SOURCES
+    from keepersim.chaindata.fleet import (
+        DEFAULT_TRAFFIC_PROFILE,
+        MISS_TIMINGS,
+        TRAFFIC_PROFILES,
+        TRAFFIC_SOURCES,
+    )
 
     parser.add_argument(
         "source",
@@ -121,9 +126,10 @@ def add_epoch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--traffic-profile",
         choices=TRAFFIC_PROFILES,
-        default="flat",
-        help="the arrival rate over the epoch (the record gives totals only): flat (the "
-        "default) or trend (geometric from the previous epoch's requests to this one's)",
+        default=DEFAULT_TRAFFIC_PROFILE,
+        help="the arrival rate over the epoch (the record gives totals only): trend (the "
+        "default: geometric from the previous epoch's requests to this one's, continuous across "
+        "the boundary) or flat (constant); an epoch whose traffic is the summaries' runs flat",
     )
 
 
