@@ -43,6 +43,7 @@ from keepersim.chaindata.fleet import (
     NOT_MODELLED,
     build_epoch_scenario,
 )
+from keepersim.report.tables import format_table
 from keepersim.sim.driver import run_scenario
 from keepersim.sim.scenario import Scenario
 
@@ -240,33 +241,51 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _count(value: Any) -> str:
+    return "-" if value is None else f"{round(value):,}"
+
+
+def _percent(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:+.1f}%"
+
+
+def _share(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _ratio(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+#: (summary key, title, right-aligned, cell): the table's columns (docs/metrics.md, fidelity).
 _TABLE_COLUMNS: Final = (
-    ("epoch", "epoch"),
-    ("participants", "fleet"),
-    ("recorded_inferences", "inf rec"),
-    ("simulated_inferences", "inf sim"),
-    ("inferences_rel_error", "inf err"),
-    ("recorded_misses", "miss rec"),
-    ("simulated_misses", "miss sim"),
-    ("misses_rel_error", "miss err"),
-    ("recorded_misses_all", "miss rec all"),
-    ("devshard_inferences", "devshard inf"),
-    ("share_pearson", "share r"),
-    ("share_median_rel_error", "share med err"),
-    ("misses_pearson", "miss r"),
-    ("misses_median_abs_error", "miss med abs"),
-    ("selection_path", "selection path"),
+    ("epoch", "epoch", True, str),
+    ("participants", "fleet", True, str),
+    ("recorded_inferences", "inf rec", True, _count),
+    ("simulated_inferences", "inf sim", True, _count),
+    ("inferences_rel_error", "inf err", True, _percent),
+    ("recorded_misses", "miss rec", True, _count),
+    ("simulated_misses", "miss sim", True, _count),
+    ("misses_rel_error", "miss err", True, _percent),
+    ("recorded_misses_all", "miss rec all", True, _count),
+    ("devshard_inferences", "devshard inf", True, _count),
+    ("share_pearson", "share r", True, _ratio),
+    ("share_median_rel_error", "share med err", True, _share),
+    ("misses_pearson", "miss r", True, _ratio),
+    ("misses_median_abs_error", "miss med abs", True, _fmt),
+    ("selection_path", "selection path", False, str),
 )
 
 
 def format_fidelity_table(summaries: Sequence[Mapping[str, Any]]) -> str:
     """One line per epoch, then each epoch's must-hold verdict."""
-    header = [title for _, title in _TABLE_COLUMNS]
-    body = [[_fmt(s[key]) for key, _ in _TABLE_COLUMNS] for s in summaries]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *body]]
-    lines.extend(f"epoch {s['epoch']}: {s['must_hold']}" for s in summaries)
-    return "\n".join(lines) + "\n"
+    table = format_table(
+        [c[1] for c in _TABLE_COLUMNS],
+        [[c[3](s[c[0]]) for c in _TABLE_COLUMNS] for s in summaries],
+        [c[2] for c in _TABLE_COLUMNS],
+    )
+    verdicts = [f"epoch {s['epoch']}: {s['must_hold']}" for s in summaries]
+    return "\n".join([table, "", *verdicts]) + "\n"
 
 
 def get_fidelity_csv(rows: Sequence[Mapping[str, Any]]) -> str:
