@@ -13,14 +13,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mainnet_data import get_epoch_dirs
 
 from keepersim import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data" / "gonka-mainnet"
-DATA = SHARED if SHARED.is_dir() else ROOT / "examples" / "mainnet"
 BASE = min(
-    (p for p in DATA.iterdir() if p.is_dir() and p.name.startswith("epoch_")),
+    get_epoch_dirs(),
     key=lambda p: sum(f.stat().st_size for f in p.iterdir()),
 )
 

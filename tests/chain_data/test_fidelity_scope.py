@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mainnet_data import get_epoch_dirs
 
 from keepersim.chaindata import fidelity
 from keepersim.chaindata.epoch_folder import load_epoch_folder
@@ -20,9 +21,7 @@ from keepersim.chaindata.fleet import NOT_MODELLED, build_epoch_scenario
 from keepersim.sim.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data" / "gonka-mainnet"
-DATA = SHARED if SHARED.is_dir() else ROOT / "examples" / "mainnet"
-EPOCH_DIRS = sorted(p for p in DATA.iterdir() if p.is_dir() and p.name.startswith("epoch_"))
+EPOCH_DIRS = get_epoch_dirs()
 
 
 def _json(folder: Path, name: str) -> Any:

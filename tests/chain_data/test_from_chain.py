@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mainnet_data import EXAMPLES, get_epoch_dirs
+from mainnet_data import MAINNET_DATA as DATA
 
 from keepersim import cli
 from keepersim.chaindata.epoch_folder import (
@@ -31,10 +33,7 @@ from keepersim.runs.sources import resolve_scenarios
 from keepersim.sim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data" / "gonka-mainnet"
-EXAMPLES = ROOT / "examples" / "mainnet"
-DATA = SHARED if SHARED.is_dir() else EXAMPLES
-EPOCH_DIRS = sorted(p for p in DATA.iterdir() if p.is_dir() and p.name.startswith("epoch_"))
+EPOCH_DIRS = get_epoch_dirs()
 
 
 def _epoch(folder: Path) -> int:

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mainnet_data import get_epoch_dirs
 
 from keepersim import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data" / "gonka-mainnet"
-DATA = SHARED if SHARED.is_dir() else ROOT / "examples" / "mainnet"
 BASE = min(
-    (p for p in DATA.iterdir() if p.is_dir() and p.name.startswith("epoch_")),
+    get_epoch_dirs(),
     key=lambda p: sum(f.stat().st_size for f in p.iterdir()),
 )
 EPOCH = int(BASE.name.split("_")[1])
