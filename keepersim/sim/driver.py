@@ -83,7 +83,6 @@ import heapq
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,7 +110,9 @@ from keepersim.keeper.selection import (
     get_kept_out,
     get_selection_rule,
 )
+from keepersim.limits import MAX_GOVERNANCE_ENTRIES
 from keepersim.module.genesis import compute_genesis
+from keepersim.outputs import make_run_folder
 from keepersim.sim.metrics import (
     DECLINED,
     DEFAULT_BUCKET_BLOCKS,
@@ -550,7 +551,7 @@ def run_scenario(
     tmp: str | None = None
     if store == "leveldb":
         if store_dir is None:
-            tmp = tempfile.mkdtemp(prefix="keepersim-run-")
+            tmp = os.fspath(make_run_folder())
             folder = Path(tmp) / "chain"
         else:
             folder = Path(store_dir)
@@ -1268,16 +1269,18 @@ def _get_parse_error_text(text: str) -> str:
     return f"{'.'.join(path) or 'params'}: expected params JSON: {reason}"
 
 
-def _check_params_patch(patch: Mapping[str, Any], descriptor: Any, where: str) -> None:
+def _check_params_patch(patch: Mapping[str, Any], descriptor: Any, where: str, path: str) -> None:
     """Name the first unknown field or non-object message value of a ``params`` patch (the
-    protobuf parser's own messages do not say which key of the file is wrong)."""
+    protobuf parser's own messages do not say which key of the file is wrong): ``where`` is
+    the entry, ``path`` the dotted field path down to ``patch`` (empty at the top)."""
     by_name = {fd.name: fd for fd in descriptor.fields}
     by_name.update({fd.json_name: fd for fd in descriptor.fields})
     for key, value in patch.items():
         fd = by_name.get(key)
         if fd is None:
             known = ", ".join(sorted(fd.name for fd in descriptor.fields))
-            raise GovernanceError(f"{where}: unknown field {key!r} (fields: {known})")
+            at = f" {path.rstrip('.')}:" if path else ""
+            raise GovernanceError(f"{where}:{at} unknown field {key!r} (fields: {known})")
         message_type = None if _is_repeated(fd) else fd.message_type
         if message_type is None:
             continue
@@ -1286,10 +1289,10 @@ def _check_params_patch(patch: Mapping[str, Any], descriptor: Any, where: str) -
             if not message_type.full_name.endswith(".Decimal"):
                 what = f"an object ({message_type.name})"
             raise GovernanceError(
-                f"{where}.{key}: expected {what}, got {get_json_type(value)} {value!r}"
+                f"{where}: {path}{key}: expected {what}, got {get_json_type(value)} {value!r}"
                 + ('; use "set" for a decimal string' if "Decimal" in what else "")
             )
-        _check_params_patch(value, message_type, f"{where}.{key}")
+        _check_params_patch(value, message_type, where, f"{path}{key}.")
 
 
 def _is_repeated(fd: Any) -> bool:
@@ -1304,13 +1307,18 @@ def parse_governance(
     ``base``) and validated. Raises :class:`GovernanceError` naming the entry."""
     if not isinstance(data, list):
         raise GovernanceError(
-            f"{source}: expected a JSON list of entries, got {type(data).__name__}"
+            f"{source}: expected a JSON list of entries, got {get_json_type(data)}"
+        )
+    if len(data) > MAX_GOVERNANCE_ENTRIES:
+        raise GovernanceError(
+            f"{source}: {len(data):,} entries, above the limit of {MAX_GOVERNANCE_ENTRIES:,} "
+            "for a governance schedule"
         )
     indexed: list[tuple[int, int, Mapping[str, Any]]] = []
     for i, entry in enumerate(data):
         where = f"{source}[{i}]"
         if not isinstance(entry, Mapping):
-            raise GovernanceError(f"{where}: expected an object, got {type(entry).__name__}")
+            raise GovernanceError(f"{where}: expected an object, got {get_json_type(entry)}")
         unknown = sorted(set(entry) - {"height", "params", "extension_params", "set"})
         if unknown:
             raise GovernanceError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}")
@@ -1335,7 +1343,7 @@ def parse_governance(
             for key, part in patch.items():
                 if not isinstance(part, Mapping):
                     raise GovernanceError(f"{where}: '{key}' must be an object")
-            _check_params_patch(patch, ModuleParams.DESCRIPTOR, f"{where}:")
+            _check_params_patch(patch, ModuleParams.DESCRIPTOR, where, "")
             merged = _deep_merge(data_now, patch, "")
         else:
             changes = entry["set"]

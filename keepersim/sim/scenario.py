@@ -19,7 +19,8 @@ finite numbers; the limits below). All problems found are reported together in o
 :class:`ScenarioError`, each with the JSON location (e.g. ``participants[3].miss[1][0]``) and what
 was expected.
 
-Limits (``MAX_*`` below, also in the schema): a weight fits the chain's int32; a run holds at most
+Limits (``MAX_*``, defined in :mod:`keepersim.limits` with every other input limit, also in the
+schema): a weight fits the chain's int32; a run holds at most
 ``MAX_EXPECTED_REQUESTS`` expected requests (``blocks x arrivals_per_block``) and
 ``MAX_PARTICIPANTS`` participants, so it finishes in about 10 minutes and well under 1 GB
 (measured: mainnet_like, 55,000 requests, 7 s and 66 MB; 200,000 requests, 19 s and 79 MB). They are checked before any work: a scenario beyond them is
@@ -42,6 +43,21 @@ from pathlib import Path
 from typing import Any, Final
 
 import jsonschema
+
+from keepersim.inputs import InputError, read_json_input
+from keepersim.limits import (
+    MAX_ARRIVALS_PER_BLOCK,
+    MAX_BLOCKS,
+    MAX_CAPACITY,
+    MAX_EPOCH_LENGTH,
+    MAX_EXPECTED_REQUESTS,
+    MAX_EXPIRATION_BLOCKS,
+    MAX_LATENCY_BLOCKS,
+    MAX_PARTICIPANTS,
+    MAX_RESELECTS,
+    MAX_SEED,
+    MAX_WEIGHT,
+)
 
 __all__ = [
     "DEFAULT_EXPIRATION_BLOCKS",
@@ -78,19 +94,6 @@ DEFAULT_MAX_RESELECTS: Final = 2
 DEFAULT_PUSHBACK: Final = False
 DEFAULT_MODELS: Final[tuple[str, ...]] = ("default",)
 
-#: The chain stores weights as int32.
-MAX_WEIGHT: Final = 2**31 - 1
-MAX_PARTICIPANTS: Final = 10_000
-MAX_BLOCKS: Final = 1_000_000
-#: ``blocks x arrivals_per_block``: about 90x mainnet_like, 40x overload (~10 min at 7,500-10,000/s).
-MAX_EXPECTED_REQUESTS: Final = 5_000_000
-MAX_ARRIVALS_PER_BLOCK: Final = 10_000
-MAX_EPOCH_LENGTH: Final = 1_000_000
-MAX_EXPIRATION_BLOCKS: Final = 100_000
-MAX_LATENCY_BLOCKS: Final = 10_000
-MAX_CAPACITY: Final = 1_000_000
-MAX_RESELECTS: Final = 100
-MAX_SEED: Final = 2**63 - 1
 
 _SCHEMA_FILE: Final = "scenario.schema.json"
 _MAX_LISTED_PROBLEMS: Final = 50
@@ -444,8 +447,6 @@ def _semantic_problems(obj: object) -> list[_Problem]:
     if not isinstance(obj, Mapping):
         return problems
     arrivals = obj.get("arrivals_per_block")
-    if isinstance(arrivals, float) and not math.isfinite(arrivals):
-        problems.append((("arrivals_per_block",), f"expected a finite number, got {arrivals!r}"))
     seed = obj.get("seed")
     if _is_int(seed) and not 0 <= seed <= MAX_SEED:  # type: ignore[operator]
         problems.append((("seed",), f"expected an integer in [0, 2^63-1], got {_show(seed)}"))
@@ -503,12 +504,6 @@ def _semantic_problems(obj: object) -> list[_Problem]:
                 previous = None
                 continue
             from_block = entry[0]
-            if len(entry) >= 2:
-                p = entry[1]
-                if isinstance(p, float) and not math.isfinite(p):
-                    problems.append(
-                        ((*base, "miss", j, 1), f"expected a finite number in [0, 1], got {p!r}")
-                    )
             if not _is_int(from_block):
                 previous = None
                 continue
@@ -529,6 +524,18 @@ def _semantic_problems(obj: object) -> list[_Problem]:
                 )
             previous = from_block
     return problems
+
+
+def _find_nonfinite(value: object, path: _Path) -> Iterable[tuple[_Path, float]]:
+    """``(path, value)`` of every NaN or infinite number in a decoded JSON value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, child in value.items():
+            yield from _find_nonfinite(child, (*path, key))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from _find_nonfinite(child, (*path, i))
 
 
 def _sort_key(problem: _Problem) -> tuple[tuple[tuple[int, int, str], ...], str]:
@@ -581,8 +588,14 @@ def _parse(obj: object, source: str, problems: list[_Problem]) -> Scenario:
             )
         )
         _raise_problems(source, problems + _semantic_problems({**obj, "participants": []}))
+    # NaN and Infinity (and 1e400, read as Infinity): one problem each, whatever the schema
+    # would also say of them (a type, a limit).
+    nonfinite = dict(_find_nonfinite(obj, ()))
+    problems.extend(
+        (path, f"expected a finite number, got {_show(v)}") for path, v in nonfinite.items()
+    )
     for error in _validator().iter_errors(obj):
-        problems.extend(_schema_problems(error))
+        problems.extend(p for p in _schema_problems(error) if p[0] not in nonfinite)
     problems.extend(_semantic_problems(obj))
     if problems:
         _raise_problems(source, problems)
@@ -667,22 +680,12 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     column), duplicate keys, schema or semantic problems (with their JSON locations).
     """
     source = os.fspath(path)
-    try:
-        raw = Path(source).read_bytes()
-    except OSError as exc:
-        raise ScenarioError(f"{source}: cannot read scenario file: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(
-            f"{source}: not UTF-8 text (invalid byte at offset {exc.start})"
-        ) from exc
-    try:
-        obj = json.loads(text, object_pairs_hook=_object_pairs)
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(
-            f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from exc
+    try:  # NaN and Infinity pass, to be named by their field (_semantic_problems)
+        obj = read_json_input(
+            source, "scenario file", object_pairs_hook=_object_pairs, allow_nan=True
+        )
+    except InputError as exc:
+        raise ScenarioError(str(exc)) from exc
     return _parse(obj, source, _duplicate_key_problems(obj))
 
 
