@@ -156,6 +156,18 @@ def check_resume_option(args: argparse.Namespace) -> None:
         raise UsageError("--resume needs --store-dir (and --store leveldb): the run to go on with")
 
 
+def _is_there(path: Path) -> bool:
+    """Whether ``path`` names something: any answer but "no such file" counts (a symlink loop,
+    a dangling link, a file used as a folder), so that the reader names what is wrong."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
     """A built-in name (built with ``seed``, default 1) or a scenario file. Returns the scenario
     and the run seed override (None: the scenario's own seed)."""
@@ -163,9 +175,9 @@ def load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
     from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
 
     path = Path(value)
-    if value in list_builtin_scenarios() and not os.path.lexists(path):
+    if value in list_builtin_scenarios() and not _is_there(path):
         return get_builtin_scenario(value, 1 if seed is None else seed), seed
-    if not os.path.lexists(path):  # a symlink loop or a dangling link: load_scenario says so
+    if not _is_there(path):
         raise UsageError(
             f"{value!r} is neither a built-in scenario ({', '.join(list_builtin_scenarios())}) "
             "nor an existing file (see `keepersim scenarios list`)"
