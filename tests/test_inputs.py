@@ -103,3 +103,20 @@ def test_os_errors_in_plain_words(tmp_path: Path) -> None:
     assert describe_os_error(info.value) == "a loop of symbolic links"
     with pytest.raises(InputError, match="loop: cannot read the file: a loop of symbolic links"):
         read_json_input(loop, "file")
+
+
+def test_the_readme_states_every_input_limit() -> None:
+    """The README's limits paragraph gives each limit of keepersim/limits.py (one source)."""
+    from keepersim import limits
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    text = " ".join(readme.split())
+    assert f"{limits.MAX_INPUT_BYTES // 2**20} MiB" in text
+    assert f"{limits.MAX_GENESIS_BYTES // 2**20} MiB" in text
+    assert f"at most {limits.MAX_JSON_DEPTH} levels" in text
+    assert f"at most {limits.MAX_GOVERNANCE_ENTRIES:,} entries" in text
+    assert f"at most {limits.MAX_PROPOSAL_MESSAGES} messages" in text
+    assert f"{limits.MAX_SWEEP_GRID_POINTS:,} grid points" in text
+    assert f"{limits.MAX_SWEEP_RUNS:,} runs" in text
+    assert f"at most {limits.MAX_PARTICIPANTS:,} participants" in text
+    assert f"at most {limits.MAX_EXPECTED_REQUESTS:,}" in text

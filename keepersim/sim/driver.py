@@ -1166,7 +1166,8 @@ height order (same height: file order), each to the params in force after the pr
                                        Decimal field takes a decimal string or number
 Every resulting pair is validated before the run starts; an invalid entry fails with the rule it
 breaks. The signer is the x/gov module account (not a param), and health_params.policy takes a
-chain policy only (the oracle is the simulator's baseline, not a param)."""
+chain policy only (the oracle is the simulator's baseline, not a param). At most MAX_ENTRIES
+entries (keepersim/limits.py).""".replace("MAX_ENTRIES", f"{MAX_GOVERNANCE_ENTRIES:,}")
 
 
 def get_group_weights(keeper: Keeper, epoch_index: int) -> list[ValidationWeight]:

@@ -415,7 +415,9 @@ def test_duplicate_json_key_is_an_error(tmp_path: Path) -> None:
 
 def test_file_errors_name_the_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.json"
-    with pytest.raises(ScenarioError, match="nope.json: cannot read the scenario file: no such file"):
+    with pytest.raises(
+        ScenarioError, match="nope.json: cannot read the scenario file: no such file"
+    ):
         load_scenario(missing)
     binary = tmp_path / "bin.json"
     binary.write_bytes(b'{"name": "\xff"}')
