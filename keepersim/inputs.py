@@ -29,6 +29,7 @@ __all__ = [
     "compute_json_depth",
     "describe_os_error",
     "format_size",
+    "get_json_type",
     "is_json_too_deep",
     "read_input_bytes",
     "read_json_input",
@@ -66,6 +67,25 @@ def format_size(size: int) -> str:
         return f"{size:,} bytes"
     mib = size / 2**20
     return f"{mib:.0f} MiB" if mib.is_integer() else f"{mib:.1f} MiB"
+
+
+def get_json_type(value: object) -> str:
+    """How an error names a JSON value's kind ("an integer", "a list", ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
 
 
 def _kind(mode: int) -> str | None:

@@ -130,7 +130,7 @@ def _parse_message(message: Any, where: str) -> tuple[str, Params | ExtensionPar
     if not isinstance(message, dict):
         raise ProposalError(f"{where}: expected a message object, got {get_json_type(message)}")
     kind = message.get("@type")
-    if kind not in _MESSAGE_FIELDS:
+    if not isinstance(kind, str) or kind not in _MESSAGE_FIELDS:
         raise ProposalError(
             f"{where}.@type: unknown message type {kind!r}; expected one of "
             f"{', '.join(_MESSAGE_FIELDS)}"

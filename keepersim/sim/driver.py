@@ -1257,8 +1257,10 @@ def _get_decimal_arg(value: str | int | float, where: str) -> Any:
         raise GovernanceError(f"{where}: {expected}, got {value!r} ({exc})") from exc
 
 
-def _get_parse_error_text(text: str) -> str:
-    """The protobuf JSON parser's nested "Failed to parse x field: ..." as ``params.x: ...``."""
+def _get_parse_error_text(text: str, data: Mapping[str, Any]) -> str:
+    """The protobuf JSON parser's nested "Failed to parse x field: ..." as ``params.x: expected
+    an integer, got a string 'x'`` (what the field holds, from its descriptor, and the value
+    from ``data``), never the parser's Python wording."""
     path: list[str] = []
     while True:
         match = re.match(r"Failed to parse (\w+) field: ", text)
@@ -1266,8 +1268,32 @@ def _get_parse_error_text(text: str) -> str:
             break
         path.append(match.group(1))
         text = text[match.end() :]
-    reason = text.split("\n")[0].rstrip(".")
-    return f"{'.'.join(path) or 'params'}: expected params JSON: {reason}"
+    descriptor: Any = ModuleParams.DESCRIPTOR
+    fd: Any = None
+    node: Any = data
+    for part in path:
+        fd = descriptor.fields_by_name.get(part) if descriptor is not None else None
+        node = node.get(part) if isinstance(node, Mapping) else None
+        descriptor = None if fd is None else fd.message_type
+    if fd is None:
+        return f"{'.'.join(path) or 'params'}: expected the params' JSON"
+    return f"{'.'.join(path)}: expected {_describe_field(fd)}, got {get_json_type(node)} {node!r}"
+
+
+def _describe_field(fd: Any) -> str:
+    """What a params field holds, in JSON terms."""
+    if _is_repeated(fd):
+        return "a list"
+    if fd.enum_type is not None:
+        return "one of " + ", ".join(v.name for v in fd.enum_type.values)
+    if fd.message_type is not None:
+        return f"an object ({fd.message_type.name})"
+    kinds = {fd.TYPE_BOOL: "true or false", fd.TYPE_STRING: "a string", fd.TYPE_BYTES: "a string"}
+    if fd.type in (fd.TYPE_DOUBLE, fd.TYPE_FLOAT):
+        return "a number"
+    if fd.type in (fd.TYPE_UINT32, fd.TYPE_UINT64, fd.TYPE_FIXED32, fd.TYPE_FIXED64):
+        return "an integer >= 0 (a number or a string of digits)"
+    return kinds.get(fd.type, "an integer (a number or a string of digits)")
 
 
 def _check_params_patch(patch: Mapping[str, Any], descriptor: Any, where: str, path: str) -> None:
@@ -1358,7 +1384,9 @@ def parse_governance(
             validate_params(new)
         except InvalidParamsError as exc:
             if exc.field == "params" and exc.rule.endswith("ModuleParams JSON"):
-                raise GovernanceError(f"{where}: {_get_parse_error_text(str(exc.value))}") from exc
+                raise GovernanceError(
+                    f"{where}: {_get_parse_error_text(str(exc.value), merged)}"
+                ) from exc
             raise GovernanceError(f"{where}: {exc}") from exc
         out.append((height, new))
         current = new
@@ -1379,6 +1407,8 @@ def compute_params_with_changes(
         validate_params(new)
     except InvalidParamsError as exc:
         if exc.field == "params" and exc.rule.endswith("ModuleParams JSON"):
-            raise GovernanceError(f"{where}: {_get_parse_error_text(str(exc.value))}") from exc
+            raise GovernanceError(
+                f"{where}: {_get_parse_error_text(str(exc.value), data)}"
+            ) from exc
         raise GovernanceError(f"{where}: {exc}") from exc
     return new

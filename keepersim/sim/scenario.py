@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import jsonschema
 
-from keepersim.inputs import InputError, read_json_input
+from keepersim.inputs import InputError, get_json_type, read_json_input
 from keepersim.limits import (
     MAX_ARRIVALS_PER_BLOCK,
     MAX_BLOCKS,
@@ -60,6 +60,7 @@ from keepersim.limits import (
 )
 
 __all__ = [
+    "get_json_type",
     "DEFAULT_EXPIRATION_BLOCKS",
     "DEFAULT_LATENCY_BLOCKS",
     "DEFAULT_MAX_RESELECTS",
@@ -318,25 +319,6 @@ def _show(value: object) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def get_json_type(value: object) -> str:
-    """How an error names a JSON value's kind ("an integer", "a list", ...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return f"a {type(value).__name__}"
 
 
 def _pair_name(path: _Path) -> str | None:

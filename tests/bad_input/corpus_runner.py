@@ -194,9 +194,21 @@ def make_inputs(case: Case, folder: Path, trace_lines: Callable[[], list[str]]) 
             raise AssertionError(f"{case.name}: unknown file spec for {name}: {spec}")
 
 
+def get_free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 def format_argv(case: Case, folder: Path, port: int | None) -> list[str]:
+    """The case's argv with ``{dir}``, ``{port}`` (in use) and ``{free_port}`` filled in."""
     names = {"dir": str(folder), "port": str(port)}
-    return [re.sub(r"\{(dir|port)\}", lambda m: names[m.group(1)], a) for a in case.argv]
+    if any("{free_port}" in a for a in case.argv):
+        names["free_port"] = str(get_free_port())
+    pattern = r"\{(dir|port|free_port)\}"
+    return [re.sub(pattern, lambda m: names[m.group(1)], a) for a in case.argv]
 
 
 # --------------------------------------------------------------------------------------------
