@@ -17,7 +17,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from keepersim.limits import MAX_INPUT_BYTES, MAX_JSON_DEPTH
@@ -28,6 +28,8 @@ __all__ = [
     "check_input_file",
     "compute_json_depth",
     "describe_os_error",
+    "find_duplicate_keys",
+    "format_json_path",
     "format_size",
     "get_json_type",
     "is_json_too_deep",
@@ -172,6 +174,52 @@ def is_json_too_deep(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     return compute_json_depth(data, stop=limit) > limit
 
 
+class _JsonObject(dict[str, Any]):
+    """A decoded JSON object that remembers the keys which appeared more than once."""
+
+    duplicates: tuple[str, ...] = ()
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> _JsonObject:
+    obj = _JsonObject(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        dups: list[str] = []
+        for key, _ in pairs:
+            if key in seen and key not in dups:
+                dups.append(key)
+            seen.add(key)
+        obj.duplicates = tuple(dups)
+    return obj
+
+
+def find_duplicate_keys(
+    value: object, path: tuple[str | int, ...] = ()
+) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """``(path of the object, key)`` of every key that appeared twice in an object of a value
+    read by :func:`read_json_input` (JSON itself allows it; the last would silently win)."""
+    if isinstance(value, _JsonObject):
+        for key in value.duplicates:
+            yield path, key
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from find_duplicate_keys(child, (*path, key))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from find_duplicate_keys(child, (*path, i))
+
+
+def format_json_path(path: Iterable[str | int]) -> str:
+    """``participants[3].miss[1]``; ``top level`` for the value itself."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "top level"
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
 
@@ -188,14 +236,15 @@ def read_json_input(
     what: str,
     *,
     limit: int = MAX_INPUT_BYTES,
-    object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
     allow_nan: bool = False,
+    allow_duplicates: bool = False,
 ) -> Any:
     """The JSON value in the file ``path`` (UTF-8, a BOM allowed), read within the size limit
     and checked for depth (:data:`~keepersim.limits.MAX_JSON_DEPTH`) before it is parsed.
 
     :class:`InputError` names the file and ``what``: not readable, not a file, too large, not
-    UTF-8, too deep, not valid JSON (with line and column). ``NaN``, ``Infinity`` and numbers beyond
+    UTF-8, too deep, not valid JSON (with line and column), a key twice in an object (unless
+    ``allow_duplicates``: a caller that lists them itself, :func:`find_duplicate_keys`). ``NaN``, ``Infinity`` and numbers beyond
     a float (``1e400``) are refused unless ``allow_nan`` (a caller that names the field itself).
     """
     shown = os.fspath(path)
@@ -213,13 +262,14 @@ def read_json_input(
         )
     try:
         if allow_nan:
-            return json.loads(text, object_pairs_hook=object_pairs_hook)
-        return json.loads(
-            text,
-            object_pairs_hook=object_pairs_hook,
-            parse_constant=_refuse_constant,
-            parse_float=_parse_finite_float,
-        )
+            value = json.loads(text, object_pairs_hook=_object_pairs)
+        else:
+            value = json.loads(
+                text,
+                object_pairs_hook=_object_pairs,
+                parse_constant=_refuse_constant,
+                parse_float=_parse_finite_float,
+            )
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{shown}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
@@ -228,3 +278,10 @@ def read_json_input(
         raise InputError(f"{shown}: invalid JSON: {exc}") from exc
     except RecursionError as exc:  # pragma: no cover - the depth check comes first
         raise InputError(f"{shown}: the {what} nests too deep") from exc
+    if not allow_duplicates:
+        for where, key in find_duplicate_keys(value):
+            raise InputError(
+                f"{shown}: {format_json_path(where)}: duplicate key {key!r} (each key may "
+                "appear once)"
+            )
+    return value

@@ -44,7 +44,13 @@ from typing import Any, Final
 
 import jsonschema
 
-from keepersim.inputs import InputError, get_json_type, read_json_input
+from keepersim.inputs import (
+    InputError,
+    find_duplicate_keys,
+    format_json_path,
+    get_json_type,
+    read_json_input,
+)
 from keepersim.limits import (
     MAX_ARRIVALS_PER_BLOCK,
     MAX_BLOCKS,
@@ -304,13 +310,7 @@ def _is_int(value: object) -> bool:
 
 
 def _format_location(path: Iterable[str | int]) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out or "top level"
+    return format_json_path(path)
 
 
 def _show(value: object) -> str:
@@ -622,37 +622,11 @@ def _build(obj: Mapping[str, Any]) -> Scenario:
     )
 
 
-class _JsonObject(dict[str, Any]):
-    """A decoded JSON object that remembers keys which appeared more than once."""
-
-    duplicates: tuple[str, ...] = ()
-
-
-def _object_pairs(pairs: list[tuple[str, Any]]) -> _JsonObject:
-    obj = _JsonObject(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        dups: list[str] = []
-        for key, _ in pairs:
-            if key in seen and key not in dups:
-                dups.append(key)
-            seen.add(key)
-        obj.duplicates = tuple(dups)
-    return obj
-
-
-def _duplicate_key_problems(value: object, path: _Path = ()) -> list[_Problem]:
-    problems: list[_Problem] = []
-    if isinstance(value, _JsonObject):
-        problems.extend(
-            (path, f"duplicate key {key!r} (each key may appear once)") for key in value.duplicates
-        )
-        for key, child in value.items():
-            problems.extend(_duplicate_key_problems(child, (*path, key)))
-    elif isinstance(value, list):
-        for i, child in enumerate(value):
-            problems.extend(_duplicate_key_problems(child, (*path, i)))
-    return problems
+def _duplicate_key_problems(value: object) -> list[_Problem]:
+    return [
+        (path, f"duplicate key {key!r} (each key may appear once)")
+        for path, key in find_duplicate_keys(value)
+    ]
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
@@ -663,9 +637,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """
     source = os.fspath(path)
     try:  # NaN and Infinity pass, to be named by their field (_semantic_problems)
-        obj = read_json_input(
-            source, "scenario file", object_pairs_hook=_object_pairs, allow_nan=True
-        )
+        obj = read_json_input(source, "scenario file", allow_nan=True, allow_duplicates=True)
     except InputError as exc:
         raise ScenarioError(str(exc)) from exc
     return _parse(obj, source, _duplicate_key_problems(obj))
