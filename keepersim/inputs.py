@@ -26,6 +26,7 @@ from keepersim.types.errors import KeepersimError
 __all__ = [
     "InputError",
     "check_input_file",
+    "check_stream_file",
     "compute_json_depth",
     "describe_os_error",
     "find_duplicate_keys",
@@ -119,6 +120,20 @@ def check_input_file(path: str | os.PathLike[str], what: str, limit: int = MAX_I
             f"{format_size(limit)} for an input file"
         )
     return st.st_size
+
+
+def check_stream_file(path: str | os.PathLike[str], what: str) -> None:
+    """A file read as a stream of lines (a trace): a regular file or a FIFO (``<(zcat ...)``);
+    :class:`InputError` for a folder, a device (``/dev/zero``: no end and no newline) or a
+    socket, from ``stat``, before it is opened. No size limit: it is never held whole."""
+    shown = os.fspath(path)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read the {what}: {describe_os_error(exc)}") from exc
+    kind = _kind(st.st_mode)
+    if kind is not None and not stat.S_ISFIFO(st.st_mode):
+        raise InputError(f"{shown}: cannot read the {what}: it is {kind}, expected a file")
 
 
 def read_input_bytes(

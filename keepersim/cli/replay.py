@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from keepersim.cli.argtypes import get_int_type, parse_name_list, parse_seed
 from keepersim.cli.common import PROGRESS_HELP, read_json, require_extra, write_json
+from keepersim.inputs import check_stream_file
 from keepersim.outputs import check_output_folder, get_atomic_path
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from keepersim.replay.estimator import estimate_trace
     from keepersim.replay.what_if import replay_what_if
 
+    check_stream_file(args.trace, "trace")
     policies = _parse_policies(args.policies)
     if args.out:
         require_extra("plots", "replay --out (exclusions.png)")

@@ -27,6 +27,7 @@ from typing import Any
 
 from keepersim.cli.argtypes import get_float_type, get_int_type, parse_port, parse_seed
 from keepersim.cli.common import UsageError, load_scenario_arg, read_json, require_extra
+from keepersim.inputs import check_stream_file
 from keepersim.outputs import check_output_folder
 
 __all__ = ["bind_listener", "add_serve_command", "run_serve"]
@@ -144,6 +145,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
             sink, scenario, seed=seed, blocks=args.blocks, block_rate=rate
         )
     if mode == "trace":
+        check_stream_file(args.trace, "trace")
         source = TraceSource(args.trace)
         chain = source.open_chain(args.chain)
         return chain, lambda sink: TraceRunner(sink, source, block_rate=rate)
