@@ -640,7 +640,10 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         obj = read_json_input(source, "scenario file", allow_nan=True, allow_duplicates=True)
     except InputError as exc:
         raise ScenarioError(str(exc)) from exc
-    return _parse(obj, source, _duplicate_key_problems(obj))
+    duplicates = _duplicate_key_problems(obj)
+    if duplicates:  # which value counts is unclear: the duplicates alone, not what follows
+        _raise_problems(source, duplicates)
+    return _parse(obj, source, [])
 
 
 # --------------------------------------------------------------------------------------------
