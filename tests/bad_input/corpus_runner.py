@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: What every case must stay under.
 MAX_SECONDS = 10.0
 MAX_PEAK_BYTES = 2**30
+#: ru_maxrss is in KiB on Linux, in bytes on macOS.
+_RSS_UNIT = 1 if sys.platform == "darwin" else 1024
 #: The address space a case may add before it is stopped (a guard: the peak is what is checked).
 _AS_HEADROOM = 3 * 2**30
 
@@ -52,6 +54,10 @@ _CASE_KEYS = {
     "present",
     "forbid_work",
 }
+
+
+#: (case, seconds, own peak bytes) of every case run: the summary line (conftest.py).
+MEASURED: list[tuple[str, float, int]] = []
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,8 @@ class Outcome:
     stderr: str
     seconds: float
     peak_bytes: int
+    #: Run in a fork of the test process (its peak includes the pages it inherited).
+    forked: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,11 +256,11 @@ def _wait(pid: int, deadline: float) -> tuple[int, int]:
         done, status, usage = os.wait4(pid, os.WNOHANG)
         if done:
             code = os.waitstatus_to_exitcode(status)
-            return code, usage.ru_maxrss * 1024
+            return code, usage.ru_maxrss * _RSS_UNIT
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             _, status, usage = os.wait4(pid, 0)
-            return -9, usage.ru_maxrss * 1024
+            return -9, usage.ru_maxrss * _RSS_UNIT
         time.sleep(0.002)
 
 
@@ -295,6 +303,7 @@ def run_forked(argv: list[str], folder: Path, *, forbid_work: bool = False) -> O
         err_path.read_text(encoding="utf-8", errors="replace"),
         seconds,
         peak,
+        forked=True,
     )
 
 
