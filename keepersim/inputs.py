@@ -259,8 +259,9 @@ def read_json_input(
 
     :class:`InputError` names the file and ``what``: not readable, not a file, too large, not
     UTF-8, too deep, not valid JSON (with line and column), a key twice in an object (unless
-    ``allow_duplicates``: a caller that lists them itself, :func:`find_duplicate_keys`). ``NaN``, ``Infinity`` and numbers beyond
-    a float (``1e400``) are refused unless ``allow_nan`` (a caller that names the field itself).
+    ``allow_duplicates``: a caller that lists them itself, :func:`find_duplicate_keys`).
+    ``NaN``, ``Infinity`` and numbers beyond a float (``1e400``) are refused unless
+    ``allow_nan`` (a caller that names the field itself).
     """
     shown = os.fspath(path)
     raw = read_input_bytes(path, what, limit)

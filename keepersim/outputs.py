@@ -91,11 +91,14 @@ def _probe_folder(folder: Path, flag: str, shown: str | os.PathLike[str]) -> Non
 def track_outputs() -> Iterator[None]:
     """Record the folders :func:`check_output_folder` and :func:`check_output_file` create in
     the block, and remove them when it raises an error (not an interruption: a resumable run
-    goes on from them). Folders that existed before are never touched."""
+    goes on from them; nor a closed stdout pipe: the results are written). Folders that
+    existed before are never touched."""
     created: list[Path] = []
     token = _created.set(created)
     try:
         yield
+    except BrokenPipeError:  # the reader of stdout went away; what was written stays
+        raise
     except Exception:
         for folder in reversed(created):
             shutil.rmtree(folder, ignore_errors=True)
