@@ -176,10 +176,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from keepersim.replay.estimator import estimate_trace
     from keepersim.replay.what_if import replay_what_if
 
-    check_stream_file(args.trace, "trace")
     policies = _parse_policies(args.policies)
     if args.out:
         require_extra("plots", "replay --out (exclusions.png)")
+    check_stream_file(args.trace, "trace")
     out_dir = check_output_folder(args.out, "--out") if args.out else None
     if args.store_dir:
         check_output_folder(args.store_dir, "--store-dir")
