@@ -127,7 +127,10 @@ def test_simulate_governance_cannot_select_oracle_or_authority(
         (["simulate", "no_such_scenario"], "neither a built-in scenario"),
         (["simulate", "{tiny}", "--policy", "bogus"], "unknown policy 'bogus'"),
         (["simulate", "{bad}"], "missing required key"),
-        (["simulate", "{tiny}", "--governance", "{missing}"], "cannot read governance file"),
+        (
+            ["simulate", "{tiny}", "--governance", "{missing}"],
+            "missing.json: cannot read the governance file: no such file",
+        ),
         (["simulate", "{tiny}", "--governance", "{badjson}"], "invalid JSON at line 1"),
         (
             ["simulate", "{tiny}", "--governance", "{badrule}"],

@@ -19,15 +19,24 @@ __all__ = [
 ]
 
 
-def _pair(kind: type[float] | type[int]) -> Callable[[str], tuple[float, float]]:
+def _pair(
+    kind: type[float] | type[int], lo: float, hi: float
+) -> Callable[[str], tuple[float, float]]:
+    """A flag type: ``LO,HI`` with ``lo <= LO <= HI <= hi``."""
+    what = "integers" if kind is int else "numbers"
+    expected = f"two {what} LO,HI with {lo:g} <= LO <= HI <= {hi:g}"
+
     def parse(text: str) -> tuple[float, float]:
         parts = text.split(",")
-        if len(parts) != 2:
-            raise argparse.ArgumentTypeError(f"expected LO,HI, got {text!r}")
         try:
-            return kind(parts[0]), kind(parts[1])
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"expected two numbers LO,HI, got {text!r}") from exc
+            if len(parts) != 2:
+                raise ValueError(text)
+            low, high = kind(parts[0].strip()), kind(parts[1].strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not lo <= low <= high <= hi:  # also NaN
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return low, high
 
     return parse
 
@@ -66,8 +75,12 @@ def add_scenarios_command(subparsers: Any) -> None:
     gen.add_argument(
         "--degraded-share", type=get_float_type(0, 1), default=0.1, help="weight share degraded"
     )
-    gen.add_argument("--degraded-miss", type=_pair(float), default=(0.15, 0.3), metavar="LO,HI")
-    gen.add_argument("--healthy-miss", type=_pair(float), default=(0.005, 0.02), metavar="LO,HI")
+    gen.add_argument(
+        "--degraded-miss", type=_pair(float, 0, 1), default=(0.15, 0.3), metavar="LO,HI"
+    )
+    gen.add_argument(
+        "--healthy-miss", type=_pair(float, 0, 1), default=(0.005, 0.02), metavar="LO,HI"
+    )
     gen.add_argument(
         "--outage-share", type=get_float_type(0, 1), default=0.0, help="weight share with outages"
     )
@@ -77,7 +90,9 @@ def add_scenarios_command(subparsers: Any) -> None:
         default=None,
         help="in-flight capacity per node",
     )
-    gen.add_argument("--latency", type=_pair(int), default=(1, 8), metavar="LO,HI")
+    gen.add_argument(
+        "--latency", type=_pair(int, 1, lim.MAX_LATENCY_BLOCKS), default=(1, 8), metavar="LO,HI"
+    )
     gen.add_argument(
         "--expiration-blocks", type=get_int_type(1, lim.MAX_EXPIRATION_BLOCKS), default=150
     )
@@ -182,6 +197,11 @@ def run_scenarios_generate(args: argparse.Namespace) -> int:
     from keepersim.sim.suite import get_builtin_scenario
 
     check_output_args(args, files=("out",))
+    if args.degraded_share + args.outage_share > 1:
+        raise UsageError(
+            "--degraded-share + --outage-share: expected at most 1 (shares of the total weight), "
+            f"got {args.degraded_share:g} + {args.outage_share:g}"
+        )
     if args.builtin is not None:
         scenario = get_builtin_scenario(args.builtin, args.seed)
     else:

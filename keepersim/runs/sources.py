@@ -57,11 +57,11 @@ def resolve_scenarios(items: Sequence[Scenario | str | os.PathLike[str]]) -> lis
     for item in items:
         if isinstance(item, Scenario):
             out.append(ScenarioSource(item.name, scenario=item))
-        elif isinstance(item, str) and item in builtins and not Path(item).exists():
+        elif isinstance(item, str) and item in builtins and not os.path.lexists(item):
             out.append(ScenarioSource(item, builtin=item))
         else:
             path = Path(item)
-            if not path.exists():
+            if not os.path.lexists(path):  # a symlink loop: load_scenario names it
                 raise CompareError(
                     f"{os.fspath(item)!r} is neither a built-in scenario "
                     f"({', '.join(sorted(builtins))}) nor an existing file or epoch folder"

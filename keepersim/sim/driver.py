@@ -83,7 +83,6 @@ import hashlib
 import heapq
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,7 +110,9 @@ from keepersim.keeper.selection import (
     get_kept_out,
     get_selection_rule,
 )
+from keepersim.limits import MAX_GOVERNANCE_ENTRIES
 from keepersim.module.genesis import compute_genesis
+from keepersim.outputs import make_run_folder
 from keepersim.sim.metrics import (
     DECLINED,
     DEFAULT_BUCKET_BLOCKS,
@@ -594,7 +595,7 @@ def run_scenario(
     tmp: str | None = None
     if store == "leveldb":
         if store_dir is None:
-            tmp = tempfile.mkdtemp(prefix="keepersim-run-")
+            tmp = os.fspath(make_run_folder())
             folder = Path(tmp) / "chain"
         else:
             folder = Path(store_dir)
@@ -1230,7 +1231,8 @@ height order (same height: file order), each to the params in force after the pr
                                        Decimal field takes a decimal string or number
 Every resulting pair is validated before the run starts; an invalid entry fails with the rule it
 breaks. The signer is the x/gov module account (not a param), and health_params.policy takes a
-chain policy only (the oracle is the simulator's baseline, not a param)."""
+chain policy only (the oracle is the simulator's baseline, not a param). At most MAX_ENTRIES
+entries (keepersim/limits.py).""".replace("MAX_ENTRIES", f"{MAX_GOVERNANCE_ENTRIES:,}")
 
 
 def get_group_weights(keeper: Keeper, epoch_index: int) -> list[ValidationWeight]:
@@ -1361,13 +1363,18 @@ def parse_governance(
     ``base``) and validated. Raises :class:`GovernanceError` naming the entry."""
     if not isinstance(data, list):
         raise GovernanceError(
-            f"{source}: expected a JSON list of entries, got {type(data).__name__}"
+            f"{source}: expected a JSON list of entries, got {get_json_type(data)}"
+        )
+    if len(data) > MAX_GOVERNANCE_ENTRIES:
+        raise GovernanceError(
+            f"{source}: {len(data):,} entries, above the limit of {MAX_GOVERNANCE_ENTRIES:,} "
+            "for a governance schedule"
         )
     indexed: list[tuple[int, int, Mapping[str, Any]]] = []
     for i, entry in enumerate(data):
         where = f"{source}[{i}]"
         if not isinstance(entry, Mapping):
-            raise GovernanceError(f"{where}: expected an object, got {type(entry).__name__}")
+            raise GovernanceError(f"{where}: expected an object, got {get_json_type(entry)}")
         unknown = sorted(set(entry) - {"height", "params", "extension_params", "set"})
         if unknown:
             raise GovernanceError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}")
