@@ -188,11 +188,15 @@ class _Reader:
             return self.parse_inference(data, line)
         if record_type == "end":
             assert self.header is not None
+            where = (
+                "before the last line"
+                if self.header.version == TRACE_VERSION
+                else f"in a version {self.header.version} trace"
+            )
             raise self.error(
                 line,
                 "type",
-                f"a closing record (end) before the last line, or in a version "
-                f"{self.header.version} trace: it can only be the last line of a version "
+                f"a closing record (end) {where}: it can only be the last line of a version "
                 f"{TRACE_VERSION} trace",
             )
         if record_type == "header":

@@ -13,6 +13,7 @@ keepersim.cli`` under the same limits.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from corpus_helpers import get_scenario
+
+from keepersim.trace.format import build_end_line, encode_line
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,8 +145,12 @@ def _line_index(lines: list[str], selector: Any) -> int:
     return int(selector)
 
 
-def _trace_text(base: list[str], edits: list[dict[str, Any]]) -> str:
+def _trace_text(base: list[str], edits: list[dict[str, Any]], close: str) -> str:
+    """The base trace's records with ``edits`` applied, then its closing record: ``fresh`` (the
+    default: one that matches, so the case tests what its edits break, not the digest),
+    ``stale`` (the recorded one, now over other lines) or ``none`` (a cut trace)."""
     lines = list(base)
+    closing = lines.pop() if lines and json.loads(lines[-1])["type"] == "end" else None
     for edit in edits:
         op = edit["op"]
         if op == "empty":
@@ -166,7 +173,15 @@ def _trace_text(base: list[str], edits: list[dict[str, Any]]) -> str:
             lines[i] = json.dumps(record)
         else:
             raise AssertionError(f"unknown trace edit {op!r}")
-    return "".join(line + "\n" for line in lines)
+    text = "".join(line + "\n" for line in lines)
+    if close == "none" or not lines:
+        return text
+    if close == "stale":
+        assert closing is not None
+        return text + closing + "\n"
+    assert close == "fresh", close
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return text + encode_line(build_end_line(len(lines), digest)) + "\n"
 
 
 def make_inputs(case: Case, folder: Path, trace_lines: Callable[[], list[str]]) -> None:
@@ -188,7 +203,8 @@ def make_inputs(case: Case, folder: Path, trace_lines: Callable[[], list[str]]) 
         elif "scenario" in spec:
             path.write_text(_scenario_text(spec["scenario"]), encoding="utf-8")
         elif "trace" in spec:
-            path.write_text(_trace_text(trace_lines(), spec["trace"]), encoding="utf-8")
+            text = _trace_text(trace_lines(), spec["trace"], spec.get("close", "fresh"))
+            path.write_text(text[: len(text) - spec.get("cut_bytes", 0)], encoding="utf-8")
         elif "sparse" in spec:
             with open(path, "wb") as f:
                 f.truncate(spec["sparse"])
