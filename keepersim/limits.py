@@ -37,6 +37,7 @@ __all__ = [
     "MAX_SEED",
     "MAX_SWEEP_GRID_POINTS",
     "MAX_SWEEP_RUNS",
+    "MAX_TRACE_LINE_BYTES",
     "MAX_WEIGHT",
     "MAX_EVENTS",
     "MAX_ARRIVAL_SHAPE",
@@ -73,6 +74,11 @@ MAX_GENESIS_BYTES: Final = 256 * 2**20
 #: Nesting of arrays and objects in any JSON input: the deepest real input (a proposal's
 #: Decimal in its params) is 8 levels; Python's parser and the checks after it recurse per level.
 MAX_JSON_DEPTH: Final = 100
+
+#: Bytes of one line of a trace (traces are streamed, so the file has no size limit): the
+#: longest real line, a participants record of 10,000 participants with their nodes, is a few
+#: MB; a line without end (a file of zeros) is refused at the limit instead of read whole.
+MAX_TRACE_LINE_BYTES: Final = 64 * 2**20
 
 # --- what an input asks for -------------------------------------------------------------------
 #: Entries of a governance schedule (``--governance``): each is validated whole before the run

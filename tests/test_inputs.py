@@ -112,6 +112,10 @@ def test_the_readme_states_every_input_limit() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     text = " ".join(readme.split())
     assert f"{limits.MAX_INPUT_BYTES // 2**20} MiB" in text
+    assert f"a trace line is at most {limits.MAX_TRACE_LINE_BYTES // 2**20} MiB" in text
+    assert f"`events` at most {limits.MAX_EVENTS:,}" in text
+    assert f"`arrival_shape` at most {limits.MAX_ARRIVAL_SHAPE:,} entries" in text
+    assert f"`model_traffic` at most {limits.MAX_MODELS:,} models" in text
     assert f"{limits.MAX_GENESIS_BYTES // 2**20} MiB" in text
     assert f"at most {limits.MAX_JSON_DEPTH} levels" in text
     assert f"at most {limits.MAX_GOVERNANCE_ENTRIES:,} entries" in text
