@@ -100,6 +100,8 @@ def run_compare(
     progress: bool = True,
     jobs: int | None = None,
     reputation_weighting: bool = False,
+    selection_path: str = "scenario",
+    slot_filter: bool = False,
 ) -> ComparedRuns:
     """Run every (scenario, policy, seed) of a comparison; the run records and what the report
     needs besides them (the params each policy ran with, the mechanisms every run has).
@@ -109,7 +111,9 @@ def run_compare(
     jobs = _check_counts(scenarios, seeds, jobs)
     ordered = order_policies(policies)
     try:
-        sources = resolve_scenarios(scenarios)
+        sources = resolve_scenarios(
+            scenarios, selection_path=selection_path, slot_filter=slot_filter
+        )
     except ScenarioError as exc:
         raise CompareError(str(exc)) from exc
     tasks = plan_compare(
@@ -154,6 +158,8 @@ def compare(
     plots: bool = True,
     stream: IO[str] | None = None,
     reputation_weighting: bool = False,
+    selection_path: str = "scenario",
+    slot_filter: bool = False,
 ) -> dict[str, Any]:
     """Run and compare; return the report (the content of ``report.json``).
 
@@ -165,6 +171,9 @@ def compare(
     included, selects by weight x reputation (the fork's PR #8) instead of by weight alone; the
     report's ``config`` states the selection rule and SPRT's use
     (:func:`~keepersim.sim.driver.compute_run_mechanisms`), the table's first line says it in words.
+    ``selection_path``: :data:`~keepersim.sim.devshard_path.SELECTION_PATH_CHOICES` (``both``
+    runs each scenario on both paths); ``slot_filter``: the chain's filter at slot sampling
+    (``devshard.slot_filter``) in every devshard run.
     """
     _check_counts(scenarios, seeds, jobs)
     folder = None if out_dir is None else check_output_folder(out_dir, "out_dir")
@@ -176,6 +185,8 @@ def compare(
         progress=progress,
         jobs=jobs,
         reputation_weighting=reputation_weighting,
+        selection_path=selection_path,
+        slot_filter=slot_filter,
     )
     report = compute_compare_report(runs)
     table = format_compare_table(report)

@@ -54,6 +54,7 @@ The limiter (``devshard-limiter`` runs only)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -78,11 +79,16 @@ from keepersim.gateway.picker import (
 from keepersim.gateway.signals import OutcomeClass
 from keepersim.keeper.devshard.slots import compute_escrow_slots
 from keepersim.keeper.devshard.timing import compute_blocks_ceil, compute_timeout_blocks
-from keepersim.sim.devshard_spec import DevshardSpec
+from keepersim.sim.devshard_spec import MIXED_SHARE, SELECTION_PATH_CHOICES, DevshardSpec
+from keepersim.sim.scenario import Scenario
 from keepersim.types.errors import NoExecutorsError
 
 __all__ = [
     "DEFAULT_GROUP_SIZE",
+    "MIXED_SHARE",
+    "SELECTION_PATH_CHOICES",
+    "compute_path_scenario",
+    "get_path_variants",
     "DEVSHARD_LIMITER_POLICY",
     "DevshardDispatch",
     "DevshardDrop",
@@ -363,3 +369,29 @@ def _get_excluded(chain: Chain, model: str) -> frozenset[str]:
     except NoExecutorsError:
         return frozenset()
     return frozenset(table.excluded)
+
+
+def compute_path_scenario(scenario: Scenario, path: str, *, slot_filter: bool = False) -> Scenario:
+    """``scenario`` on selection path ``path`` (one of :data:`SELECTION_PATH_CHOICES` but
+    ``both``): its ``devshard`` key replaced, other devshard keys kept; ``slot_filter`` turns
+    the chain's filter at slot sampling on wherever the path is devshard."""
+    spec = scenario.devshard
+    if path == "classic":
+        spec = None
+    elif path in ("devshard", "mixed"):
+        share = 1.0 if path == "devshard" else MIXED_SHARE
+        spec = dataclasses.replace(spec or DevshardSpec(), share=share)
+    elif path != "scenario":
+        raise ValueError(f"selection path {path!r}: expected one of {SELECTION_PATH_CHOICES}")
+    if slot_filter and spec is not None:
+        spec = dataclasses.replace(spec, slot_filter=True)
+    if spec == scenario.devshard:
+        return scenario
+    return dataclasses.replace(scenario, devshard=spec)
+
+
+def get_path_variants(path: str) -> tuple[str, ...]:
+    """The paths a ``--selection-path`` value runs (``both``: classic and devshard)."""
+    if path not in SELECTION_PATH_CHOICES:
+        raise ValueError(f"selection path {path!r}: expected one of {SELECTION_PATH_CHOICES}")
+    return ("classic", "devshard") if path == "both" else (path,)

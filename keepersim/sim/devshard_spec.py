@@ -34,6 +34,8 @@ __all__ = [
     "DEFAULT_NONCES_PER_ESCROW",
     "MAX_NONCES_PER_ESCROW",
     "MAX_GROUP_SIZE",
+    "MIXED_SHARE",
+    "SELECTION_PATH_CHOICES",
     "DevshardSpec",
     "dump_devshard",
     "parse_devshard",
@@ -44,6 +46,12 @@ DEFAULT_NONCES_PER_ESCROW: Final = 1000
 MAX_NONCES_PER_ESCROW: Final = 20_000
 MAX_GROUP_SIZE: Final = 1024
 MISS_SIGNAL_NAMES: Final = tuple(s.value for s in MISS_SIGNALS)
+#: ``--selection-path`` of compare: ``scenario`` keeps each scenario's own path; ``classic``
+#: sends every request through GetRandomExecutor, ``devshard`` every request through devshard,
+#: ``mixed`` a :data:`MIXED_SHARE` of them; ``both`` runs each scenario as ``classic`` and as
+#: ``devshard`` (labels ``NAME@classic``, ``NAME@devshard``).
+SELECTION_PATH_CHOICES: Final = ("scenario", "classic", "devshard", "mixed", "both")
+MIXED_SHARE: Final = 0.5
 
 
 @dataclass(frozen=True, slots=True)
