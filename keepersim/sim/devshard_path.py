@@ -6,9 +6,12 @@ the pure rules and their ported tests are :mod:`keepersim.keeper.devshard` and
 :mod:`keepersim.gateway`, docs/design/devshard.md):
 
 Escrows
-    One open escrow per model. It is created when a model's request finds none open, when the
-    open one used its ``nonces_per_escrow`` nonces, or when the epoch changed since its creation
-    (its group is its epoch's; the gateway's escrow rotation is not modelled). Its slots are
+    ``open_escrows`` open escrows per model (default 1), each with its own session; request
+    ``n`` takes escrow lane ``n % open_escrows`` (a deterministic stand-in for the gateway's
+    choice among its escrows by capacity weights, not modelled). An escrow is created when a
+    request finds its lane empty, when the lane's escrow used its ``nonces_per_escrow`` nonces,
+    or when the epoch changed since its creation (its group is its epoch's; the gateway's
+    escrow rotation by balance is not modelled). Its slots are
     ``compute_escrow_slots`` = ``MsgCreateDevshardEscrow``
     (``x/inference/keeper/msg_server_create_devshard_escrow.go:49-78``): the header's app hash
     (the state after the previous block, ``Chain.app_hash`` before the block is delivered), the
@@ -171,8 +174,9 @@ class DevshardPath:
         self.miss_signal = spec.get_miss_signal()
         self.stale_blocks = compute_picker_stale_blocks(spec.block_time_ms)
         self.escrow_counter = 0
-        self.escrows: dict[str, _Escrow] = {}
-        self.queue: dict[str, list[PickerRequest]] = {}
+        # keyed by (model, lane): request n takes lane n % open_escrows
+        self.escrows: dict[tuple[str, int], _Escrow] = {}
+        self.queue: dict[tuple[str, int], list[PickerRequest]] = {}
         self.pending: dict[str, tuple[int, int, str]] = {}  # request id -> (n, attempt, model)
         self.excluded: dict[int, set[str]] = {}  # request n -> hosts that declined it
         self.signals: dict[int, list[tuple[str, str, OutcomeClass]]] = {}
@@ -192,7 +196,8 @@ class DevshardPath:
             self.counts.requests += 1
         self.pending[request_id] = (request, attempt, model)
         exclude = frozenset(self.excluded.get(request, ()))
-        self.queue.setdefault(model, []).append(PickerRequest(request_id, height, exclude))
+        lane = request % self.spec.open_escrows
+        self.queue.setdefault((model, lane), []).append(PickerRequest(request_id, height, exclude))
 
     # one block -----------------------------------------------------------------------------
 
@@ -205,14 +210,15 @@ class DevshardPath:
                 process_outcome(limiter, host, model, outcome, height, self.miss_signal)
                 self.counts.limiter_signals += 1
         out: list[DevshardDispatch | DevshardDrop] = []
-        for model in sorted(self.queue):
-            queued = self.queue.pop(model)
-            out.extend(self._process_model(height, chain, model, queued))
+        for key in sorted(self.queue):
+            queued = self.queue.pop(key)
+            out.extend(self._process_lane(height, chain, key, queued))
         return out
 
-    def _process_model(
-        self, height: int, chain: Chain, model: str, queued: list[PickerRequest]
+    def _process_lane(
+        self, height: int, chain: Chain, key: tuple[str, int], queued: list[PickerRequest]
     ) -> list[DevshardDispatch | DevshardDrop]:
+        model = key[0]
         out: list[DevshardDispatch | DevshardDrop] = []
         limiter = self.limiter
         checks = HostChecks(
@@ -220,7 +226,7 @@ class DevshardPath:
             if limiter is None
             else (lambda key: is_blocked(limiter, key, model, height))
         )
-        escrow = self.escrows.get(model)
+        escrow = self.escrows.get(key)
         carried = [*([] if escrow is None else escrow.picker.queue), *queued]
         while carried:
             epoch = _get_epoch(chain)
@@ -254,7 +260,7 @@ class DevshardPath:
                 break
         if escrow is not None:
             escrow.picker.queue = carried
-            self.escrows[model] = escrow
+            self.escrows[key] = escrow
         return out
 
     def _process_new_escrow(

@@ -9,6 +9,10 @@
 * ``nonces_per_escrow`` (default 1000): nonces an escrow's session uses before the next escrow
   is created (upstream bounds it by ``max_nonce``, 20,000, and the escrow's amount; the
   gateway's rotation is not modelled, so this is the scenario's choice);
+* ``open_escrows`` (default 1, at most :data:`MAX_OPEN_ESCROWS`): escrows open at once per
+  model, request ``n`` on escrow ``n % open_escrows`` (a gateway holds several; its choice
+  among them by capacity is not modelled); with 1, all of a model's traffic goes to one
+  escrow's 16 slots at a time;
 * ``group_size`` (0 = the chain's ``devshard_escrow_params.group_size``, 16 by default,
   gonka ee730031 ``x/inference/types/params.go:102``): slots per escrow;
 * ``slot_filter`` (default false): escrow creation samples its slots only from the
@@ -34,6 +38,7 @@ __all__ = [
     "DEFAULT_NONCES_PER_ESCROW",
     "MAX_NONCES_PER_ESCROW",
     "MAX_GROUP_SIZE",
+    "MAX_OPEN_ESCROWS",
     "MIXED_SHARE",
     "SELECTION_PATH_CHOICES",
     "DevshardSpec",
@@ -45,6 +50,7 @@ DEFAULT_NONCES_PER_ESCROW: Final = 1000
 #: ``DevshardEscrowParams.max_nonce``'s default (v0.2.13's upgrade): no escrow goes beyond it.
 MAX_NONCES_PER_ESCROW: Final = 20_000
 MAX_GROUP_SIZE: Final = 1024
+MAX_OPEN_ESCROWS: Final = 10_000
 MISS_SIGNAL_NAMES: Final = tuple(s.value for s in MISS_SIGNALS)
 #: ``--selection-path`` of compare: ``scenario`` keeps each scenario's own path; ``classic``
 #: sends every request through GetRandomExecutor, ``devshard`` every request through devshard,
@@ -60,6 +66,7 @@ class DevshardSpec:
 
     share: float = 1.0
     nonces_per_escrow: int = DEFAULT_NONCES_PER_ESCROW
+    open_escrows: int = 1
     group_size: int = 0
     slot_filter: bool = False
     block_time_ms: int = DEFAULT_BLOCK_TIME_MS
@@ -78,6 +85,7 @@ def parse_devshard(obj: Mapping[str, Any]) -> DevshardSpec:
     return DevshardSpec(
         share=float(obj.get("share", d.share)),
         nonces_per_escrow=int(obj.get("nonces_per_escrow", d.nonces_per_escrow)),
+        open_escrows=int(obj.get("open_escrows", d.open_escrows)),
         group_size=int(obj.get("group_size", d.group_size)),
         slot_filter=bool(obj.get("slot_filter", d.slot_filter)),
         block_time_ms=int(obj.get("block_time_ms", d.block_time_ms)),

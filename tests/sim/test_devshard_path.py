@@ -159,3 +159,13 @@ def test_the_share_split_is_a_threshold_on_one_hash(seed: int, share: float) -> 
     assert all(u or not lo for lo, u in zip(lower, upper, strict=True))
     assert all(is_devshard_request(seed, n, 1.0) for n in range(5))
     assert not any(is_devshard_request(seed, n, 0.0) for n in range(5))
+
+
+def test_open_escrows_spread_a_models_traffic_over_several_escrows() -> None:
+    one = run_scenario(_fleet(blocks=60, devshard=DevshardSpec(nonces_per_escrow=5000)), "none")
+    three = run_scenario(
+        _fleet(blocks=60, devshard=DevshardSpec(nonces_per_escrow=5000, open_escrows=3)), "none"
+    )
+    assert one.metrics["devshard_escrows"] == 1
+    assert three.metrics["devshard_escrows"] == 3
+    assert three.metrics["devshard_dispatches"] == one.metrics["devshard_dispatches"]
