@@ -6,6 +6,7 @@ chain policy's exclusions filter slot sampling with ``slot_filter``; runs are re
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -169,3 +170,17 @@ def test_open_escrows_spread_a_models_traffic_over_several_escrows() -> None:
     assert one.metrics["devshard_escrows"] == 1
     assert three.metrics["devshard_escrows"] == 3
     assert three.metrics["devshard_dispatches"] == one.metrics["devshard_dispatches"]
+
+
+def test_the_cli_refuses_a_resumable_devshard_run_before_creating_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from keepersim import cli
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "sprt_1726" / "sprt-1726.json"
+    store = tmp_path / "store"
+    status = cli.main(["simulate", str(example), "--policy", "none", "--store-dir", str(store)])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1 and "--store-dir" in err and "devshard" in err
+    assert not store.exists()
