@@ -19,7 +19,7 @@ from keepersim.sim import driver
 from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, is_devshard_request
 from keepersim.sim.devshard_spec import DevshardSpec
 from keepersim.sim.driver import SimulationError, get_known_policies, run_scenario
-from keepersim.sim.scenario import ParticipantSpec, Scenario
+from keepersim.sim.scenario import ParticipantSpec, Scenario, dump_scenario, parse_scenario
 from keepersim.sim.suite import get_builtin_scenario
 
 
@@ -184,3 +184,21 @@ def test_the_cli_refuses_a_resumable_devshard_run_before_creating_anything(
     assert status == 2
     assert err.count("\n") == 1 and "--store-dir" in err and "devshard" in err
     assert not store.exists()
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.floats(0.0, 1.0),
+    st.integers(1, 20_000),
+    st.integers(1, 64),
+    st.integers(0, 1024),
+    st.booleans(),
+    st.integers(1, 600_000),
+    st.sampled_from(["transport_failure", "eof_transport", "empty_stream", "stalled_winner"]),
+)
+def test_the_devshard_key_round_trips(
+    share: float, npe: int, lanes: int, size: int, slot_filter: bool, ms: int, signal: str
+) -> None:
+    spec = DevshardSpec(share, npe, lanes, size, slot_filter, ms, signal)
+    s = dataclasses.replace(get_builtin_scenario("sparse"), devshard=spec)
+    assert parse_scenario(dump_scenario(s), "round trip") == s
