@@ -167,7 +167,7 @@ class DevshardPath:
         self.spec = spec
         self.seed = seed
         self.limiter: LimiterState | None = (
-            compute_new_limiter(compute_limiter_params(block_time_ms=spec.block_time_ms))
+            compute_new_limiter(compute_limiter_params(spec.limiter, spec.block_time_ms))
             if limiter
             else None
         )

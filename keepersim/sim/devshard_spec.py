@@ -21,15 +21,23 @@
 * ``block_time_ms`` (default 5,000, ``keepersim.keeper.devshard.timing``): converts the
   gateway limiter's and the escrow's wall-clock durations into blocks;
 * ``miss_signal`` (default ``transport_failure``): what a miss tells the gateway's limiter
-  (``keepersim.gateway.signals``).
+  (``keepersim.gateway.signals``);
+* ``limiter`` (object, every key optional, 0 or absent = upstream's default,
+  ``keepersim.gateway.limiter_params.ThrottleSettings``): ``request_burst`` (600),
+  ``recovery_per_minute`` (10), ``http_quarantine_ms`` (60 min), ``transport_failure_quarantine_ms``,
+  ``empty_stream_quarantine_ms``, ``stalled_winner_quarantine_ms`` (30 min each),
+  ``empty_stream_quarantine_threshold``, ``eof_transport_failure_threshold`` (3): the
+  ``devshard-limiter`` run's limiter (``DefaultParticipantThrottleSettings``,
+  ``participant_limiter.go:15-51`` at ee730031), in blocks through ``block_time_ms``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+from keepersim.gateway.limiter_params import DEFAULT_THROTTLE_SETTINGS, ThrottleSettings
 from keepersim.gateway.signals import MISS_SIGNALS, Signal
 from keepersim.keeper.devshard.timing import DEFAULT_BLOCK_TIME_MS
 
@@ -71,6 +79,8 @@ class DevshardSpec:
     slot_filter: bool = False
     block_time_ms: int = DEFAULT_BLOCK_TIME_MS
     miss_signal: str = Signal.TRANSPORT_FAILURE.value
+    #: The gateway limiter's settings in upstream's units (ms, tokens; 0 = upstream's default).
+    limiter: ThrottleSettings = field(default=DEFAULT_THROTTLE_SETTINGS)
 
     def get_miss_signal(self) -> Signal:
         return Signal(self.miss_signal)
@@ -90,14 +100,23 @@ def parse_devshard(obj: Mapping[str, Any]) -> DevshardSpec:
         slot_filter=bool(obj.get("slot_filter", d.slot_filter)),
         block_time_ms=int(obj.get("block_time_ms", d.block_time_ms)),
         miss_signal=str(obj.get("miss_signal", d.miss_signal)),
+        limiter=ThrottleSettings(**{k: int(v) for k, v in obj.get("limiter", {}).items()}),
     )
 
 
 def dump_devshard(spec: DevshardSpec) -> dict[str, Any]:
     """The keys that differ from the defaults (``{}`` for an all-default devshard path)."""
     d = DEFAULT_DEVSHARD
-    return {
-        name: getattr(spec, name)
-        for name in DevshardSpec.__slots__
-        if getattr(spec, name) != getattr(d, name)
+    out: dict[str, Any] = {
+        f.name: getattr(spec, f.name)
+        for f in fields(DevshardSpec)
+        if f.name != "limiter" and getattr(spec, f.name) != getattr(d, f.name)
     }
+    limiter = {
+        f.name: getattr(spec.limiter, f.name)
+        for f in fields(ThrottleSettings)
+        if getattr(spec.limiter, f.name) != getattr(DEFAULT_THROTTLE_SETTINGS, f.name)
+    }
+    if limiter:
+        out["limiter"] = limiter
+    return out
