@@ -224,7 +224,7 @@ class DevshardPath:
         checks = HostChecks(
             throttled=None
             if limiter is None
-            else (lambda key: is_blocked(limiter, key, model, height))
+            else (lambda host: is_blocked(limiter, host, model, height))
         )
         escrow = self.escrows.get(key)
         carried = [*([] if escrow is None else escrow.picker.queue), *queued]
@@ -284,13 +284,14 @@ class DevshardPath:
                     self.counts.filtered_escrows += 1
                 weights = kept
         size = self.spec.group_size or ds.group_size or DEFAULT_GROUP_SIZE
-        self.escrow_counter += 1
-        slots = compute_escrow_slots(chain.app_hash, self.escrow_counter, model, weights, size)
-        if not slots:
+        escrow_id = self.escrow_counter + 1
+        slots = compute_escrow_slots(chain.app_hash, escrow_id, model, weights, size)
+        if not slots:  # upstream rejects the message: the counter does not move
             return None
+        self.escrow_counter = escrow_id
         self.counts.escrows += 1
         return _Escrow(
-            self.escrow_counter,
+            escrow_id,
             epoch,
             tuple(slots),
             PickerState(tuple(slots)),
