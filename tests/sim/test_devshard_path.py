@@ -222,3 +222,11 @@ def test_the_limiters_durations_are_params() -> None:
     throttled = "participant_throttled_no_send"
     assert a["devshard_ghosts_by_kind"][throttled] > 2 * b["devshard_ghosts_by_kind"][throttled]
     assert b["declines"] > 10 * max(1, a["declines"])
+
+
+def test_the_server_refuses_a_devshard_scenario() -> None:
+    from keepersim.server.runner import RunnerError, open_scenario_chain
+
+    s = dataclasses.replace(get_builtin_scenario("sparse"), devshard=DevshardSpec())
+    with pytest.raises(RunnerError, match="classic path only"):
+        open_scenario_chain(s, "none")
