@@ -106,3 +106,22 @@ def test_devshard_epochs_build_on_the_devshard_path() -> None:
         assert by_epoch[epoch].devshard is None
     classic = load_epoch_scenarios(folder, [252], selection_path="classic")[0]
     assert classic.devshard is None
+
+
+def test_from_chain_writes_the_devshard_key_unless_classic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from keepersim import cli
+
+    folder = get_mainnet_data_dir()
+    if folder is None:
+        pytest.skip("shared/data/gonka-mainnet not found beside the checkout")
+    for path, expected in (("auto", True), ("classic", False)):
+        out = tmp_path / path
+        argv = ["scenarios", "from-chain", str(folder), "--epochs", "252", "--out", str(out)]
+        assert cli.main([*argv, "--selection-path", path]) == 0
+        data = json.loads((out / "mainnet-epoch-252.json").read_text())
+        assert ("devshard" in data) == expected
+    capsys.readouterr()
