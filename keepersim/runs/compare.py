@@ -41,6 +41,7 @@ from keepersim.runs.sources import (
     resolve_scenarios,
 )
 from keepersim.runs.task import RunTask, make_task
+from keepersim.sim.devshard_path import get_selection_path_words
 from keepersim.sim.driver import StoreKind, build_params, compute_run_mechanisms
 from keepersim.sim.scenario import Scenario, ScenarioError
 
@@ -122,6 +123,8 @@ def run_compare(
     mechanisms = compute_run_mechanisms(
         sources[0].get(0)[0], reputation_weighting=reputation_weighting
     )
+    if selection_path != "scenario" or slot_filter:
+        mechanisms["selection_path"] = get_selection_path_words(selection_path, slot_filter)
     started = time.perf_counter()
     records = execute_runs(tasks, jobs, progress)
     wall = time.perf_counter() - started

@@ -92,6 +92,7 @@ __all__ = [
     "SELECTION_PATH_CHOICES",
     "compute_path_scenario",
     "get_path_variants",
+    "get_selection_path_words",
     "DEVSHARD_LIMITER_POLICY",
     "DevshardDispatch",
     "DevshardDrop",
@@ -402,3 +403,18 @@ def get_path_variants(path: str) -> tuple[str, ...]:
     if path not in SELECTION_PATH_CHOICES:
         raise ValueError(f"selection path {path!r}: expected one of {SELECTION_PATH_CHOICES}")
     return ("classic", "devshard") if path == "both" else (path,)
+
+
+def get_selection_path_words(path: str, slot_filter: bool) -> str:
+    """Compare's ``--selection-path`` / ``--slot-filter`` in words (its table's first line)."""
+    words = {
+        "scenario": "as each scenario says",
+        "classic": "every request through GetRandomExecutor",
+        "devshard": "every request through devshard escrows (slots by weight, nonce "
+        "round-robin; chain policies gate GetRandomExecutor only)",
+        "mixed": f"{MIXED_SHARE:.0%} of requests through devshard escrows",
+        "both": "each scenario twice, @classic (GetRandomExecutor) and @devshard (escrows)",
+    }[path]
+    if slot_filter:
+        words += "; devshard slots sampled only from the participants the chain policy admits"
+    return words
