@@ -262,7 +262,7 @@ def test_compare_defaults(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     assert seeds == 3 and out_dir == "keepersim-report"
     from keepersim.keeper.policies import BUILTIN_POLICIES
 
-    assert set(policies) == {*BUILTIN_POLICIES, "oracle"}
+    assert set(policies) == {*BUILTIN_POLICIES, "oracle", "devshard-limiter"}
 
 
 def test_commands_are_a_registry(capsys: Any) -> None:

@@ -18,7 +18,12 @@ chain's epoch summary copies), averaged over the seeds, against the recorded sum
   misses over the total) with the recorded share, over the fleet;
 * ``share_median_rel_error``: the median of |simulated - recorded| / recorded share over the
   participants above :data:`BIG_WEIGHT_SHARE` of the fleet's weight;
-* ``misses_pearson``, ``misses_median_abs_error``: the same for each participant's misses.
+* ``misses_pearson``, ``misses_median_abs_error``: the same for each participant's misses;
+* on an epoch built with the devshard path (``source.selection_path`` ``devshard``,
+  :mod:`keepersim.chaindata.devshard_fleet`): ``classic_share_pearson``, the share correlation
+  of the same fleet with every request through ``GetRandomExecutor`` (the scenario without its
+  ``devshard`` key), so both paths are reported; the must-hold adds that the devshard path
+  reproduces the shares at least as well.
 
 Nothing compared is fitted from the per-participant counts: the fleet's weights are the
 sub-groups', its traffic the group's requests (or, where the selection path is not modelled,
@@ -29,6 +34,7 @@ the summaries' total); only the miss probabilities come from the record
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import statistics
@@ -212,10 +218,31 @@ def compute_epoch_fidelity(
         if rows
         else None,
     }
+    if scenario.devshard is not None:
+        summary["classic_share_pearson"] = _compute_classic_share_pearson(scenario, recorded, seeds)
     summary["must_hold"] = _check_must_hold(summary)
     if path == NOT_MODELLED:
         summary["note"] = DEVSHARD_NOTE
     return {"summary": summary, "participants": rows}
+
+
+def _compute_classic_share_pearson(
+    scenario: Scenario, recorded: Mapping[str, tuple[int, int]], seeds: int
+) -> float | None:
+    """The share correlation of ``scenario`` with every request through GetRandomExecutor."""
+    classic = dataclasses.replace(scenario, devshard=None)
+    fleet = [p.address for p in scenario.participants]
+    sums = dict.fromkeys(fleet, 0)
+    for seed in range(1, seeds + 1):
+        for address, (done, missed) in run_epoch_counts(classic, "none", seed).items():
+            if address in sums:
+                sums[address] += done + missed
+    sim_total = sum(sums.values())
+    rec = [sum(recorded.get(a, (0, 0))) for a in fleet]
+    rec_total = sum(rec)
+    if not sim_total or not rec_total:
+        return None
+    return _pearson([sums[a] / sim_total for a in fleet], [r / rec_total for r in rec])
 
 
 def _check_must_hold(summary: Mapping[str, Any]) -> str:
@@ -230,6 +257,9 @@ def _check_must_hold(summary: Mapping[str, Any]) -> str:
     pearson = summary["share_pearson"]
     if pearson is None or pearson < MUST_HOLD["share_pearson"]:
         failed.append(f"share_pearson {_fmt(pearson)}")
+    classic = summary.get("classic_share_pearson")
+    if classic is not None and (pearson is None or pearson < classic):
+        failed.append(f"share_pearson {_fmt(pearson)} below the classic path's {_fmt(classic)}")
     return "pass" if not failed else "fail: " + ", ".join(failed)
 
 
@@ -270,6 +300,7 @@ _TABLE_COLUMNS: Final = (
     ("recorded_misses_all", "miss rec all", True, _count),
     ("devshard_inferences", "devshard inf", True, _count),
     ("share_pearson", "share r", True, _ratio),
+    ("classic_share_pearson", "classic share r", True, _ratio),
     ("share_median_rel_error", "share med err", True, _share),
     ("misses_pearson", "miss r", True, _ratio),
     ("misses_median_abs_error", "miss med abs", True, _fmt),
@@ -281,7 +312,7 @@ def format_fidelity_table(summaries: Sequence[Mapping[str, Any]]) -> str:
     """One line per epoch, then each epoch's must-hold verdict."""
     table = format_table(
         [c[1] for c in _TABLE_COLUMNS],
-        [[c[3](s[c[0]]) for c in _TABLE_COLUMNS] for s in summaries],
+        [[c[3](s.get(c[0])) for c in _TABLE_COLUMNS] for s in summaries],
         [c[2] for c in _TABLE_COLUMNS],
     )
     verdicts = [f"epoch {s['epoch']}: {s['must_hold']}" for s in summaries]

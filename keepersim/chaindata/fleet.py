@@ -17,7 +17,9 @@ What comes from where (docs/mainnet-epochs.md says why):
   their sub-groups' total weight (the sub-groups' own ``number_of_requests`` are 0 in every file).
   When the summaries count more than :data:`DEVSHARD_RATIO` times as many inferences as
   ``number_of_requests`` (from epoch 251: devshard escrows; 248: 1.24x), the traffic is the
-  summaries' total and the scenario says its selection path is not modelled.
+  summaries' total, and (``selection_path="auto"``, the default) the scenario sends the
+  devshard part through the devshard path (:mod:`keepersim.chaindata.devshard_fleet`);
+  ``"classic"`` spreads it as ``MsgStartInference`` traffic and says the path is not modelled.
   ``traffic="requests"`` or ``"summaries"`` forces one source. ``profile="trend"`` (default)
   shapes the rate over the epoch geometrically from the previous epoch's requests to this
   one's (``arrival_shape``; the group's ``previous_epoch_requests``): the one exponential rate
@@ -46,6 +48,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from keepersim.chaindata.devshard_fleet import (
+    DEVSHARD_PATH,
+    SELECTION_PATHS,
+    compute_devshard_key,
+    is_devshard_epoch,
+)
 from keepersim.chaindata.epoch_folder import (
     ChainDataError,
     EpochRecord,
@@ -176,8 +184,11 @@ def build_epoch_scenario(
     miss_timing: str = "constant",
     traffic: str = "auto",
     profile: str = DEFAULT_TRAFFIC_PROFILE,
+    selection_path: str = "auto",
 ) -> Scenario:
     """The scenario of one recorded epoch (see the module docstring)."""
+    if selection_path not in SELECTION_PATHS:
+        raise ValueError(f"selection path {selection_path!r}: expected one of {SELECTION_PATHS}")
     if profile not in TRAFFIC_PROFILES:
         raise ValueError(f"traffic profile {profile!r}: expected one of {TRAFFIC_PROFILES}")
     if miss_timing not in MISS_TIMINGS:
@@ -187,6 +198,9 @@ def build_epoch_scenario(
     blocks = record.blocks
     offset = record.effective_block_height - 1
     requests, path = get_epoch_traffic(record, traffic)
+    devshard = None
+    if path == NOT_MODELLED and selection_path == "auto" and is_devshard_epoch(record):
+        devshard, path = compute_devshard_key(record), DEVSHARD_PATH
     if path != "MsgStartInference":
         profile = "flat"  # the trend's totals measure MsgStartInference traffic only
     shares = compute_model_traffic(record)
@@ -240,6 +254,12 @@ def build_epoch_scenario(
         f"{len(events)} exclusions replayed, misses {miss_timing}, traffic {profile}; "
         f"selection path: {path}."
     )
+    if devshard is not None:
+        description += (
+            f" The summaries count {record.get_recorded_requests()} requests against the "
+            f"group's {record.number_of_requests}: a share {devshard['share']} goes through "
+            "devshard escrows (slots sampled by weight at escrow creation, nonce round-robin)."
+        )
     if path == NOT_MODELLED:
         description += (
             f" The summaries count {record.get_recorded_requests()} requests against the "
@@ -261,6 +281,8 @@ def build_epoch_scenario(
         "events": events,
         "participants": participants,
     }
+    if devshard is not None:
+        data["devshard"] = devshard
     if len(shares) <= 1:
         del data["model_traffic"]
     if profile == "trend":
@@ -333,12 +355,18 @@ def load_epoch_scenarios(
     miss_timing: str = "constant",
     traffic: str = "auto",
     profile: str = DEFAULT_TRAFFIC_PROFILE,
+    selection_path: str = "auto",
 ) -> list[Scenario]:
     """The scenario of each epoch folder of ``path`` (an ``epoch_N`` folder or one holding
     them; ``epochs`` picks some). Raises ChainDataError naming a bad file."""
     return [
         build_epoch_scenario(
-            r, seed=seed, miss_timing=miss_timing, traffic=traffic, profile=profile
+            r,
+            seed=seed,
+            miss_timing=miss_timing,
+            traffic=traffic,
+            profile=profile,
+            selection_path=selection_path,
         )
         for r in load_epoch_source(path, epochs)
     ]

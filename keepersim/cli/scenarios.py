@@ -171,6 +171,14 @@ def add_from_chain_command(sub: Any) -> None:
     add_epoch_options(parser)
     parser.add_argument("--seed", type=parse_seed, default=1, help="the scenarios' seed (1)")
     parser.add_argument(
+        "--selection-path",
+        choices=("auto", "classic"),
+        default="auto",
+        help="auto (the default): an epoch whose summaries count 2x the group's requests or "
+        "more (devshard's, 251 and 252) sends its devshard share through the devshard path "
+        "(the scenario key 'devshard'); classic: every request through GetRandomExecutor",
+    )
+    parser.add_argument(
         "--out", default=".", metavar="OUTDIR", help="folder for the scenario files (default .)"
     )
     parser.set_defaults(handler=run_scenarios_from_chain)
@@ -245,6 +253,7 @@ def run_scenarios_from_chain(args: argparse.Namespace) -> int:
         miss_timing=args.miss_timing,
         traffic=args.traffic,
         profile=args.traffic_profile,
+        selection_path=args.selection_path,
     )
     texts = [(f"{s.name}.json", format_scenario_json(s), s) for s in scenarios]
     for name, text, s in texts:

@@ -10,6 +10,8 @@ experiment. keepersim accepts a few optional keys beyond the spec (each document
   after capacity pushback,
 * top level ``pushback`` (boolean, default false): a participant over capacity declines with
   pushback (a neutral outcome) instead of silently missing,
+* top level ``devshard`` (object, default absent): a share of the requests goes through
+  devshard escrows instead of ``MsgStartInference`` (:mod:`keepersim.sim.devshard_spec`),
 * per participant ``models`` (non-empty list of strings, default ``["default"]``),
 * per participant ``capacity`` may be omitted (same as null),
 * top level ``model_traffic``, ``events``, ``params``, ``source`` and per participant
@@ -66,6 +68,7 @@ from keepersim.limits import (
     MAX_SEED,
     MAX_WEIGHT,
 )
+from keepersim.sim.devshard_spec import DevshardSpec, dump_devshard, parse_devshard
 from keepersim.sim.scenario_extras import ScenarioEvent, get_extra_problems
 
 __all__ = [
@@ -206,6 +209,8 @@ class Scenario:
     max_reselects: int = DEFAULT_MAX_RESELECTS
     pushback: bool = DEFAULT_PUSHBACK
     description: str = ""
+    #: The devshard path (None: every request is classic ``MsgStartInference`` traffic).
+    devshard: DevshardSpec | None = None
     #: ``(from_block, factor)``: the arrival rate's factor from that block on (empty: 1).
     arrival_shape: tuple[tuple[int, float], ...] = ()
     #: ``(model, share)``: a request's model drawn with these shares (empty: uniform).
@@ -639,6 +644,7 @@ def _build(obj: Mapping[str, Any]) -> Scenario:
         max_reselects=int(obj.get("max_reselects", DEFAULT_MAX_RESELECTS)),
         pushback=bool(obj.get("pushback", DEFAULT_PUSHBACK)),
         description=obj.get("description", ""),
+        devshard=None if obj.get("devshard") is None else parse_devshard(obj["devshard"]),
         arrival_shape=tuple((int(b), float(f)) for b, f in obj.get("arrival_shape", ())),
         model_traffic=tuple((m, float(v)) for m, v in obj.get("model_traffic", {}).items()),
         events=tuple(
@@ -715,6 +721,8 @@ def dump_scenario(s: Scenario) -> dict[str, Any]:
         out["max_reselects"] = s.max_reselects
     if s.pushback != DEFAULT_PUSHBACK:
         out["pushback"] = s.pushback
+    if s.devshard is not None:
+        out["devshard"] = dump_devshard(s.devshard)
     if s.arrival_shape:
         out["arrival_shape"] = [[b, f] for b, f in s.arrival_shape]
     if s.model_traffic:

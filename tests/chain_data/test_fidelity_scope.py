@@ -17,7 +17,7 @@ from mainnet_data import get_epoch_dirs
 
 from keepersim.chaindata import fidelity
 from keepersim.chaindata.epoch_folder import load_epoch_folder
-from keepersim.chaindata.fleet import NOT_MODELLED, build_epoch_scenario
+from keepersim.chaindata.fleet import build_epoch_scenario
 from keepersim.sim.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_default_profile_is_the_trend_between_the_recorded_totals(folder: Path) 
     current = int(group.get("number_of_requests", 0))
     scenario = build_epoch_scenario(load_epoch_folder(folder))
     source = scenario.source or {}
-    if source["selection_path"] == NOT_MODELLED or not previous or not current:
+    if source["selection_path"] != "MsgStartInference" or not previous or not current:
         assert not scenario.arrival_shape
         assert source["traffic"]["profile"] == "flat" or not previous or not current
         return

@@ -383,7 +383,7 @@ def test_all_problems_collected_in_one_message() -> None:
     assert str(err).startswith("many.json: 6 problems:")
     assert err.problems == (
         "top level: unknown key 'extra' (allowed: arrival_shape, arrivals_per_block, blocks, "
-        "description, epoch_length, events, expiration_blocks, max_reselects, model_traffic, "
+        "description, devshard, epoch_length, events, expiration_blocks, max_reselects, model_traffic, "
         "name, params, participants, pushback, seed, source)",
         "participants[0].weight: expected an integer > 0, got 0",
         "participants[1].address: duplicate address 'a' (already used by participants[0]); "
