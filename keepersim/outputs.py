@@ -5,33 +5,60 @@ a file in the path, a folder that cannot be created or written, or a name that i
 fails at once, naming the flag, instead of after an hour's run), and writes each result file
 through a temporary file in the same folder and :func:`os.replace` (a reader never sees half a
 file; a crash leaves the previous file or none).
+
+Nothing is left behind: within :func:`track_outputs` (``keepersim.cli.main`` wraps every
+command in it) the folders the checks create are recorded, and removed again when the command
+fails with an error; a folder that existed before is left as it was. An interrupted run
+(Ctrl-C, SIGTERM) keeps them: ``--resume`` goes on from what it wrote. A run's temporary
+folder (``keepersim-run-*`` in the temporary directory, :func:`make_run_folder`) holds its
+owner's process id; a run killed with ``kill -9`` cannot remove its own, so every new one
+first removes those whose owner is dead (:func:`remove_stale_run_folders`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
+import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from keepersim.types.errors import KeepersimError
 
 __all__ = [
+    "RUN_FOLDER_PREFIX",
     "OutputPathError",
     "check_output_file",
     "check_output_folder",
     "get_atomic_path",
+    "is_process_alive",
     "is_special_file",
+    "make_run_folder",
+    "remove_stale_run_folders",
     "remove_stale_temporaries",
+    "track_outputs",
     "write_json_atomic",
     "write_text_atomic",
 ]
 
 _TMP_PREFIX = ".keepersim-"
+#: A run's temporary folder (a LevelDB chain without ``--store-dir``), in the temporary directory.
+RUN_FOLDER_PREFIX: Final = "keepersim-run-"
+#: In a run folder: its owner's process id and start time (``pid start``).
+_OWNER_FILE: Final = "owner.pid"
+#: A run folder without an owner file (made by keepersim before it wrote one) is stale after this.
+_OWNERLESS_STALE_SECONDS: Final = 24 * 3600
+
+#: The folders created by the output checks of the command being run (None: not tracked).
+_created: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar(
+    "keepersim_created_outputs", default=None
+)
 
 
 class OutputPathError(KeepersimError):
@@ -61,6 +88,39 @@ def _probe_folder(folder: Path, flag: str, shown: str | os.PathLike[str]) -> Non
     os.unlink(probe)
 
 
+@contextlib.contextmanager
+def track_outputs() -> Iterator[None]:
+    """Record the folders :func:`check_output_folder` and :func:`check_output_file` create in
+    the block, and remove them when it raises an error (not an interruption: a resumable run
+    goes on from them; nor a closed stdout pipe: the results are written). Folders that
+    existed before are never touched."""
+    created: list[Path] = []
+    token = _created.set(created)
+    try:
+        yield
+    except BrokenPipeError:  # the reader of stdout went away; what was written stays
+        raise
+    except Exception:
+        for folder in reversed(created):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        _created.reset(token)
+
+
+def _make_folders(folder: Path) -> None:
+    """``folder.mkdir(parents=True, exist_ok=True)``, recording the topmost folder it creates."""
+    top: Path | None = None
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            break
+        top = candidate
+    folder.mkdir(parents=True, exist_ok=True)
+    created = _created.get()
+    if top is not None and created is not None:
+        created.append(top)
+
+
 def check_output_folder(path: str | os.PathLike[str], flag: str) -> Path:
     """Create the folder ``path`` (and its parents) and check that files can be written in it.
 
@@ -71,7 +131,7 @@ def check_output_folder(path: str | os.PathLike[str], flag: str) -> Path:
     try:
         if folder.exists() and not folder.is_dir():
             raise _fail(flag, path, "it is a file, expected a folder")
-        folder.mkdir(parents=True, exist_ok=True)
+        _make_folders(folder)
     except OSError as exc:  # also a name too long (exists() raises it)
         raise _fail(flag, path, _reason(exc)) from exc
     _probe_folder(folder, flag, path)
@@ -91,7 +151,7 @@ def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
             raise _fail(flag, path, "it is a folder, expected a file name")
         if parent.exists() and not parent.is_dir():
             raise _fail(flag, path, f"{os.fspath(parent)!r} is a file, not a folder")
-        parent.mkdir(parents=True, exist_ok=True)
+        _make_folders(parent)
         if is_special_file(target):  # a device or FIFO: written in place (get_atomic_path)
             if not os.access(target, os.W_OK):
                 raise _fail(flag, path, "the file is not writable")
@@ -174,3 +234,83 @@ def write_json_atomic(
 ) -> None:
     """``data`` as JSON plus a newline, written with :func:`write_text_atomic`."""
     write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=allow_nan) + "\n")
+
+
+def _get_start_time(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot (Linux ``/proc``; empty
+    elsewhere): with the pid it names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def is_process_alive(pid: int, start_time: str = "") -> bool:
+    """Whether process ``pid`` runs (and, given ``start_time``, is the one that started then).
+    A process of another user counts as alive."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return True
+    now = _get_start_time(pid)
+    return not (start_time and now and now != start_time)
+
+
+def _is_stale(folder: Path) -> bool:
+    try:
+        fields = (folder / _OWNER_FILE).read_text(encoding="ascii").split()
+    except FileNotFoundError:
+        try:
+            age = time.time() - folder.stat().st_mtime
+        except OSError:
+            return False
+        return age > _OWNERLESS_STALE_SECONDS
+    except (OSError, UnicodeDecodeError):
+        return False
+    try:
+        pid = int(fields[0])
+    except (IndexError, ValueError):
+        return False
+    return not is_process_alive(pid, fields[1] if len(fields) > 1 else "")
+
+
+def remove_stale_run_folders(parent: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Remove the run folders (``keepersim-run-*``) in ``parent`` (default: the temporary
+    directory) whose owner process is dead, e.g. killed with ``kill -9``; a live run's folder
+    is never touched. Returns the folders removed."""
+    base = Path(tempfile.gettempdir() if parent is None else parent)
+    removed: list[Path] = []
+    try:
+        candidates = [p for p in base.glob(RUN_FOLDER_PREFIX + "*") if p.is_dir()]
+    except OSError:
+        return removed
+    for folder in candidates:
+        if folder.is_symlink() or not _is_stale(folder):
+            continue
+        try:
+            if folder.stat().st_uid != os.getuid():
+                continue  # another user's: theirs to remove
+        except OSError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            removed.append(folder)
+    return removed
+
+
+def make_run_folder(parent: str | os.PathLike[str] | None = None) -> Path:
+    """A new run folder ``keepersim-run-*`` in ``parent`` (default: the temporary directory),
+    holding this process's id (:func:`remove_stale_run_folders` runs first). The caller
+    removes it when the run ends."""
+    remove_stale_run_folders(parent)
+    folder = Path(tempfile.mkdtemp(prefix=RUN_FOLDER_PREFIX, dir=parent))
+    pid = os.getpid()
+    (folder / _OWNER_FILE).write_text(f"{pid} {_get_start_time(pid)}\n", encoding="ascii")
+    return folder

@@ -47,8 +47,10 @@ FORMAT = "keepersim-golden/1"
 DEFAULT_GOLDEN = ROOT / "tests" / "golden" / "builtin-seed1.json"
 SEED = 1
 STORE: Final = "memory"
-#: Every policy a run can use (the chain's registry plus the oracle baseline).
-POLICIES: Final = tuple(get_known_policies())
+#: Every policy a run can use (the chain's registry plus the oracle baseline), less
+#: ``devshard-limiter``: the built-in scenarios are classic traffic, where it is ``none``
+#: exactly (tests/sim/test_devshard_path.py checks the app hashes are equal).
+POLICIES: Final = tuple(p for p in get_known_policies() if p != "devshard-limiter")
 # Time-based (wall clock) or environment-dependent: never part of a run's identity.
 DROPPED_FIELDS = ("wall_seconds", "inferences_per_second", "blocks_per_second", "trace_path")
 NOTE = (

@@ -127,7 +127,10 @@ def test_simulate_governance_cannot_select_oracle_or_authority(
         (["simulate", "no_such_scenario"], "neither a built-in scenario"),
         (["simulate", "{tiny}", "--policy", "bogus"], "unknown policy 'bogus'"),
         (["simulate", "{bad}"], "missing required key"),
-        (["simulate", "{tiny}", "--governance", "{missing}"], "cannot read governance file"),
+        (
+            ["simulate", "{tiny}", "--governance", "{missing}"],
+            "missing.json: cannot read the governance file: no such file",
+        ),
         (["simulate", "{tiny}", "--governance", "{badjson}"], "invalid JSON at line 1"),
         (
             ["simulate", "{tiny}", "--governance", "{badrule}"],
@@ -259,7 +262,7 @@ def test_compare_defaults(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     assert seeds == 3 and out_dir == "keepersim-report"
     from keepersim.keeper.policies import BUILTIN_POLICIES
 
-    assert set(policies) == {*BUILTIN_POLICIES, "oracle"}
+    assert set(policies) == {*BUILTIN_POLICIES, "oracle", "devshard-limiter"}
 
 
 def test_commands_are_a_registry(capsys: Any) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chain_data import load_live_params
+from mainnet_data import load_live_params
 
 from keepersim import cli
 from keepersim.proposal.load import (
@@ -21,6 +21,7 @@ from keepersim.proposal.load import (
 from keepersim.sim.driver import GovernanceError, parse_governance
 from keepersim.sim.scenario import format_scenario_json, parse_scenario
 from keepersim.trace.format import TRACE_VERSION
+from keepersim.trace.integrity import append_closing_record
 from keepersim.trace.reader import iterate_trace
 from keepersim.trace.records import ParamsRecord
 from keepersim.types.bech32 import GOV_AUTHORITY
@@ -189,6 +190,7 @@ def write_trace(path: Path, data: dict[str, Any]) -> Path:
         },
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    append_closing_record(path)
     return path
 
 

@@ -108,7 +108,10 @@ def find_epoch_folders(path: str | Path) -> list[Path]:
         return [root]
     found = [p for p in root.iterdir() if p.is_dir() and _EPOCH_DIR.match(p.name)]
     if not found:
-        raise ChainDataError(f"{root}: no epoch_N/ folder in it")
+        raise ChainDataError(
+            f"{root}: a folder with no epoch_N/ folder in it (expected a scenario file, a "
+            "built-in scenario name, or a chain epoch folder epoch_N/ or one holding them)"
+        )
     return sorted(found, key=lambda p: int(_EPOCH_DIR.match(p.name).group(1)))  # type: ignore[union-attr]
 
 

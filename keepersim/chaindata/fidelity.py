@@ -6,12 +6,24 @@ Per epoch, over ``seeds`` runs (seeds ``1..N``): the participants' ``inference_c
 chain's epoch summary copies), averaged over the seeds, against the recorded summary:
 
 * ``inferences_rel_error``, ``misses_rel_error``, ``requests_rel_error``: (simulated - recorded)
-  / recorded of the totals (requests = inferences + misses);
+  / recorded of the fleet's totals (requests = inferences + misses). The fleet is the epoch's
+  group; a summary also counts what a participant did while the previous epoch's group still
+  served (the chain settles an epoch's stats at the end of the next PoC's validation,
+  x/inference/module/module.go:595-634 at d8b8e907 (v0.2.12), 120 blocks before the group
+  switches at SetNewValidators, and an expired inference is counted when it expires,
+  module.go:255-325). Participants outside the fleet (no weight in this epoch's sub-groups) can
+  only have such counts: they are reported (``recorded_*_all``, ``recorded_outside_fleet``),
+  not compared;
 * ``share_pearson``: Pearson correlation of each participant's share of requests (inferences +
   misses over the total) with the recorded share, over the fleet;
 * ``share_median_rel_error``: the median of |simulated - recorded| / recorded share over the
   participants above :data:`BIG_WEIGHT_SHARE` of the fleet's weight;
-* ``misses_pearson``, ``misses_median_abs_error``: the same for each participant's misses.
+* ``misses_pearson``, ``misses_median_abs_error``: the same for each participant's misses;
+* on an epoch built with the devshard path (``source.selection_path`` ``devshard``,
+  :mod:`keepersim.chaindata.devshard_fleet`): ``classic_share_pearson``, the share correlation
+  of the same fleet with every request through ``GetRandomExecutor`` (the scenario without its
+  ``devshard`` key), so both paths are reported; the must-hold adds that the devshard path
+  reproduces the shares at least as well.
 
 Nothing compared is fitted from the per-participant counts: the fleet's weights are the
 sub-groups', its traffic the group's requests (or, where the selection path is not modelled,
@@ -22,6 +34,7 @@ the summaries' total); only the miss probabilities come from the record
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import statistics
@@ -31,7 +44,12 @@ from typing import Any, Final
 
 from keepersim.chain import Chain
 from keepersim.chaindata.epoch_folder import EpochRecord
-from keepersim.chaindata.fleet import NOT_MODELLED, build_epoch_scenario
+from keepersim.chaindata.fleet import (
+    DEFAULT_TRAFFIC_PROFILE,
+    NOT_MODELLED,
+    build_epoch_scenario,
+)
+from keepersim.report.tables import format_table
 from keepersim.sim.driver import run_scenario
 from keepersim.sim.scenario import Scenario
 
@@ -40,6 +58,7 @@ __all__ = [
     "MUST_HOLD",
     "compute_epoch_fidelity",
     "format_fidelity_table",
+    "get_devshard_inferences",
     "get_fidelity_csv",
     "run_epoch_counts",
     "write_fidelity_plot",
@@ -59,6 +78,18 @@ DEVSHARD_NOTE: Final = (
     "inferences are counted by keeper/devshard_host_stats.go:114-118; keepersim models "
     "GetRandomExecutor only"
 )
+
+
+def get_devshard_inferences(record: EpochRecord) -> int:
+    """The summaries' inferences that ``number_of_requests`` does not count: the group counts
+    each inference finished through MsgFinishInference once, at its validation end block
+    (x/inference/module/inference_validation_endblock.go:78 at d8b8e907), while a settled
+    devshard escrow adds its hosts' completed requests to ``inference_count`` (and to
+    ``validated_inferences``) directly (keeper/devshard_host_stats.go:114-124, called from
+    msg_server_settle_devshard_escrow.go:201-214 at d8b8e907). 0 when the summaries count
+    fewer."""
+    done = sum(s.inference_count for s in record.summaries)
+    return max(0, done - record.number_of_requests)
 
 
 def run_epoch_counts(scenario: Scenario, policy: str, seed: int) -> dict[str, tuple[int, int]]:
@@ -99,7 +130,7 @@ def compute_epoch_fidelity(
     seeds: int = 5,
     miss_timing: str = "constant",
     traffic: str = "auto",
-    profile: str = "flat",
+    profile: str = DEFAULT_TRAFFIC_PROFILE,
     on_run: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The fidelity of one epoch (see the module docstring): the summary and per-participant
@@ -117,7 +148,8 @@ def compute_epoch_fidelity(
         if on_run is not None:
             on_run(record.epoch, seed)
     sim = {a: (d / seeds, m / seeds) for a, (d, m) in sums.items()}
-    recorded = {s.address: (s.inference_count, s.missed_requests) for s in record.summaries}
+    recorded_all = {s.address: (s.inference_count, s.missed_requests) for s in record.summaries}
+    recorded = {a: recorded_all.get(a, (0, 0)) for a in fleet}
     weight = {
         p.address: p.weight + sum(w for _, w in p.model_weights) for p in scenario.participants
     }
@@ -153,7 +185,7 @@ def compute_epoch_fidelity(
         "participants": len(fleet),
         "seeds": seeds,
         "miss_timing": miss_timing,
-        "traffic_profile": profile,
+        "traffic_profile": (scenario.source or {}).get("traffic", {}).get("profile", profile),
         "traffic_requests": round(scenario.arrivals_per_block * scenario.blocks),
         "recorded_inferences": rec_done,
         "simulated_inferences": sim_done,
@@ -162,7 +194,10 @@ def compute_epoch_fidelity(
         "simulated_misses": sim_missed,
         "misses_rel_error": _rel(sim_missed, rec_missed),
         "requests_rel_error": _rel(sim_total, rec_total),
-        "recorded_outside_fleet": sum(d + m for a, (d, m) in recorded.items() if a not in sums),
+        "recorded_outside_fleet": sum(d + m for a, (d, m) in recorded_all.items() if a not in sums),
+        "recorded_inferences_all": sum(d for d, _ in recorded_all.values()),
+        "recorded_misses_all": sum(m for _, m in recorded_all.values()),
+        "devshard_inferences": get_devshard_inferences(record),
         "share_pearson": _pearson(
             [r["simulated_share"] for r in rows], [r["recorded_share"] for r in rows]
         ),
@@ -183,10 +218,31 @@ def compute_epoch_fidelity(
         if rows
         else None,
     }
+    if scenario.devshard is not None:
+        summary["classic_share_pearson"] = _compute_classic_share_pearson(scenario, recorded, seeds)
     summary["must_hold"] = _check_must_hold(summary)
     if path == NOT_MODELLED:
         summary["note"] = DEVSHARD_NOTE
     return {"summary": summary, "participants": rows}
+
+
+def _compute_classic_share_pearson(
+    scenario: Scenario, recorded: Mapping[str, tuple[int, int]], seeds: int
+) -> float | None:
+    """The share correlation of ``scenario`` with every request through GetRandomExecutor."""
+    classic = dataclasses.replace(scenario, devshard=None)
+    fleet = [p.address for p in scenario.participants]
+    sums = dict.fromkeys(fleet, 0)
+    for seed in range(1, seeds + 1):
+        for address, (done, missed) in run_epoch_counts(classic, "none", seed).items():
+            if address in sums:
+                sums[address] += done + missed
+    sim_total = sum(sums.values())
+    rec = [sum(recorded.get(a, (0, 0))) for a in fleet]
+    rec_total = sum(rec)
+    if not sim_total or not rec_total:
+        return None
+    return _pearson([sums[a] / sim_total for a in fleet], [r / rec_total for r in rec])
 
 
 def _check_must_hold(summary: Mapping[str, Any]) -> str:
@@ -201,6 +257,9 @@ def _check_must_hold(summary: Mapping[str, Any]) -> str:
     pearson = summary["share_pearson"]
     if pearson is None or pearson < MUST_HOLD["share_pearson"]:
         failed.append(f"share_pearson {_fmt(pearson)}")
+    classic = summary.get("classic_share_pearson")
+    if classic is not None and (pearson is None or pearson < classic):
+        failed.append(f"share_pearson {_fmt(pearson)} below the classic path's {_fmt(classic)}")
     return "pass" if not failed else "fail: " + ", ".join(failed)
 
 
@@ -212,31 +271,52 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _count(value: Any) -> str:
+    return "-" if value is None else f"{round(value):,}"
+
+
+def _percent(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:+.1f}%"
+
+
+def _share(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _ratio(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+#: (summary key, title, right-aligned, cell): the table's columns (docs/metrics.md, fidelity).
 _TABLE_COLUMNS: Final = (
-    ("epoch", "epoch"),
-    ("participants", "fleet"),
-    ("recorded_inferences", "inf rec"),
-    ("simulated_inferences", "inf sim"),
-    ("inferences_rel_error", "inf err"),
-    ("recorded_misses", "miss rec"),
-    ("simulated_misses", "miss sim"),
-    ("misses_rel_error", "miss err"),
-    ("share_pearson", "share r"),
-    ("share_median_rel_error", "share med err"),
-    ("misses_pearson", "miss r"),
-    ("misses_median_abs_error", "miss med abs"),
-    ("selection_path", "selection path"),
+    ("epoch", "epoch", True, str),
+    ("participants", "fleet", True, str),
+    ("recorded_inferences", "inf rec", True, _count),
+    ("simulated_inferences", "inf sim", True, _count),
+    ("inferences_rel_error", "inf err", True, _percent),
+    ("recorded_misses", "miss rec", True, _count),
+    ("simulated_misses", "miss sim", True, _count),
+    ("misses_rel_error", "miss err", True, _percent),
+    ("recorded_misses_all", "miss rec all", True, _count),
+    ("devshard_inferences", "devshard inf", True, _count),
+    ("share_pearson", "share r", True, _ratio),
+    ("classic_share_pearson", "classic share r", True, _ratio),
+    ("share_median_rel_error", "share med err", True, _share),
+    ("misses_pearson", "miss r", True, _ratio),
+    ("misses_median_abs_error", "miss med abs", True, _fmt),
+    ("selection_path", "selection path", False, str),
 )
 
 
 def format_fidelity_table(summaries: Sequence[Mapping[str, Any]]) -> str:
     """One line per epoch, then each epoch's must-hold verdict."""
-    header = [title for _, title in _TABLE_COLUMNS]
-    body = [[_fmt(s[key]) for key, _ in _TABLE_COLUMNS] for s in summaries]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *body]]
-    lines.extend(f"epoch {s['epoch']}: {s['must_hold']}" for s in summaries)
-    return "\n".join(lines) + "\n"
+    table = format_table(
+        [c[1] for c in _TABLE_COLUMNS],
+        [[c[3](s.get(c[0])) for c in _TABLE_COLUMNS] for s in summaries],
+        [c[2] for c in _TABLE_COLUMNS],
+    )
+    verdicts = [f"epoch {s['epoch']}: {s['must_hold']}" for s in summaries]
+    return "\n".join([table, "", *verdicts]) + "\n"
 
 
 def get_fidelity_csv(rows: Sequence[Mapping[str, Any]]) -> str:

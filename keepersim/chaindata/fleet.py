@@ -17,11 +17,18 @@ What comes from where (docs/mainnet-epochs.md says why):
   their sub-groups' total weight (the sub-groups' own ``number_of_requests`` are 0 in every file).
   When the summaries count more than :data:`DEVSHARD_RATIO` times as many inferences as
   ``number_of_requests`` (from epoch 251: devshard escrows; 248: 1.24x), the traffic is the
-  summaries' total and the scenario says its selection path is not modelled.
-  ``traffic="requests"`` or ``"summaries"`` forces one source. ``profile="trend"`` shapes the
-  rate over the epoch geometrically from the previous epoch's requests to this one's
-  (``arrival_shape``; the group's ``previous_epoch_requests``); ``"flat"`` (default) keeps it
-  constant.
+  summaries' total, and (``selection_path="auto"``, the default) the scenario sends the
+  devshard part through the devshard path (:mod:`keepersim.chaindata.devshard_fleet`);
+  ``"classic"`` spreads it as ``MsgStartInference`` traffic and says the path is not modelled.
+  ``traffic="requests"`` or ``"summaries"`` forces one source. ``profile="trend"`` (default)
+  shapes the rate over the epoch geometrically from the previous epoch's requests to this
+  one's (``arrival_shape``; the group's ``previous_epoch_requests``): the one exponential rate
+  that is continuous across the epoch boundary and whose per-epoch totals are the two recorded
+  ones (clients do not see epochs; the chain itself carries the previous epoch's count as the
+  traffic level into the new one, inference_validation_endblock.go:79-82 at d8b8e907).
+  ``"flat"`` keeps the rate constant (a step at each boundary). The trend needs both totals
+  of the same measure, ``number_of_requests``: an epoch whose traffic is the summaries' total
+  runs flat.
 * **Misses**: participant ``a``'s probability is ``missed_a / (inference_count_a +
   missed_a)``: the chain counts a finished inference in ``inference_count`` and an expired one in
   ``missed_requests`` only (x/inference/keeper/msg_server_finish_inference.go:315 at 8a35022b;
@@ -41,6 +48,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from keepersim.chaindata.devshard_fleet import (
+    DEVSHARD_PATH,
+    SELECTION_PATHS,
+    compute_devshard_key,
+    is_devshard_epoch,
+)
 from keepersim.chaindata.epoch_folder import (
     ChainDataError,
     EpochRecord,
@@ -51,6 +64,7 @@ from keepersim.chaindata.epoch_params import compute_epoch_params_patch, get_epo
 from keepersim.sim.scenario import Scenario, ScenarioError, parse_scenario
 
 __all__ = [
+    "DEFAULT_TRAFFIC_PROFILE",
     "DEVSHARD_RATIO",
     "MISS_TIMINGS",
     "TRAFFIC_PROFILES",
@@ -67,8 +81,10 @@ __all__ = [
 #: :data:`BURST_WINDOWS` windows covering :data:`BURST_SHARE` of the epoch, placed
 #: deterministically from the seed and the address.
 MISS_TIMINGS: Final = ("constant", "bursts")
-#: ``flat``: the same rate all epoch; ``trend``: a geometric ramp (see the module docstring).
-TRAFFIC_PROFILES: Final = ("flat", "trend")
+#: ``trend`` (the default): a geometric ramp; ``flat``: the same rate all epoch (see the module
+#: docstring).
+TRAFFIC_PROFILES: Final = ("trend", "flat")
+DEFAULT_TRAFFIC_PROFILE: Final = "trend"
 #: Segments of a ``trend`` arrival shape.
 TREND_SEGMENTS: Final = 100
 TRAFFIC_SOURCES: Final = ("auto", "requests", "summaries")
@@ -167,9 +183,12 @@ def build_epoch_scenario(
     seed: int = 1,
     miss_timing: str = "constant",
     traffic: str = "auto",
-    profile: str = "flat",
+    profile: str = DEFAULT_TRAFFIC_PROFILE,
+    selection_path: str = "auto",
 ) -> Scenario:
     """The scenario of one recorded epoch (see the module docstring)."""
+    if selection_path not in SELECTION_PATHS:
+        raise ValueError(f"selection path {selection_path!r}: expected one of {SELECTION_PATHS}")
     if profile not in TRAFFIC_PROFILES:
         raise ValueError(f"traffic profile {profile!r}: expected one of {TRAFFIC_PROFILES}")
     if miss_timing not in MISS_TIMINGS:
@@ -179,6 +198,11 @@ def build_epoch_scenario(
     blocks = record.blocks
     offset = record.effective_block_height - 1
     requests, path = get_epoch_traffic(record, traffic)
+    devshard = None
+    if path == NOT_MODELLED and selection_path == "auto" and is_devshard_epoch(record):
+        devshard, path = compute_devshard_key(record), DEVSHARD_PATH
+    if path != "MsgStartInference":
+        profile = "flat"  # the trend's totals measure MsgStartInference traffic only
     shares = compute_model_traffic(record)
     order = [m for m, _ in shares]
     weights: dict[str, dict[str, int]] = {}
@@ -230,6 +254,12 @@ def build_epoch_scenario(
         f"{len(events)} exclusions replayed, misses {miss_timing}, traffic {profile}; "
         f"selection path: {path}."
     )
+    if devshard is not None:
+        description += (
+            f" The summaries count {record.get_recorded_requests()} requests against the "
+            f"group's {record.number_of_requests}: a share {devshard['share']} goes through "
+            "devshard escrows (slots sampled by weight at escrow creation, nonce round-robin)."
+        )
     if path == NOT_MODELLED:
         description += (
             f" The summaries count {record.get_recorded_requests()} requests against the "
@@ -251,6 +281,8 @@ def build_epoch_scenario(
         "events": events,
         "participants": participants,
     }
+    if devshard is not None:
+        data["devshard"] = devshard
     if len(shares) <= 1:
         del data["model_traffic"]
     if profile == "trend":
@@ -322,13 +354,19 @@ def load_epoch_scenarios(
     seed: int = 1,
     miss_timing: str = "constant",
     traffic: str = "auto",
-    profile: str = "flat",
+    profile: str = DEFAULT_TRAFFIC_PROFILE,
+    selection_path: str = "auto",
 ) -> list[Scenario]:
     """The scenario of each epoch folder of ``path`` (an ``epoch_N`` folder or one holding
     them; ``epochs`` picks some). Raises ChainDataError naming a bad file."""
     return [
         build_epoch_scenario(
-            r, seed=seed, miss_timing=miss_timing, traffic=traffic, profile=profile
+            r,
+            seed=seed,
+            miss_timing=miss_timing,
+            traffic=traffic,
+            profile=profile,
+            selection_path=selection_path,
         )
         for r in load_epoch_source(path, epochs)
     ]

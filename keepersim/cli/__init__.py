@@ -18,7 +18,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from keepersim.cli.common import CommandParser, UsageError, get_input_errors
+from keepersim.cli.common import (
+    CommandParser,
+    UsageError,
+    format_input_error,
+    get_input_errors,
+)
 from keepersim.cli.compare import add_compare_command
 from keepersim.cli.export import add_export_command
 from keepersim.cli.fidelity import add_fidelity_command
@@ -29,6 +34,7 @@ from keepersim.cli.scenarios import add_scenarios_command
 from keepersim.cli.serve import add_serve_command
 from keepersim.cli.simulate import add_simulate_command
 from keepersim.cli.sweep import add_sweep_command
+from keepersim.outputs import track_outputs
 from keepersim.termination import Terminated, process_sigterm, reset_terminated
 
 __all__ = [
@@ -97,6 +103,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         reset_terminated()
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail again."""
+    import os
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing to flush into a closed pipe
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
@@ -108,10 +127,13 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        status = handler(args)
+        with track_outputs():
+            status = handler(args)
+    except BrokenPipeError:  # `keepersim ... | head`: the reader is gone; end quietly
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as a shell reports a Unix tool ended by it
     except get_input_errors() as exc:
-        message = str(exc).strip() or type(exc).__name__
-        print(f"keepersim: error: {message}", file=sys.stderr)
+        print(f"keepersim: error: {format_input_error(exc)}", file=sys.stderr)
         return 2
     except Terminated:
         print("keepersim: terminated", file=sys.stderr)

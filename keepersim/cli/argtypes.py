@@ -24,13 +24,19 @@ __all__ = [
 MAX_PORT = 65535
 
 
+def _show(value: float) -> str:
+    """A bound as written: integers exactly (2^63-1 is not 9.22337e+18), floats shortest."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _range_text(lo: float | None, hi: float | None, lo_open: bool = False) -> str:
     if lo is not None and hi is not None:
-        return f" in [{lo:g}, {hi:g}]" if not lo_open else f" in ({lo:g}, {hi:g}]"
+        left = "(" if lo_open else "["
+        return f" in {left}{_show(lo)}, {_show(hi)}]"
     if lo is not None:
-        return f" > {lo:g}" if lo_open else f" >= {lo:g}"
+        return f" > {_show(lo)}" if lo_open else f" >= {_show(lo)}"
     if hi is not None:
-        return f" <= {hi:g}"
+        return f" <= {_show(hi)}"
     return ""
 
 

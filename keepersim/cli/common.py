@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "add_resume_option",
     "check_output_args",
     "check_resume_option",
+    "format_input_error",
     "format_value",
     "get_input_errors",
     "is_progress_on",
@@ -76,6 +78,18 @@ def get_input_errors() -> tuple[type[BaseException], ...]:
         KeepersimError,
         OSError,
     )
+
+
+def format_input_error(exc: BaseException) -> str:
+    """The one line an input error prints (after ``keepersim: error: ``): its message, or for an
+    operating-system error its file and what went wrong in plain words (not ``[Errno 21] ...``).
+    A multi-line message (a scenario's list of problems) keeps its lines."""
+    if isinstance(exc, OSError):
+        from keepersim.inputs import describe_os_error
+
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        return f"{where}{describe_os_error(exc)}"
+    return str(exc).strip() or type(exc).__name__
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -142,6 +156,18 @@ def check_resume_option(args: argparse.Namespace) -> None:
         raise UsageError("--resume needs --store-dir (and --store leveldb): the run to go on with")
 
 
+def _is_there(path: Path) -> bool:
+    """Whether ``path`` names something: any answer but "no such file" counts (a symlink loop,
+    a dangling link, a file used as a folder), so that the reader names what is wrong."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
     """A built-in name (built with ``seed``, default 1), a scenario file or one epoch folder of
     the chain's record (``epoch_N``, built as ``scenarios from-chain`` does). Returns the
@@ -149,10 +175,10 @@ def load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
     from keepersim.sim.scenario import load_scenario
     from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
 
-    if value in list_builtin_scenarios() and not Path(value).exists():
-        return get_builtin_scenario(value, 1 if seed is None else seed), seed
     path = Path(value)
-    if not path.exists():
+    if value in list_builtin_scenarios() and not _is_there(path):
+        return get_builtin_scenario(value, 1 if seed is None else seed), seed
+    if not _is_there(path):
         raise UsageError(
             f"{value!r} is neither a built-in scenario ({', '.join(list_builtin_scenarios())}) "
             "nor an existing file or epoch folder (see `keepersim scenarios list`)"
@@ -170,18 +196,14 @@ def load_scenario_arg(value: str, seed: int | None) -> tuple[Any, int | None]:
     return load_scenario(path), seed
 
 
-def read_json(path: str, what: str) -> Any:
-    """The JSON in the file ``path``; :class:`UsageError` names ``what``, the file and where."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{what} {path!r}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from exc
+def read_json(path: str, what: str, limit: int | None = None) -> Any:
+    """The JSON in the file ``path``, read within the input limits (:mod:`keepersim.inputs`:
+    a regular file of at most ``limit`` bytes, default ``MAX_INPUT_BYTES``, nested at most
+    ``MAX_JSON_DEPTH`` levels); the error names ``what``, the file and where."""
+    from keepersim.inputs import read_json_input
+    from keepersim.limits import MAX_INPUT_BYTES
+
+    return read_json_input(path, what, limit=MAX_INPUT_BYTES if limit is None else limit)
 
 
 def write_json(path: str | Path, data: Any, *, allow_nan: bool = False) -> None:

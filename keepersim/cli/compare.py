@@ -15,6 +15,7 @@ from keepersim.cli.common import (
     is_progress_on,
     require_extra,
 )
+from keepersim.sim.devshard_spec import SELECTION_PATH_CHOICES
 
 __all__ = [
     "DEFAULT_COMPARE_SCENARIO",
@@ -71,6 +72,20 @@ def add_compare_command(subparsers: Any) -> None:
         "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--selection-path",
+        choices=SELECTION_PATH_CHOICES,
+        default="scenario",
+        help="how requests reach executors: as each scenario says (default), classic "
+        "(GetRandomExecutor), devshard (escrow slots and the session picker), mixed (half "
+        "each), or both (every scenario twice: NAME@classic, NAME@devshard)",
+    )
+    parser.add_argument(
+        "--slot-filter",
+        action="store_true",
+        help="devshard runs: escrow creation samples slots only from the participants the "
+        "chain policy admits (a what-if; upstream has no such filter)",
+    )
     add_reputation_weighting_option(parser)
     add_progress_option(parser)
     parser.set_defaults(handler=run_compare)
@@ -109,6 +124,8 @@ def run_compare(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         plots=not args.no_plots,
         reputation_weighting=args.reputation_weighting,
+        selection_path=args.selection_path,
+        slot_filter=args.slot_filter,
     )
     wall = time.perf_counter() - started
     print(

@@ -61,6 +61,7 @@ def add_proposal_command(subparsers: Any) -> None:
 
 def run_proposal_command(args: argparse.Namespace) -> int:
     """0 with a report, 2 on an invalid proposal (the rule it breaks) or bad input."""
+    from keepersim.inputs import check_stream_file
     from keepersim.outputs import check_output_folder
     from keepersim.proposal import load_proposal
     from keepersim.proposal.compare import DEFAULT_SCENARIOS, compare_proposal
@@ -68,6 +69,8 @@ def run_proposal_command(args: argparse.Namespace) -> int:
 
     if not args.no_plots:
         require_extra("plots", "plotting", " (or --no-plots)")
+    for trace in args.trace:
+        check_stream_file(trace, "trace")
     check_output_folder(args.out, "--out")
     proposal = load_proposal(args.proposal)
     scenarios = args.scenarios

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from keepersim.cli.argtypes import get_int_type, parse_name_list, parse_seed
 from keepersim.cli.common import PROGRESS_HELP, read_json, require_extra, write_json
+from keepersim.inputs import check_stream_file
 from keepersim.outputs import check_output_folder, get_atomic_path
 
 if TYPE_CHECKING:
@@ -188,6 +189,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     policies = _parse_policies(args.policies)
     if args.out:
         require_extra("plots", "replay --out (exclusions.png)")
+    check_stream_file(args.trace, "trace")
     out_dir = check_output_folder(args.out, "--out") if args.out else None
     if args.store_dir:
         check_output_folder(args.store_dir, "--store-dir")

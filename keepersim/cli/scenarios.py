@@ -19,15 +19,24 @@ __all__ = [
 ]
 
 
-def _pair(kind: type[float] | type[int]) -> Callable[[str], tuple[float, float]]:
+def _pair(
+    kind: type[float] | type[int], lo: float, hi: float
+) -> Callable[[str], tuple[float, float]]:
+    """A flag type: ``LO,HI`` with ``lo <= LO <= HI <= hi``."""
+    what = "integers" if kind is int else "numbers"
+    expected = f"two {what} LO,HI with {lo:g} <= LO <= HI <= {hi:g}"
+
     def parse(text: str) -> tuple[float, float]:
         parts = text.split(",")
-        if len(parts) != 2:
-            raise argparse.ArgumentTypeError(f"expected LO,HI, got {text!r}")
         try:
-            return kind(parts[0]), kind(parts[1])
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"expected two numbers LO,HI, got {text!r}") from exc
+            if len(parts) != 2:
+                raise ValueError(text)
+            low, high = kind(parts[0].strip()), kind(parts[1].strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not lo <= low <= high <= hi:  # also NaN
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return low, high
 
     return parse
 
@@ -66,8 +75,12 @@ def add_scenarios_command(subparsers: Any) -> None:
     gen.add_argument(
         "--degraded-share", type=get_float_type(0, 1), default=0.1, help="weight share degraded"
     )
-    gen.add_argument("--degraded-miss", type=_pair(float), default=(0.15, 0.3), metavar="LO,HI")
-    gen.add_argument("--healthy-miss", type=_pair(float), default=(0.005, 0.02), metavar="LO,HI")
+    gen.add_argument(
+        "--degraded-miss", type=_pair(float, 0, 1), default=(0.15, 0.3), metavar="LO,HI"
+    )
+    gen.add_argument(
+        "--healthy-miss", type=_pair(float, 0, 1), default=(0.005, 0.02), metavar="LO,HI"
+    )
     gen.add_argument(
         "--outage-share", type=get_float_type(0, 1), default=0.0, help="weight share with outages"
     )
@@ -77,7 +90,9 @@ def add_scenarios_command(subparsers: Any) -> None:
         default=None,
         help="in-flight capacity per node",
     )
-    gen.add_argument("--latency", type=_pair(int), default=(1, 8), metavar="LO,HI")
+    gen.add_argument(
+        "--latency", type=_pair(int, 1, lim.MAX_LATENCY_BLOCKS), default=(1, 8), metavar="LO,HI"
+    )
     gen.add_argument(
         "--expiration-blocks", type=get_int_type(1, lim.MAX_EXPIRATION_BLOCKS), default=150
     )
@@ -87,7 +102,12 @@ def add_scenarios_command(subparsers: Any) -> None:
 
 def add_epoch_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``scenarios from-chain`` and ``fidelity``."""
-    from keepersim.chaindata.fleet import MISS_TIMINGS, TRAFFIC_PROFILES, TRAFFIC_SOURCES
+    from keepersim.chaindata.fleet import (
+        DEFAULT_TRAFFIC_PROFILE,
+        MISS_TIMINGS,
+        TRAFFIC_PROFILES,
+        TRAFFIC_SOURCES,
+    )
 
     parser.add_argument(
         "source",
@@ -121,9 +141,10 @@ def add_epoch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--traffic-profile",
         choices=TRAFFIC_PROFILES,
-        default="flat",
-        help="the arrival rate over the epoch (the record gives totals only): flat (the "
-        "default) or trend (geometric from the previous epoch's requests to this one's)",
+        default=DEFAULT_TRAFFIC_PROFILE,
+        help="the arrival rate over the epoch (the record gives totals only): trend (the "
+        "default: geometric from the previous epoch's requests to this one's, continuous across "
+        "the boundary) or flat (constant); an epoch whose traffic is the summaries' runs flat",
     )
 
 
@@ -149,6 +170,14 @@ def add_from_chain_command(sub: Any) -> None:
     )
     add_epoch_options(parser)
     parser.add_argument("--seed", type=parse_seed, default=1, help="the scenarios' seed (1)")
+    parser.add_argument(
+        "--selection-path",
+        choices=("auto", "classic"),
+        default="auto",
+        help="auto (the default): an epoch whose summaries count 2x the group's requests or "
+        "more (devshard's, 251 and 252) sends its devshard share through the devshard path "
+        "(the scenario key 'devshard'); classic: every request through GetRandomExecutor",
+    )
     parser.add_argument(
         "--out", default=".", metavar="OUTDIR", help="folder for the scenario files (default .)"
     )
@@ -176,6 +205,11 @@ def run_scenarios_generate(args: argparse.Namespace) -> int:
     from keepersim.sim.suite import get_builtin_scenario
 
     check_output_args(args, files=("out",))
+    if args.degraded_share + args.outage_share > 1:
+        raise UsageError(
+            "--degraded-share + --outage-share: expected at most 1 (shares of the total weight), "
+            f"got {args.degraded_share:g} + {args.outage_share:g}"
+        )
     if args.builtin is not None:
         scenario = get_builtin_scenario(args.builtin, args.seed)
     else:
@@ -219,6 +253,7 @@ def run_scenarios_from_chain(args: argparse.Namespace) -> int:
         miss_timing=args.miss_timing,
         traffic=args.traffic,
         profile=args.traffic_profile,
+        selection_path=args.selection_path,
     )
     texts = [(f"{s.name}.json", format_scenario_json(s), s) for s in scenarios]
     for name, text, s in texts:

@@ -20,14 +20,17 @@ answers (see :mod:`keepersim.server.faults`).
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 import sys
 from typing import Any
 
 from keepersim.cli.argtypes import get_float_type, get_int_type, parse_port, parse_seed
 from keepersim.cli.common import UsageError, load_scenario_arg, read_json, require_extra
+from keepersim.inputs import check_stream_file
 from keepersim.outputs import check_output_folder
 
-__all__ = ["add_serve_command", "run_serve"]
+__all__ = ["bind_listener", "add_serve_command", "run_serve"]
 
 
 def add_serve_command(subparsers: Any) -> None:
@@ -142,12 +145,15 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
             sink, scenario, seed=seed, blocks=args.blocks, block_rate=rate
         )
     if mode == "trace":
+        check_stream_file(args.trace, "trace")
         source = TraceSource(args.trace)
         chain = source.open_chain(args.chain)
         return chain, lambda sink: TraceRunner(sink, source, block_rate=rate)
     genesis = None
     if args.genesis is not None:
-        data = read_json(args.genesis, "genesis file")
+        from keepersim.limits import MAX_GENESIS_BYTES
+
+        data = read_json(args.genesis, "genesis file", MAX_GENESIS_BYTES)
         import json
 
         genesis = genesis_from_json(json.dumps(data), args.genesis)
@@ -200,12 +206,17 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UsageError(f"--faults: {exc}") from exc
     if not args.cold_wait >= 0:
         raise UsageError(f"--cold-wait must be >= 0, got {args.cold_wait}")
-    if args.chain is not None:  # the LevelDB store is written: check it like an output
-        check_output_folder(args.chain, "--chain")
+    listener = bind_listener(args.host, args.port)  # a port in use: one line, nothing started
     try:
-        chain, make_runner = _open(args)
-    except RunnerError as exc:
-        raise UsageError(str(exc)) from exc
+        if args.chain is not None:  # the LevelDB store is written: check it like an output
+            check_output_folder(args.chain, "--chain")
+        try:
+            chain, make_runner = _open(args)
+        except RunnerError as exc:
+            raise UsageError(str(exc)) from exc
+    except BaseException:
+        listener.close()
+        raise
     try:
         metrics = ServerMetrics()
         sink = BlockSink(chain, metrics)
@@ -230,7 +241,45 @@ def run_serve(args: argparse.Namespace) -> int:
         config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level=args.log_level, access_log=False
         )
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=[listener])
     finally:
+        listener.close()
         chain.close()
     return 0
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, for uvicorn to listen on: checked here, before the
+    chain is opened or anything printed, so a port in use or a foreign address is one line
+    naming --port or --host (not uvicorn's ``[Errno 98]`` after the start-up line)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(
+            f"--host: cannot resolve {host!r}; expected an IP address or a host name of this "
+            "machine"
+        ) from exc
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(
+                f"--port: port {port} on {host} is already in use; expected a free port "
+                "(stop the other server or choose another --port)"
+            ) from exc
+        if exc.errno == errno.EACCES:
+            raise UsageError(
+                f"--port: no permission to listen on port {port} (ports below 1024 need "
+                "privileges); expected a port of 1024 or more"
+            ) from exc
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise UsageError(
+                f"--host: {host} is not an address of this machine; expected one of its "
+                "addresses (127.0.0.1, 0.0.0.0, ...)"
+            ) from exc
+        raise UsageError(f"--host/--port: cannot listen on {host}:{port}") from exc
+    return sock

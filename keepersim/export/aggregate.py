@@ -39,6 +39,11 @@ from urllib.parse import urlencode
 
 import httpx
 
+from keepersim.export.backoff import BackoffGate
+from keepersim.export.chain_api import find_api_base, get_response_height
+from keepersim.export.exporter import GRPC_UNIMPLEMENTED, ExportError, ExportOptions, run_fetcher
+from keepersim.export.fetch import ExportFetchError, Fetcher, JsonResponse
+from keepersim.outputs import remove_stale_temporaries, write_text_atomic
 from keepersim.types.epoch_layout import (
     METADATA_FILE,
     AggregateFile,
@@ -50,11 +55,6 @@ from keepersim.types.epoch_layout import (
     compute_metadata,
     compute_model_files,
 )
-from keepersim.export.backoff import BackoffGate
-from keepersim.export.chain_api import find_api_base, get_response_height
-from keepersim.export.exporter import GRPC_UNIMPLEMENTED, ExportError, ExportOptions, run_fetcher
-from keepersim.export.fetch import ExportFetchError, Fetcher, JsonResponse
-from keepersim.outputs import remove_stale_temporaries, write_text_atomic
 from keepersim.types.rest_routes import (
     BLOCK_BY_HEIGHT,
     EPOCH_INFO,

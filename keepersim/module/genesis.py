@@ -23,6 +23,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from keepersim.inputs import get_json_type
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import BUILTIN_POLICIES
 from keepersim.keeper.policies.base import process_missing_wakeups
@@ -222,7 +223,7 @@ def parse_genesis_document(data: Any, source: str = "<genesis>") -> Genesis:
     """A Genesis from a genesis document (keepersim's or a node's export) or a bare module
     genesis; errors name the source and the field."""
     if not isinstance(data, dict):
-        raise GenesisError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        raise GenesisError(f"{source}: expected a JSON object, got {get_json_type(data)}")
     if "app_state" in data:
         app_state = data["app_state"]
         if not isinstance(app_state, dict) or not isinstance(app_state.get("inference"), dict):
@@ -238,7 +239,12 @@ def parse_genesis_document(data: Any, source: str = "<genesis>") -> Genesis:
             f"{source}: expected a genesis document with app_state.inference, or the inference "
             "module's genesis (an object with params)"
         )
-    genesis = Genesis(chain_id=str(data.get("chain_id", "")))
+    chain_id = data.get("chain_id", "")
+    if not isinstance(chain_id, str):
+        raise GenesisError(
+            f"{source}: chain_id: expected a string, got {get_json_type(chain_id)} {chain_id!r}"
+        )
+    genesis = Genesis(chain_id=chain_id)
     try:
         genesis.inference.CopyFrom(
             parse_chain_json(module, GenesisState, where=f"{source}: {where}")
@@ -250,7 +256,7 @@ def parse_genesis_document(data: Any, source: str = "<genesis>") -> Genesis:
         if not isinstance(extension, dict):
             raise GenesisError(
                 f"{source}: keepersim: expected an object (keepersim.v1.GenesisExtension), "
-                f"got {type(extension).__name__}"
+                f"got {get_json_type(extension)}"
             )
         try:
             genesis.keepersim.CopyFrom(json_format.ParseDict(extension, GenesisExtension()))

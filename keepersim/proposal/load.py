@@ -22,14 +22,15 @@ file, the message and the rule.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from keepersim.inputs import InputError, read_json_input
+from keepersim.limits import MAX_PROPOSAL_MESSAGES
 from keepersim.module.params_load import get_loaded_policy
+from keepersim.sim.scenario import get_json_type
 from keepersim.types.bech32 import ACCOUNT_ADDRESS_PREFIX, GOV_AUTHORITY, GOV_MODULE_NAME
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.chain_params_json import parse_chain_params
@@ -108,16 +109,9 @@ def load_proposal(path: str | os.PathLike[str], base: ModuleParams | None = None
     checking; default :func:`get_default_params`)."""
     shown = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ProposalError(f"{shown}: cannot read the proposal ({reason})") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProposalError(
-            f"{shown}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})"
-        ) from exc
+        data = read_json_input(path, "proposal")
+    except InputError as exc:
+        raise ProposalError(str(exc)) from exc
     return parse_proposal(data, shown, base=base)
 
 
@@ -137,9 +131,9 @@ def _check_authority(authority: Any, where: str) -> None:
 
 def _parse_message(message: Any, where: str) -> tuple[str, Params | ExtensionParams]:
     if not isinstance(message, dict):
-        raise ProposalError(f"{where}: expected a message object, got {type(message).__name__}")
+        raise ProposalError(f"{where}: expected a message object, got {get_json_type(message)}")
     kind = message.get("@type")
-    if kind not in _MESSAGE_FIELDS:
+    if not isinstance(kind, str) or kind not in _MESSAGE_FIELDS:
         raise ProposalError(
             f"{where}.@type: unknown message type {kind!r}; expected one of "
             f"{', '.join(_MESSAGE_FIELDS)}"
@@ -171,7 +165,7 @@ def parse_proposal(
 ) -> Proposal:
     """A decoded proposal document -> a validated :class:`Proposal` (see the module doc)."""
     if not isinstance(data, dict):
-        raise ProposalError(f"{source}: expected a proposal object, got {type(data).__name__}")
+        raise ProposalError(f"{source}: expected a proposal object, got {get_json_type(data)}")
     for key in _TOP_STRINGS:
         if key in data and not isinstance(data[key], str):
             raise ProposalError(f"{source}: {key!r} must be a string")
@@ -180,6 +174,11 @@ def parse_proposal(
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ProposalError(f"{source}: 'messages' must be a non-empty list of messages")
+    if len(messages) > MAX_PROPOSAL_MESSAGES:
+        raise ProposalError(
+            f"{source}: 'messages' holds {len(messages):,} messages, above the limit of "
+            f"{MAX_PROPOSAL_MESSAGES} for a proposal"
+        )
     for key in ("title", "summary"):
         if not str(data.get(key, "")).strip():
             raise ProposalError(f"{source}: proposal {key} cannot be empty")

@@ -38,10 +38,13 @@ def format_baselines_line(mechanisms: Mapping[str, Any]) -> str:
     and ``sprt`` (:func:`keepersim.sim.driver.compute_run_mechanisms`)."""
     selection = str(mechanisms["selection"])
     words = _SELECTION_WORDS.get(selection, selection)
-    return (
+    line = (
         f"Every run, baselines included: executors drawn {words}; SPRT deactivation "
         f"{mechanisms['sprt']}; nothing else keeps a participant out."
     )
+    if "selection_path" in mechanisms:
+        line += f" Selection path: {mechanisms['selection_path']}."
+    return line
 
 
 def _pct(value: float | None, digits: int = 2) -> str:

@@ -41,6 +41,7 @@ from keepersim.runs.sources import (
     resolve_scenarios,
 )
 from keepersim.runs.task import RunTask, make_task
+from keepersim.sim.devshard_path import get_selection_path_words
 from keepersim.sim.driver import StoreKind, build_params, compute_run_mechanisms
 from keepersim.sim.scenario import Scenario, ScenarioError
 
@@ -100,6 +101,8 @@ def run_compare(
     progress: bool = True,
     jobs: int | None = None,
     reputation_weighting: bool = False,
+    selection_path: str = "scenario",
+    slot_filter: bool = False,
 ) -> ComparedRuns:
     """Run every (scenario, policy, seed) of a comparison; the run records and what the report
     needs besides them (the params each policy ran with, the mechanisms every run has).
@@ -109,7 +112,9 @@ def run_compare(
     jobs = _check_counts(scenarios, seeds, jobs)
     ordered = order_policies(policies)
     try:
-        sources = resolve_scenarios(scenarios)
+        sources = resolve_scenarios(
+            scenarios, selection_path=selection_path, slot_filter=slot_filter
+        )
     except ScenarioError as exc:
         raise CompareError(str(exc)) from exc
     tasks = plan_compare(
@@ -118,6 +123,8 @@ def run_compare(
     mechanisms = compute_run_mechanisms(
         sources[0].get(0)[0], reputation_weighting=reputation_weighting
     )
+    if selection_path != "scenario" or slot_filter:
+        mechanisms["selection_path"] = get_selection_path_words(selection_path, slot_filter)
     started = time.perf_counter()
     records = execute_runs(tasks, jobs, progress)
     wall = time.perf_counter() - started
@@ -154,6 +161,8 @@ def compare(
     plots: bool = True,
     stream: IO[str] | None = None,
     reputation_weighting: bool = False,
+    selection_path: str = "scenario",
+    slot_filter: bool = False,
 ) -> dict[str, Any]:
     """Run and compare; return the report (the content of ``report.json``).
 
@@ -165,6 +174,9 @@ def compare(
     included, selects by weight x reputation (the fork's PR #8) instead of by weight alone; the
     report's ``config`` states the selection rule and SPRT's use
     (:func:`~keepersim.sim.driver.compute_run_mechanisms`), the table's first line says it in words.
+    ``selection_path``: :data:`~keepersim.sim.devshard_path.SELECTION_PATH_CHOICES` (``both``
+    runs each scenario on both paths); ``slot_filter``: the chain's filter at slot sampling
+    (``devshard.slot_filter``) in every devshard run.
     """
     _check_counts(scenarios, seeds, jobs)
     folder = None if out_dir is None else check_output_folder(out_dir, "out_dir")
@@ -176,6 +188,8 @@ def compare(
         progress=progress,
         jobs=jobs,
         reputation_weighting=reputation_weighting,
+        selection_path=selection_path,
+        slot_filter=slot_filter,
     )
     report = compute_compare_report(runs)
     table = format_compare_table(report)

@@ -9,12 +9,14 @@ Seeds (compare and sweep alike): a built-in scenario is rebuilt for each seed ``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from keepersim.chaindata.fleet import load_epoch_scenarios
+from keepersim.sim.devshard_path import compute_path_scenario, get_path_variants
 from keepersim.sim.driver import get_known_policies
 from keepersim.sim.scenario import Scenario, load_scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
@@ -40,28 +42,45 @@ class ScenarioSource:
     label: str
     builtin: str | None = None
     scenario: Scenario | None = None
+    #: The selection path the runs take (:func:`~keepersim.sim.devshard_path.compute_path_scenario`).
+    selection_path: str = "scenario"
+    slot_filter: bool = False
 
     def get(self, index: int) -> tuple[Scenario, int]:
         """The scenario and run seed of the ``index``-th seed (0-based)."""
         if self.builtin is not None:
             seed = index + 1
-            return get_builtin_scenario(self.builtin, seed), seed
-        assert self.scenario is not None
-        return self.scenario, self.scenario.seed + index
+            scenario = get_builtin_scenario(self.builtin, seed)
+        else:
+            assert self.scenario is not None
+            scenario, seed = self.scenario, self.scenario.seed + index
+        path = compute_path_scenario(scenario, self.selection_path, slot_filter=self.slot_filter)
+        return path, seed
 
 
-def resolve_scenarios(items: Sequence[Scenario | str | os.PathLike[str]]) -> list[ScenarioSource]:
-    """Built-in names, scenario file paths or Scenario objects -> sources with unique labels."""
+def resolve_scenarios(
+    items: Sequence[Scenario | str | os.PathLike[str]],
+    *,
+    selection_path: str = "scenario",
+    slot_filter: bool = False,
+) -> list[ScenarioSource]:
+    """Built-in names, scenario file paths or Scenario objects -> sources with unique labels;
+    each on ``selection_path`` (``both``: two sources, ``NAME@classic`` and ``NAME@devshard``),
+    with the chain's filter at slot sampling when ``slot_filter``."""
+    try:
+        paths = get_path_variants(selection_path)
+    except ValueError as exc:
+        raise CompareError(str(exc)) from exc
     out: list[ScenarioSource] = []
     builtins = set(list_builtin_scenarios())
     for item in items:
         if isinstance(item, Scenario):
             out.append(ScenarioSource(item.name, scenario=item))
-        elif isinstance(item, str) and item in builtins and not Path(item).exists():
+        elif isinstance(item, str) and item in builtins and not os.path.lexists(item):
             out.append(ScenarioSource(item, builtin=item))
         else:
             path = Path(item)
-            if not path.exists():
+            if not os.path.lexists(path):  # a symlink loop: load_scenario names it
                 raise CompareError(
                     f"{os.fspath(item)!r} is neither a built-in scenario "
                     f"({', '.join(sorted(builtins))}) nor an existing file or epoch folder"
@@ -74,13 +93,23 @@ def resolve_scenarios(items: Sequence[Scenario | str | os.PathLike[str]]) -> lis
                 continue
             scenario = load_scenario(path)
             out.append(ScenarioSource(scenario.name, scenario=scenario))
+    out = [
+        dataclasses.replace(
+            src,
+            label=src.label if len(paths) == 1 else f"{src.label}@{path}",
+            selection_path=path,
+            slot_filter=slot_filter,
+        )
+        for src in out
+        for path in paths
+    ]
     seen: dict[str, int] = {}
     unique: list[ScenarioSource] = []
     for src in out:
         n = seen.get(src.label, 0) + 1
         seen[src.label] = n
         label = src.label if n == 1 else f"{src.label}#{n}"
-        unique.append(ScenarioSource(label, src.builtin, src.scenario))
+        unique.append(dataclasses.replace(src, label=label))
     return unique
 
 

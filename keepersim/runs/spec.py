@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from keepersim.inputs import InputError, read_json_input
+from keepersim.limits import MAX_SWEEP_GRID_POINTS, MAX_SWEEP_RUNS
 from keepersim.runs.sources import BASELINES, order_policies, resolve_scenarios
 from keepersim.sim.driver import (
     GovernanceError,
@@ -125,15 +127,9 @@ def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
     """Read and validate SPEC.json (a :class:`SpecError` naming the file on any problem)."""
     shown = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read sweep spec {shown!r}: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            f"{shown}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from exc
+        data = read_json_input(path, "sweep spec")
+    except InputError as exc:
+        raise SpecError(str(exc)) from exc
     return parse_spec(data, shown, base_dir=Path(path).parent)
 
 
@@ -159,7 +155,9 @@ def _parse_scenarios(
             raise _fail(source, f"scenarios[{i}]", f"expected a name or a file, got {item!r}")
         candidate = base_dir / item
         resolved.append(
-            os.fspath(candidate) if not Path(item).exists() and candidate.exists() else item
+            os.fspath(candidate)
+            if not os.path.lexists(item) and os.path.lexists(candidate)
+            else item
         )
     try:
         sources = resolve_scenarios(resolved)
@@ -250,6 +248,46 @@ def _parse_grid(data: Mapping[str, Any], source: str) -> dict[str, list[Any]]:
     return out
 
 
+def _count(value: Any) -> int:
+    """How many items a spec's list (or a seed count) asks for; 1 when it is malformed (the
+    key's own check names that)."""
+    if isinstance(value, list):
+        return max(len(value), 1)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(value, 1)
+    return 1
+
+
+def _check_size(data: Mapping[str, Any], source: str) -> None:
+    """Refuse a grid above MAX_SWEEP_GRID_POINTS or a sweep above MAX_SWEEP_RUNS, counted from
+    the lists' lengths before any scenario is read or any value checked (each costs time)."""
+    grid = data.get("grid")
+    points = 1
+    if isinstance(grid, dict):
+        for values in grid.values():
+            points *= _count(values)
+    if points > MAX_SWEEP_GRID_POINTS:
+        raise _fail(
+            source,
+            "grid",
+            f"{points:,} grid points (the product of the value lists' lengths), above the "
+            f"limit of {MAX_SWEEP_GRID_POINTS:,}",
+        )
+    policies = data.get("policies")
+    named = set(p for p in policies if isinstance(p, str)) if isinstance(policies, list) else set()
+    runs = (
+        points
+        * _count(data.get("scenarios"))
+        * len(named | set(BASELINES))
+        * _count(data.get("seeds"))
+    )
+    if runs > MAX_SWEEP_RUNS:
+        raise SpecError(
+            f"{source}: {runs:,} runs (grid points x scenarios x policies with the baselines "
+            f"x seeds), above the limit of {MAX_SWEEP_RUNS:,} for a sweep"
+        )
+
+
 def _check_values(spec: SweepSpec) -> None:
     """Each value alone, then each grid point, on every (scenario, policy)'s default params."""
     for scenario in spec.scenarios:
@@ -295,6 +333,7 @@ def parse_spec(data: object, source: str, *, base_dir: Path | None = None) -> Sw
                 "traces",
                 "what-if runs on traces are not wired into sweeps yet; give scenarios only",
             )
+    _check_size(data, source)
     scenarios = _parse_scenarios(data, source, base_dir or Path("."))
     policies_in = _get_list(data, "policies", source)
     for i, p in enumerate(policies_in):

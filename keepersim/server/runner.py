@@ -339,6 +339,11 @@ def open_scenario_chain(
 
     if policy not in get_known_policies():
         raise RunnerError(f"unknown policy {policy!r}; known: {', '.join(get_known_policies())}")
+    if scenario.devshard is not None:
+        raise RunnerError(
+            f"scenario {scenario.name!r} has a 'devshard' key: the server runs the classic path "
+            "only (use keepersim simulate or compare for the devshard path)"
+        )
     params = build_params(
         scenario, policy, shadow=shadow, reputation_weighting=reputation_weighting
     )

@@ -83,7 +83,6 @@ import hashlib
 import heapq
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +102,7 @@ from keepersim.chain import (
     StoreNotEmptyError,
     open_chain,
 )
+from keepersim.gateway.signals import OutcomeClass
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import BUILTIN_POLICIES, PolicyFactory
 from keepersim.keeper.selection import (
@@ -111,7 +111,14 @@ from keepersim.keeper.selection import (
     get_kept_out,
     get_selection_rule,
 )
+from keepersim.limits import MAX_GOVERNANCE_ENTRIES
 from keepersim.module.genesis import compute_genesis
+from keepersim.outputs import make_run_folder
+from keepersim.sim.devshard_path import (
+    DEVSHARD_LIMITER_POLICY,
+    DevshardDispatch,
+    DevshardPath,
+)
 from keepersim.sim.metrics import (
     DECLINED,
     DEFAULT_BUCKET_BLOCKS,
@@ -226,8 +233,10 @@ WRITE_EVERY = 64
 
 
 def get_known_policies() -> list[str]:
-    """Policies a run can use: every registered built-in plus the ``oracle`` baseline."""
-    return sorted({*BUILTIN_POLICIES, ORACLE_POLICY_NAME})
+    """Policies a run can use: every registered built-in plus the ``oracle`` baseline and
+    ``devshard-limiter`` (the gateway's limiter on the devshard path; its chain runs ``none``,
+    :mod:`keepersim.sim.devshard_path`)."""
+    return sorted({*BUILTIN_POLICIES, ORACLE_POLICY_NAME, DEVSHARD_LIMITER_POLICY})
 
 
 def get_model_tables(
@@ -495,6 +504,7 @@ _STEPPER_INPUTS = frozenset(
         "specs",
         "models",
         "governance",
+        "devshard",
     }
 )
 _METRICS_INPUTS = frozenset({"scenario", "bucket_blocks", "_specs", "_weights", "_total_weight"})
@@ -588,13 +598,23 @@ def run_scenario(
     except InvalidParamsError as exc:
         raise SimulationError(f"run params: {exc}") from exc
     schedule = _check_governance(governance, scenario.blocks)
+    devshard = None
+    if scenario.devshard is not None:
+        if store_dir is not None:
+            raise SimulationError(
+                "the devshard path (scenario key 'devshard') cannot run resumably yet: its "
+                "gateway state is not checkpointed; run without --store-dir"
+            )
+        devshard = DevshardPath(
+            scenario.devshard, run_seed, limiter=policy == DEVSHARD_LIMITER_POLICY
+        )
     genesis = build_genesis(scenario, initial)
     override = get_policy_override(policy, scenario)
 
     tmp: str | None = None
     if store == "leveldb":
         if store_dir is None:
-            tmp = tempfile.mkdtemp(prefix="keepersim-run-")
+            tmp = os.fspath(make_run_folder())
             folder = Path(tmp) / "chain"
         else:
             folder = Path(store_dir)
@@ -656,6 +676,7 @@ def run_scenario(
                 bucket_blocks,
                 on_block,
                 fingerprint,
+                devshard,
             ).run(progress, state)
             app_hash = chain.app_hash.hex()
             chain_id = chain.chain_id
@@ -667,6 +688,9 @@ def run_scenario(
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     wall = time.perf_counter() - started
+    metrics = collector.compute()
+    if devshard is not None:
+        metrics.update(devshard.get_metrics())
     return RunResult(
         scenario=scenario.name,
         policy=policy,
@@ -677,7 +701,7 @@ def run_scenario(
         chain_id=chain_id,
         selection=compute_selection_history(initial, schedule),
         app_hash=app_hash,
-        metrics=collector.compute(),
+        metrics=metrics,
         wall_seconds=wall,
         governance_heights=[h for h, _ in schedule],
         trace_path=None if trace_out is None else os.fspath(trace_out),
@@ -766,8 +790,10 @@ class ScenarioStepper:
         deliver: Callable[[list[Any]], BlockResult] | None = None,
         on_selection: SelectionHook | None = None,
         on_start: StartHook | None = None,
+        devshard: DevshardPath | None = None,
     ) -> None:
         self.scenario = scenario
+        self.devshard = devshard
         self.chain = chain
         self.seed = scenario.seed if seed is None else seed
         self.blocks = scenario.blocks if blocks is None else blocks
@@ -823,6 +849,21 @@ class ScenarioStepper:
         except NoExecutorsError:
             self.unassigned += 1
             return
+        self.assign_to(height, request, attempt, model, starts, sel)
+
+    def assign_to(
+        self,
+        height: int,
+        request: int,
+        attempt: int,
+        model: str,
+        starts: list[MsgStartInference],
+        sel: Selection,
+    ) -> tuple[OutcomeClass, int, bool]:
+        """Assign request ``n``'s ``attempt`` to ``sel.address`` (the rules of the module
+        docstring); its planned outcome, the height it resolves at, and whether a miss is one
+        the host never answered (over capacity, or its miss draw)."""
+        rid = sel.request_id
         address = sel.address
         spec = self.specs[address]
         p_miss = spec.get_miss_probability(height)
@@ -830,6 +871,7 @@ class ScenarioStepper:
             self.on_selection(height, sel, p_miss)
         u, latency = draw_outcome(self.seed, request, address, spec.latency_min, spec.latency_max)
         over = False
+        planned: tuple[OutcomeClass, int, bool]
         if spec.capacity is not None:
             heap = self.slots[address]
             while heap and heap[0] <= height:
@@ -846,9 +888,12 @@ class ScenarioStepper:
                 self.reselects.setdefault(height + 1, []).append((request, attempt + 1, model))
             else:
                 self.unserved += 1
+            planned = ("decline", height + 1, False)
         elif over or u < p_miss or latency > self._expiration:
             self.planned_misses += 1
+            planned = ("miss", height + self._expiration, over or u < p_miss)
         else:
+            planned = ("finish", height + latency, False)
             self.finishes.setdefault(height + latency, []).append(
                 MsgFinishInference(
                     creator=address,
@@ -869,6 +914,33 @@ class ScenarioStepper:
         )
         if self.on_start is not None:
             self.on_start(height, rid, address)
+        return planned
+
+    def process_devshard(
+        self, devshard: DevshardPath, height: int, starts: list[MsgStartInference]
+    ) -> None:
+        """Run the devshard path's pickers on the block's queued requests; each dispatch is an
+        assignment to the slot's host (:mod:`keepersim.sim.devshard_path`)."""
+        for event in devshard.process_block(height, self.chain):
+            if not isinstance(event, DevshardDispatch):
+                if event.attempt == 0:
+                    self.unassigned += 1
+                else:
+                    self.unserved += 1
+                continue
+            rid = get_request_id(event.request, event.attempt)
+            sel = Selection(event.address, self.chain.height, event.model, rid, False, False)
+            outcome, at, no_receipt = self.assign_to(
+                height, event.request, event.attempt, event.model, starts, sel
+            )
+            devshard.process_result(
+                height,
+                event,
+                outcome,
+                at,
+                no_receipt=no_receipt,
+                retried=outcome == "decline" and event.attempt < self.scenario.max_reselects,
+            )
 
     # one block -----------------------------------------------------------------------------
 
@@ -888,14 +960,25 @@ class ScenarioStepper:
         txs.extend(self.finishes.pop(h, ()))
         txs.extend(self.declines.pop(h, ()))
         starts: list[MsgStartInference] = []
+        devshard = self.devshard
         for request, attempt, model in self.reselects.pop(h, ()):
-            self.assign(h, request, attempt, model, starts)
+            if devshard is not None and devshard.is_routed(request):
+                devshard.process_submit(
+                    h, request, attempt, model, get_request_id(request, attempt)
+                )
+            else:
+                self.assign(h, request, attempt, model, starts)
         for _ in range(int(self.counts[h - 1])):
             n = self.next_request
             self.next_request += 1
             self.requests += 1
             model = _pick_model(self.seed, n, self.models, self.scenario.model_traffic)
-            self.assign(h, n, 0, model, starts)
+            if devshard is not None and devshard.is_routed(n):
+                devshard.process_submit(h, n, 0, model, get_request_id(n))
+            else:
+                self.assign(h, n, 0, model, starts)
+        if devshard is not None:
+            self.process_devshard(devshard, h, starts)
         txs.extend(starts)
         return self.deliver(txs)
 
@@ -915,8 +998,10 @@ class _Run:
         bucket_blocks: int,
         on_block: Callable[[Chain, int], None] | None,
         fingerprint: bytes | None = None,
+        devshard: DevshardPath | None = None,
     ) -> None:
         self.s = scenario
+        self.devshard = devshard
         self.chain = chain
         self.params = params
         self.trace = trace
@@ -944,6 +1029,7 @@ class _Run:
             deliver=None if fingerprint is None else self.deliver_with_checkpoint,
             on_selection=self.record_selection,
             on_start=self.record_start,
+            devshard=devshard,
         )
         self.models = self.stepper.models
         self.model_members = {
@@ -1234,7 +1320,8 @@ height order (same height: file order), each to the params in force after the pr
                                        Decimal field takes a decimal string or number
 Every resulting pair is validated before the run starts; an invalid entry fails with the rule it
 breaks. The signer is the x/gov module account (not a param), and health_params.policy takes a
-chain policy only (the oracle is the simulator's baseline, not a param)."""
+chain policy only (the oracle is the simulator's baseline, not a param). At most MAX_ENTRIES
+entries (keepersim/limits.py).""".replace("MAX_ENTRIES", f"{MAX_GOVERNANCE_ENTRIES:,}")
 
 
 def get_group_weights(keeper: Keeper, epoch_index: int) -> list[ValidationWeight]:
@@ -1365,13 +1452,18 @@ def parse_governance(
     ``base``) and validated. Raises :class:`GovernanceError` naming the entry."""
     if not isinstance(data, list):
         raise GovernanceError(
-            f"{source}: expected a JSON list of entries, got {type(data).__name__}"
+            f"{source}: expected a JSON list of entries, got {get_json_type(data)}"
+        )
+    if len(data) > MAX_GOVERNANCE_ENTRIES:
+        raise GovernanceError(
+            f"{source}: {len(data):,} entries, above the limit of {MAX_GOVERNANCE_ENTRIES:,} "
+            "for a governance schedule"
         )
     indexed: list[tuple[int, int, Mapping[str, Any]]] = []
     for i, entry in enumerate(data):
         where = f"{source}[{i}]"
         if not isinstance(entry, Mapping):
-            raise GovernanceError(f"{where}: expected an object, got {type(entry).__name__}")
+            raise GovernanceError(f"{where}: expected an object, got {get_json_type(entry)}")
         unknown = sorted(set(entry) - {"height", "params", "extension_params", "set"})
         if unknown:
             raise GovernanceError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}")

@@ -19,6 +19,7 @@ from typing import Final
 
 import numpy as np
 
+from keepersim.limits import MAX_LATENCY_BLOCKS
 from keepersim.sim.scenario import ParticipantSpec, Scenario
 from keepersim.types.bech32 import ACCOUNT_ADDRESS_PREFIX, compute_bech32
 
@@ -310,7 +311,7 @@ def generate_scenario(
     )
     d_lo, d_hi = _check_range("degraded_miss", degraded_miss, 0.0, 1.0)
     h_lo, h_hi = _check_range("healthy_miss", healthy_miss, 0.0, 1.0)
-    lat_lo, lat_hi = _check_range("latency", latency, 1, math.inf, integer=True)
+    lat_lo, lat_hi = _check_range("latency", latency, 1, MAX_LATENCY_BLOCKS, integer=True)
     if not _is_real(selection_bias) or not 0.0 <= selection_bias <= 4.0:
         raise ValueError(
             f"generate_scenario: selection_bias must be a number in [0, 4], got {selection_bias!r}"

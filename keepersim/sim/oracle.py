@@ -24,6 +24,7 @@ from typing import ClassVar
 
 from keepersim.keeper.policies import PolicyFactory
 from keepersim.keeper.policies.base import NEVER, Health, HealthPolicy, PolicyReader
+from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY
 from keepersim.sim.scenario import ParticipantSpec, Scenario
 
 __all__ = [
@@ -102,8 +103,12 @@ def make_oracle_factory(scenario: Scenario) -> PolicyFactory:
 
 
 def get_chain_policy_name(policy: str) -> str:
-    """The policy a run's params name: the run's own, or the oracle's stand-in."""
-    return ORACLE_CHAIN_POLICY if policy == ORACLE_POLICY_NAME else policy
+    """The policy a run's params name: the run's own, or the stand-in (``none``) of a
+    harness-only policy: the oracle, or ``devshard-limiter`` (the gateway's limiter, off-chain:
+    :mod:`keepersim.sim.devshard_path`)."""
+    if policy in (ORACLE_POLICY_NAME, DEVSHARD_LIMITER_POLICY):
+        return ORACLE_CHAIN_POLICY
+    return policy
 
 
 def get_policy_override(policy: str, scenario: Scenario) -> PolicyFactory | None:

@@ -10,6 +10,8 @@ experiment. keepersim accepts a few optional keys beyond the spec (each document
   after capacity pushback,
 * top level ``pushback`` (boolean, default false): a participant over capacity declines with
   pushback (a neutral outcome) instead of silently missing,
+* top level ``devshard`` (object, default absent): a share of the requests goes through
+  devshard escrows instead of ``MsgStartInference`` (:mod:`keepersim.sim.devshard_spec`),
 * per participant ``models`` (non-empty list of strings, default ``["default"]``),
 * per participant ``capacity`` may be omitted (same as null),
 * top level ``model_traffic``, ``events``, ``params``, ``source`` and per participant
@@ -21,7 +23,8 @@ finite numbers; the limits below). All problems found are reported together in o
 :class:`ScenarioError`, each with the JSON location (e.g. ``participants[3].miss[1][0]``) and what
 was expected.
 
-Limits (``MAX_*`` below, also in the schema): a weight fits the chain's int32; a run holds at most
+Limits (``MAX_*``, defined in :mod:`keepersim.limits` with every other input limit, also in the
+schema): a weight fits the chain's int32; a run holds at most
 ``MAX_EXPECTED_REQUESTS`` expected requests (``blocks x arrivals_per_block``) and
 ``MAX_PARTICIPANTS`` participants, so it finishes in about 10 minutes and well under 1 GB
 (measured: mainnet_like, 55,000 requests, 7 s and 66 MB; 200,000 requests, 19 s and 79 MB). They are checked before any work: a scenario beyond them is
@@ -45,9 +48,31 @@ from typing import Any, Final
 
 import jsonschema
 
+from keepersim.inputs import (
+    InputError,
+    find_duplicate_keys,
+    format_json_path,
+    get_json_type,
+    read_json_input,
+)
+from keepersim.limits import (
+    MAX_ARRIVALS_PER_BLOCK,
+    MAX_BLOCKS,
+    MAX_CAPACITY,
+    MAX_EPOCH_LENGTH,
+    MAX_EXPECTED_REQUESTS,
+    MAX_EXPIRATION_BLOCKS,
+    MAX_LATENCY_BLOCKS,
+    MAX_PARTICIPANTS,
+    MAX_RESELECTS,
+    MAX_SEED,
+    MAX_WEIGHT,
+)
+from keepersim.sim.devshard_spec import DevshardSpec, dump_devshard, parse_devshard
 from keepersim.sim.scenario_extras import ScenarioEvent, get_extra_problems
 
 __all__ = [
+    "get_json_type",
     "DEFAULT_EXPIRATION_BLOCKS",
     "DEFAULT_LATENCY_BLOCKS",
     "DEFAULT_MAX_RESELECTS",
@@ -83,19 +108,6 @@ DEFAULT_MAX_RESELECTS: Final = 2
 DEFAULT_PUSHBACK: Final = False
 DEFAULT_MODELS: Final[tuple[str, ...]] = ("default",)
 
-#: The chain stores weights as int32.
-MAX_WEIGHT: Final = 2**31 - 1
-MAX_PARTICIPANTS: Final = 10_000
-MAX_BLOCKS: Final = 1_000_000
-#: ``blocks x arrivals_per_block``: about 90x mainnet_like, 40x overload (~10 min at 7,500-10,000/s).
-MAX_EXPECTED_REQUESTS: Final = 5_000_000
-MAX_ARRIVALS_PER_BLOCK: Final = 10_000
-MAX_EPOCH_LENGTH: Final = 1_000_000
-MAX_EXPIRATION_BLOCKS: Final = 100_000
-MAX_LATENCY_BLOCKS: Final = 10_000
-MAX_CAPACITY: Final = 1_000_000
-MAX_RESELECTS: Final = 100
-MAX_SEED: Final = 2**63 - 1
 
 _SCHEMA_FILE: Final = "scenario.schema.json"
 _MAX_LISTED_PROBLEMS: Final = 50
@@ -197,6 +209,8 @@ class Scenario:
     max_reselects: int = DEFAULT_MAX_RESELECTS
     pushback: bool = DEFAULT_PUSHBACK
     description: str = ""
+    #: The devshard path (None: every request is classic ``MsgStartInference`` traffic).
+    devshard: DevshardSpec | None = None
     #: ``(from_block, factor)``: the arrival rate's factor from that block on (empty: 1).
     arrival_shape: tuple[tuple[int, float], ...] = ()
     #: ``(model, share)``: a request's model drawn with these shares (empty: uniform).
@@ -316,13 +330,7 @@ def _is_int(value: object) -> bool:
 
 
 def _format_location(path: Iterable[str | int]) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out or "top level"
+    return format_json_path(path)
 
 
 def _show(value: object) -> str:
@@ -331,25 +339,6 @@ def _show(value: object) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def get_json_type(value: object) -> str:
-    """How an error names a JSON value's kind ("an integer", "a list", ...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return f"a {type(value).__name__}"
 
 
 def _pair_name(path: _Path) -> str | None:
@@ -460,8 +449,6 @@ def _semantic_problems(obj: object) -> list[_Problem]:
     if not isinstance(obj, Mapping):
         return problems
     arrivals = obj.get("arrivals_per_block")
-    if isinstance(arrivals, float) and not math.isfinite(arrivals):
-        problems.append((("arrivals_per_block",), f"expected a finite number, got {arrivals!r}"))
     seed = obj.get("seed")
     if _is_int(seed) and not 0 <= seed <= MAX_SEED:  # type: ignore[operator]
         problems.append((("seed",), f"expected an integer in [0, 2^63-1], got {_show(seed)}"))
@@ -519,12 +506,6 @@ def _semantic_problems(obj: object) -> list[_Problem]:
                 previous = None
                 continue
             from_block = entry[0]
-            if len(entry) >= 2:
-                p = entry[1]
-                if isinstance(p, float) and not math.isfinite(p):
-                    problems.append(
-                        ((*base, "miss", j, 1), f"expected a finite number in [0, 1], got {p!r}")
-                    )
             if not _is_int(from_block):
                 previous = None
                 continue
@@ -545,6 +526,18 @@ def _semantic_problems(obj: object) -> list[_Problem]:
                 )
             previous = from_block
     return problems
+
+
+def _find_nonfinite(value: object, path: _Path) -> Iterable[tuple[_Path, float]]:
+    """``(path, value)`` of every NaN or infinite number in a decoded JSON value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, child in value.items():
+            yield from _find_nonfinite(child, (*path, key))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from _find_nonfinite(child, (*path, i))
 
 
 def _sort_key(problem: _Problem) -> tuple[tuple[tuple[int, int, str], ...], str]:
@@ -597,8 +590,14 @@ def _parse(obj: object, source: str, problems: list[_Problem]) -> Scenario:
             )
         )
         _raise_problems(source, problems + _semantic_problems({**obj, "participants": []}))
+    # NaN and Infinity (and 1e400, read as Infinity): one problem each, whatever the schema
+    # would also say of them (a type, a limit).
+    nonfinite = dict(_find_nonfinite(obj, ()))
+    problems.extend(
+        (path, f"expected a finite number, got {_show(v)}") for path, v in nonfinite.items()
+    )
     for error in _validator().iter_errors(obj):
-        problems.extend(_schema_problems(error))
+        problems.extend(p for p in _schema_problems(error) if p[0] not in nonfinite)
     problems.extend(_semantic_problems(obj))
     if isinstance(obj, Mapping) and not problems:
         problems.extend(get_extra_problems(obj))
@@ -645,6 +644,7 @@ def _build(obj: Mapping[str, Any]) -> Scenario:
         max_reselects=int(obj.get("max_reselects", DEFAULT_MAX_RESELECTS)),
         pushback=bool(obj.get("pushback", DEFAULT_PUSHBACK)),
         description=obj.get("description", ""),
+        devshard=None if obj.get("devshard") is None else parse_devshard(obj["devshard"]),
         arrival_shape=tuple((int(b), float(f)) for b, f in obj.get("arrival_shape", ())),
         model_traffic=tuple((m, float(v)) for m, v in obj.get("model_traffic", {}).items()),
         events=tuple(
@@ -656,37 +656,11 @@ def _build(obj: Mapping[str, Any]) -> Scenario:
     )
 
 
-class _JsonObject(dict[str, Any]):
-    """A decoded JSON object that remembers keys which appeared more than once."""
-
-    duplicates: tuple[str, ...] = ()
-
-
-def _object_pairs(pairs: list[tuple[str, Any]]) -> _JsonObject:
-    obj = _JsonObject(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        dups: list[str] = []
-        for key, _ in pairs:
-            if key in seen and key not in dups:
-                dups.append(key)
-            seen.add(key)
-        obj.duplicates = tuple(dups)
-    return obj
-
-
-def _duplicate_key_problems(value: object, path: _Path = ()) -> list[_Problem]:
-    problems: list[_Problem] = []
-    if isinstance(value, _JsonObject):
-        problems.extend(
-            (path, f"duplicate key {key!r} (each key may appear once)") for key in value.duplicates
-        )
-        for key, child in value.items():
-            problems.extend(_duplicate_key_problems(child, (*path, key)))
-    elif isinstance(value, list):
-        for i, child in enumerate(value):
-            problems.extend(_duplicate_key_problems(child, (*path, i)))
-    return problems
+def _duplicate_key_problems(value: object) -> list[_Problem]:
+    return [
+        (path, f"duplicate key {key!r} (each key may appear once)")
+        for path, key in find_duplicate_keys(value)
+    ]
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
@@ -696,23 +670,14 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     column), duplicate keys, schema or semantic problems (with their JSON locations).
     """
     source = os.fspath(path)
-    try:
-        raw = Path(source).read_bytes()
-    except OSError as exc:
-        raise ScenarioError(f"{source}: cannot read scenario file: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(
-            f"{source}: not UTF-8 text (invalid byte at offset {exc.start})"
-        ) from exc
-    try:
-        obj = json.loads(text, object_pairs_hook=_object_pairs)
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(
-            f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from exc
-    return _parse(obj, source, _duplicate_key_problems(obj))
+    try:  # NaN and Infinity pass, to be named by their field (_semantic_problems)
+        obj = read_json_input(source, "scenario file", allow_nan=True, allow_duplicates=True)
+    except InputError as exc:
+        raise ScenarioError(str(exc)) from exc
+    duplicates = _duplicate_key_problems(obj)
+    if duplicates:  # which value counts is unclear: the duplicates alone, not what follows
+        _raise_problems(source, duplicates)
+    return _parse(obj, source, [])
 
 
 # --------------------------------------------------------------------------------------------
@@ -756,6 +721,8 @@ def dump_scenario(s: Scenario) -> dict[str, Any]:
         out["max_reselects"] = s.max_reselects
     if s.pushback != DEFAULT_PUSHBACK:
         out["pushback"] = s.pushback
+    if s.devshard is not None:
+        out["devshard"] = dump_devshard(s.devshard)
     if s.arrival_shape:
         out["arrival_shape"] = [[b, f] for b, f in s.arrival_shape]
     if s.model_traffic:

@@ -25,6 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from keepersim.limits import (
+    MAX_ARRIVALS_PER_BLOCK,
+    MAX_BLOCKS,
+    MAX_EXPECTED_REQUESTS,
+)
 from keepersim.types.errors import InvalidParamsError
 from keepersim.types.params import get_default_params, params_from_dict, params_to_dict
 
@@ -113,20 +118,24 @@ def _shape_problems(obj: Mapping[str, Any]) -> list[_Problem]:
     arrivals, blocks = obj.get("arrivals_per_block"), obj.get("blocks")
     if problems or not isinstance(arrivals, int | float) or not isinstance(blocks, int):
         return problems
-    if not 0 < blocks <= 1_000_000:
+    if not 0 < blocks <= MAX_BLOCKS:
         return problems
     factors = compute_arrival_factors([(int(b), float(f)) for b, f in shape], blocks)
     expected = arrivals * sum(factors)
-    if expected > 5_000_000:
+    if expected > MAX_EXPECTED_REQUESTS:
         problems.append(
             (
                 ("arrival_shape",),
-                f"the expected requests {expected:.6g} are above the limit 5,000,000",
+                f"the expected requests {expected:.6g} are above the limit "
+                f"{MAX_EXPECTED_REQUESTS:,}",
             )
         )
-    if arrivals * max(factors) > 10_000:
+    if arrivals * max(factors) > MAX_ARRIVALS_PER_BLOCK:
         problems.append(
-            (("arrival_shape",), "arrivals_per_block x a factor is above the limit 10,000")
+            (
+                ("arrival_shape",),
+                f"arrivals_per_block x a factor is above the limit {MAX_ARRIVALS_PER_BLOCK:,}",
+            )
         )
     return problems
 

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final, Literal
 
+from keepersim.limits import MAX_TRACE_LINE_BYTES
 from keepersim.trace.format import (
     TRACE_VERSION,
     UNCLOSED_VERSION,
@@ -104,12 +105,24 @@ def read_line_digest(handle: IO[bytes], end: int) -> tuple[_Hash, int]:
     return digest, lines
 
 
+class LineTooLongError(ValueError):
+    """A trace line above :data:`~keepersim.limits.MAX_TRACE_LINE_BYTES`, ending at ``end``."""
+
+    def __init__(self, end: int) -> None:
+        super().__init__(end)
+        self.end = end
+
+
 def _iter_lines_backwards(handle: IO[bytes], end: int) -> Iterator[tuple[int, bytes]]:
     """(start offset, bytes) of the whole lines before ``end`` (which follows a newline), the
-    last one first, each without its newline. A long line is read in blocks, joined once."""
+    last one first, each without its newline. A long line is read in blocks, joined once;
+    one above the line limit raises :class:`LineTooLongError`."""
     pos = end - 1  # the newline of the last line; bytes before ``pos`` are still unread
+    line_end = pos
     pieces: list[bytes] = []  # the current line's blocks read so far, the last first
     while pos > 0:
+        if line_end - pos > MAX_TRACE_LINE_BYTES:
+            raise LineTooLongError(line_end)
         start = max(0, pos - 65536)
         handle.seek(start)
         block = handle.read(pos - start)
@@ -118,8 +131,11 @@ def _iter_lines_backwards(handle: IO[bytes], end: int) -> Iterator[tuple[int, by
             pieces.append(block[i + 1 :])
             yield start + i + 1, b"".join(reversed(pieces))
             pieces = []
+            line_end = start + i
             block = block[:i]
         pieces.append(block)
+    if line_end > MAX_TRACE_LINE_BYTES:
+        raise LineTooLongError(line_end)
     yield 0, b"".join(reversed(pieces))
 
 
@@ -162,8 +178,23 @@ def compute_trace_end(path: str | os.PathLike[str]) -> TraceEnd:
     """Where the records of the trace at ``path`` end. Raises :class:`TraceError` when its
     closing record is malformed or does not match the lines before it."""
     name = os.fspath(path)
+    try:
+        return _compute_trace_end(name)
+    except LineTooLongError as exc:
+        with open(name, "rb") as handle:
+            _, before = read_line_digest(handle, exc.end)
+        raise TraceError(
+            name,
+            before + 1,
+            "line",
+            f"longer than the limit of {MAX_TRACE_LINE_BYTES:,} bytes for a trace line "
+            "(keepersim/limits.py): not a trace, or a line without its end",
+        ) from None
+
+
+def _compute_trace_end(name: str) -> TraceEnd:
     with open(name, "rb") as handle:
-        header = _read_header(handle.readline())
+        header = _read_header(handle.readline(MAX_TRACE_LINE_BYTES + 1))
         if header is None:
             return TraceEnd("unchecked")
         version, first_height = header

@@ -64,6 +64,7 @@ from typing import Any, TypeVar
 from google.protobuf.message import Message
 
 from keepersim.keeper.inferences import is_declined
+from keepersim.limits import MAX_TRACE_LINE_BYTES
 from keepersim.trace.build import FastParseError, get_builder
 from keepersim.trace.format import (
     FINISHED_LIKE,
@@ -188,11 +189,15 @@ class _Reader:
             return self.parse_inference(data, line)
         if record_type == "end":
             assert self.header is not None
+            where = (
+                "before the last line"
+                if self.header.version == TRACE_VERSION
+                else f"in a version {self.header.version} trace"
+            )
             raise self.error(
                 line,
                 "type",
-                f"a closing record (end) before the last line, or in a version "
-                f"{self.header.version} trace: it can only be the last line of a version "
+                f"a closing record (end) {where}: it can only be the last line of a version "
                 f"{TRACE_VERSION} trace",
             )
         if record_type == "header":
@@ -506,9 +511,19 @@ def iterate_trace(
     with open(name, "rb") as handle:
         handle.seek(cursor.offset)
         number = cursor.line
-        for number, raw in enumerate(handle, start=cursor.line + 1):  # noqa: B007
+        limit = MAX_TRACE_LINE_BYTES + 1
+        lines = iter(lambda: handle.readline(limit), b"")
+        for number, raw in enumerate(lines, start=cursor.line + 1):  # noqa: B007
             if stop is not None and cursor.offset >= stop:
                 break
+            if len(raw) == limit and not raw.endswith(b"\n"):
+                raise TraceError(
+                    name,
+                    number,
+                    "line",
+                    f"longer than the limit of {MAX_TRACE_LINE_BYTES:,} bytes for a trace line "
+                    "(keepersim/limits.py): not a trace, or a line without its end",
+                )
             cursor.offset += len(raw)
             cursor.line = number
             try:

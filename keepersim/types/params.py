@@ -245,7 +245,11 @@ def validate_run_params(chain: Params, sprt_enabled: bool) -> None:
         p1 = get_decimal_value(v.downtime_bad_percentage)
         _require(0 < p0 < 1, f + "downtime_good_percentage", "0 < p0 < 1", str(p0))
         _require(0 < p1 < 1, f + "downtime_bad_percentage", "0 < p1 < 1", str(p1))
-        _require(p0 < p1, f + "downtime_bad_percentage", "good < bad", str(p1))
+        # good = bad is what mainnet holds at epoch 386 (gonka issue #1726): the chain's
+        # NewSPRT (x/inference/calculations/sprt.go at ee730031) accepts any p0, p1 in (0, 1),
+        # and with p0 = p1 both log ratios are 0, so the SPRT never fires. good > bad is
+        # refused: it would deactivate for passing.
+        _require(p0 <= p1, f + "downtime_bad_percentage", "good <= bad", str(p1))
         h = get_decimal_value(v.downtime_h_threshold)
         _require(h > 0, f + "downtime_h_threshold", "> 0", str(h))
     # The chain's own rules (validate_chain_params) already require a positive epoch and PoC

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mainnet_data import MAINNET_DATA as DATA
 
 from keepersim.chain import Chain
 from keepersim.chaindata.epoch_folder import load_epoch_source
@@ -18,8 +19,6 @@ from keepersim.sim.driver import run_scenario
 from keepersim.sim.scenario import ScenarioError, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data" / "gonka-mainnet"
-DATA = SHARED if SHARED.is_dir() else ROOT / "examples" / "mainnet"
 
 BASE: dict[str, Any] = {
     "name": "events",

@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mainnet_data import EXAMPLES, get_epoch_dirs
+from mainnet_data import MAINNET_DATA as DATA
 
 from keepersim import cli
+from keepersim.chaindata.devshard_fleet import DEVSHARD_PATH
 from keepersim.chaindata.epoch_folder import (
     ChainDataError,
     get_subgroup_file_name,
@@ -31,10 +34,7 @@ from keepersim.runs.sources import resolve_scenarios
 from keepersim.sim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data" / "gonka-mainnet"
-EXAMPLES = ROOT / "examples" / "mainnet"
-DATA = SHARED if SHARED.is_dir() else EXAMPLES
-EPOCH_DIRS = sorted(p for p in DATA.iterdir() if p.is_dir() and p.name.startswith("epoch_"))
+EPOCH_DIRS = get_epoch_dirs()
 
 
 def _epoch(folder: Path) -> int:
@@ -205,15 +205,27 @@ def test_from_chain_writes_scenarios_that_load(tmp_path: Path, capsys: Any) -> N
 
 def test_devshard_epochs_take_their_traffic_from_the_summaries() -> None:
     """Where the summaries count far more inferences than the group's number_of_requests, the
-    traffic is the summaries' total and the scenario says its selection path is not
+    traffic is the summaries' total; at 2x or more (devshard's epochs) its non-classic share
+    runs on the devshard path, below that the scenario says its selection path is not
     modelled; otherwise the group's completed requests plus the misses."""
     for record in load_epoch_source(DATA):
         scenario = build_epoch_scenario(record)
         done = sum(s.inference_count for s in record.summaries)
         requests = scenario.arrivals_per_block * scenario.blocks
         source = scenario.source or {}
-        if done > 1.1 * record.number_of_requests:
+        if done >= 2 * record.number_of_requests:
+            assert source["selection_path"] == DEVSHARD_PATH
+            assert requests == pytest.approx(record.get_recorded_requests())
+            assert scenario.devshard is not None
+            recorded = record.get_recorded_requests()
+            classic = record.number_of_requests * recorded / done
+            assert scenario.devshard.share == pytest.approx(1 - classic / recorded, abs=1e-6)
+            classic_fleet = build_epoch_scenario(record, selection_path="classic")
+            assert classic_fleet.devshard is None
+            assert (classic_fleet.source or {})["selection_path"] == NOT_MODELLED
+        elif done > 1.1 * record.number_of_requests:
             assert source["selection_path"] == NOT_MODELLED
+            assert scenario.devshard is None
             assert requests == pytest.approx(record.get_recorded_requests())
             assert "not modelled" in scenario.description
         else:

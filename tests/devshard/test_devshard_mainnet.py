@@ -12,13 +12,13 @@ import hashlib
 import json
 import math
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from mainnet_data import MAINNET_DATA
 
 from keepersim.keeper.devshard.slots import compute_escrow_slots
+from keepersim.types.epoch_layout import compute_model_file_name
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "gonka-mainnet"
 EPOCH = 252
 MODEL = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
 
@@ -30,12 +30,12 @@ def pearson(x: list[float], y: list[float]) -> float:
 
 
 def test_slot_shares_follow_recorded_devshard_traffic() -> None:
-    folder = DATA / f"epoch_{EPOCH}"
+    folder = MAINNET_DATA / f"epoch_{EPOCH}"
     if not folder.is_dir():
-        pytest.skip(f"mainnet data not found at {DATA}")
-    group = json.loads(
-        (folder / f"epoch_group_data_{EPOCH}__{MODEL.replace('/', '_')}.json").read_text()
-    )["epoch_group_data"]
+        pytest.skip(f"epoch {EPOCH} not found in {MAINNET_DATA}")
+    group = json.loads((folder / compute_model_file_name(EPOCH, MODEL)).read_text())[
+        "epoch_group_data"
+    ]
     weights = [(v["member_address"], int(v["weight"])) for v in group["validation_weights"]]
     assert len(weights) == 72
     slots: Counter[str] = Counter()

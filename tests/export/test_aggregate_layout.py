@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.epoch_layout import (
     AggregateFile,
     check_answer,
@@ -18,7 +19,6 @@ from keepersim.types.epoch_layout import (
     compute_model_file_name,
     compute_model_files,
 )
-from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.messages import ConfirmationPoCEvent, EpochGroupData, ExcludedParticipant
 
 EPOCHS = st.integers(0, 2**64 - 1)

@@ -81,8 +81,8 @@ def test_invalid_params_name_the_rule(
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('{"messages": [', "line 1 column 15: not valid JSON"),
-        ("[1, 2]", "expected a proposal object, got list"),
+        ('{"messages": [', "invalid JSON at line 1, column 15"),
+        ("[1, 2]", "expected a proposal object, got a list"),
         ('{"messages": [], "title": "t", "summary": "s"}', "'messages' must be a non-empty list"),
     ],
 )

@@ -34,7 +34,7 @@ def mainnet_history() -> ChainHistory:
     from standin.mainnet import MAINNET_DATA, build_mainnet_history
 
     if not MAINNET_DATA.is_dir():
-        pytest.skip(f"no shared mainnet data at {MAINNET_DATA} (set KEEPERSIM_SHARED_DATA)")
+        pytest.skip("no shared mainnet data (tests/mainnet_data.py says where it is looked for)")
     return build_mainnet_history()
 
 

@@ -19,10 +19,11 @@ its latest epoch; ``params`` is the latest folder's (the same file in every fold
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from mainnet_data import get_mainnet_data_dir
 
 from keepersim.types.chain_json import compute_chain_json, parse_chain_json
 from keepersim.types.epoch_layout import compute_model_file_name
@@ -45,11 +46,8 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The shared data beside the repository (``KEEPERSIM_SHARED_DATA`` names another ``data``
-#: folder, e.g. for a git worktree whose parent has no ``shared/``).
-MAINNET_DATA = (
-    Path(os.environ.get("KEEPERSIM_SHARED_DATA", ROOT / ".." / "shared" / "data")) / "gonka-mainnet"
-)
+#: The shared data (tests/mainnet_data.py says where it is looked for).
+MAINNET_DATA = get_mainnet_data_dir() or Path("shared/data/gonka-mainnet (not found)")
 MAINNET_EPOCHS = tuple(range(247, 253))
 MAINNET_CHAIN_ID = "gonka-mainnet"
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from chain_data import EPOCHS, get_mainnet_data_dir, load_live_params
+from mainnet_data import EPOCHS, load_live_params, require_shared
 
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.chain_mainnet import LIVE_PARAMS_RESOURCE, get_live_mainnet_json
@@ -78,9 +78,7 @@ def test_preset_differs_from_the_live_params_only_where_explained(epoch: int) ->
 
 
 def test_packaged_copy_is_the_live_answer() -> None:
-    folder = get_mainnet_data_dir()
-    if folder is None:
-        pytest.skip("shared/data/gonka-mainnet not found beside the checkout")
+    require_shared()
     _, name = LIVE_PARAMS_RESOURCE
     for epoch in EPOCHS:
         assert get_live_mainnet_json() == load_live_params(epoch), epoch

@@ -9,9 +9,9 @@ import json
 from typing import Any
 
 import pytest
-from chain_data import EPOCHS, load_live_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mainnet_data import EPOCHS, load_live_params
 
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.chain_params import get_chain_default_params, validate_chain_params
