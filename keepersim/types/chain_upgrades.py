@@ -16,6 +16,8 @@ the upgrade that introduced it is what gave it a value on the chain.
 
 from __future__ import annotations
 
+from typing import Final
+
 from keepersim.types.chain_params import (
     KIMI_MODEL_ID,
     MINIMAX_MODEL_ID,
@@ -78,6 +80,18 @@ DEFAULT_SEAL_GRACE_MULTIPLIER = 10  # DefaultSealGraceMultiplier
 DEVSHARD_SEAL_GRACE_FLOOR = 20  # DevshardSealGraceFloor
 DEFAULT_DEVSHARD_GROUP_SIZE = 16  # DefaultDevshardGroupSize
 
+#: The DevshardEscrowParams fields v0_2_14 backfillDevshardEscrowParamDefaults sets from the
+#: defaults when zero (besides the seal-grace nonces, which it derives from the group size).
+_BACKFILLED_ZERO_FIELDS: Final = (
+    "default_inference_seal_grace_seconds",
+    "create_devshard_fee",
+    "fee_per_nonce",
+    "refusal_timeout",
+    "execution_timeout",
+    "validation_rate",
+    "vote_threshold_factor",
+)
+
 #: Which handler gives each field a v0.2.12 node's params lack (the fields v0.2.13 and v0.2.14
 #: added to ``Params``), as ``path -> "version function"`` (``app/upgrades/<version>/upgrades.go``
 #: at :data:`UPGRADES_COMMIT`); "" where no handler sets the field, so the chain keeps the proto3
@@ -88,16 +102,7 @@ UPGRADE_FIELD_SOURCES: dict[str, str] = {
     "devshard_escrow_params.devshard_requests_enabled": "v0_2_13 setDevshardEscrowParams",
     **{
         f"devshard_escrow_params.{name}": "v0_2_14 backfillDevshardEscrowParamDefaults"
-        for name in (
-            "default_inference_seal_grace_nonces",
-            "default_inference_seal_grace_seconds",
-            "create_devshard_fee",
-            "fee_per_nonce",
-            "refusal_timeout",
-            "execution_timeout",
-            "validation_rate",
-            "vote_threshold_factor",
-        )
+        for name in ("default_inference_seal_grace_nonces", *_BACKFILLED_ZERO_FIELDS)
     },
     # Not among backfillDevshardEscrowParamDefaults' fields: the chain keeps 0, which
     # devshard/state/seal.go reads as DefaultAutoSealEveryNNonces (150).
@@ -168,15 +173,7 @@ def process_v0_2_14_upgrade(p: Params) -> None:
     if ds.default_inference_seal_grace_nonces == 0:
         group_size = ds.group_size or DEFAULT_DEVSHARD_GROUP_SIZE
         ds.default_inference_seal_grace_nonces = compute_default_seal_grace_nonces(group_size)
-    for name in (
-        "default_inference_seal_grace_seconds",
-        "create_devshard_fee",
-        "fee_per_nonce",
-        "refusal_timeout",
-        "execution_timeout",
-        "validation_rate",
-        "vote_threshold_factor",
-    ):
+    for name in _BACKFILLED_ZERO_FIELDS:
         if getattr(ds, name) == 0:
             setattr(ds, name, getattr(defaults, name))
     # setPocValidationVoteThreshold
