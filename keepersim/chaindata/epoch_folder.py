@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
+from keepersim.types.epoch_layout import (
+    compute_file_name,
+    compute_model_file_name,
+    get_folder_epoch,
+)
 from keepersim.types.errors import KeepersimError
 
 __all__ = [
@@ -34,11 +38,8 @@ __all__ = [
     "ExclusionRecord",
     "SummaryRecord",
     "find_epoch_folders",
-    "get_subgroup_file_name",
     "load_epoch_folder",
 ]
-
-_EPOCH_DIR: Final = re.compile(r"^epoch_(\d+)$")
 
 
 class ChainDataError(KeepersimError, ValueError):
@@ -93,26 +94,21 @@ class EpochRecord:
         return sum(s.inference_count + s.missed_requests for s in self.summaries)
 
 
-def get_subgroup_file_name(epoch: int, model: str) -> str:
-    """``epoch_group_data_N__MODEL.json``, the model's ``/`` written ``_``."""
-    return f"epoch_group_data_{epoch}__{model.replace('/', '_')}.json"
-
-
 def find_epoch_folders(path: str | Path) -> list[Path]:
     """``path`` itself if it is an ``epoch_N`` folder, else its ``epoch_N`` subfolders in epoch
     order. Raises :class:`ChainDataError` when there is none."""
     root = Path(path)
     if not root.is_dir():
         raise ChainDataError(f"{root}: not a folder (expected epoch_N/ or a folder holding them)")
-    if _EPOCH_DIR.match(root.name):
+    if get_folder_epoch(root.name) is not None:
         return [root]
-    found = [p for p in root.iterdir() if p.is_dir() and _EPOCH_DIR.match(p.name)]
+    found = [p for p in root.iterdir() if p.is_dir() and get_folder_epoch(p.name) is not None]
     if not found:
         raise ChainDataError(
             f"{root}: a folder with no epoch_N/ folder in it (expected a scenario file, a "
             "built-in scenario name, or a chain epoch folder epoch_N/ or one holding them)"
         )
-    return sorted(found, key=lambda p: int(_EPOCH_DIR.match(p.name).group(1)))  # type: ignore[union-attr]
+    return sorted(found, key=lambda p: get_folder_epoch(p.name) or 0)
 
 
 class _File:
@@ -200,10 +196,9 @@ def _read_weights(f: _File, group: Any, where: str) -> tuple[tuple[str, int], ..
 def load_epoch_folder(folder: str | Path) -> EpochRecord:
     """Read and check one ``epoch_N`` folder (see the module docstring)."""
     root = Path(folder)
-    match = _EPOCH_DIR.match(root.name)
-    if match is None or not root.is_dir():
+    epoch = get_folder_epoch(root.name)
+    if epoch is None or not root.is_dir():
         raise ChainDataError(f"{root}: not an epoch folder (expected a folder named epoch_N)")
-    epoch = int(match.group(1))
     files: dict[str, str] = {}
 
     def read(name: str) -> _File:
@@ -211,10 +206,10 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
         files[name] = f.sha256
         return f
 
-    params_file = read("params.json")
+    params_file = read(compute_file_name("params", epoch))
     params = params_file.get(params_file.data, "params", "", dict)
 
-    g = read(f"epoch_group_data_{epoch}.json")
+    g = read(compute_file_name("epoch_group_data", epoch))
     group = g.get(g.data, "epoch_group_data", "", dict)
     where = "epoch_group_data"
     g.check_epoch(group, where, epoch)
@@ -234,7 +229,7 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
     for i, model in enumerate(models):
         if not isinstance(model, str) or not model:
             raise g.fail(f"{where}.sub_group_models[{i}]", "expected a non-empty string")
-        s = read(get_subgroup_file_name(epoch, model))
+        s = read(compute_model_file_name(epoch, model))
         sub = s.get(s.data, "epoch_group_data", "", dict)
         s.check_epoch(sub, where, epoch)
         got = s.get(sub, "model_id", where, str)
@@ -243,7 +238,7 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
         subgroups[model] = _read_weights(s, sub, where)
         subgroup_requests[model] = s.get_uint(sub, "number_of_requests", where, default=0)
 
-    p = read(f"epoch_performance_summary_{epoch}.json")
+    p = read(compute_file_name("epoch_performance_summary", epoch))
     summaries: list[SummaryRecord] = []
     for i, row in enumerate(p.get_list(p.data, "epochPerformanceSummary", "")):
         at = f"epochPerformanceSummary[{i}]"
@@ -256,7 +251,7 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
             )
         )
 
-    x = read(f"excluded_participants_{epoch}.json")
+    x = read(compute_file_name("excluded_participants", epoch))
     exclusions: list[ExclusionRecord] = []
     for i, row in enumerate(x.get_list(x.data, "items", "")):
         at = f"items[{i}]"
@@ -269,7 +264,7 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
             )
         )
 
-    c = read(f"confirmation_poc_events_{epoch}.json")
+    c = read(compute_file_name("confirmation_poc_events", epoch))
     events: list[Mapping[str, Any]] = []
     for i, row in enumerate(c.get_list(c.data, "events", "")):
         at = f"events[{i}]"
@@ -305,7 +300,7 @@ def load_epoch_source(path: str | Path, epochs: Sequence[int] | None = None) -> 
     (an epoch asked for and absent is an error)."""
     folders = find_epoch_folders(path)
     if epochs is not None:
-        by_epoch = {int(f.name.split("_")[1]): f for f in folders}
+        by_epoch = {get_folder_epoch(f.name) or 0: f for f in folders}
         missing = [e for e in epochs if e not in by_epoch]
         if missing:
             raise ChainDataError(

@@ -57,11 +57,11 @@ from keepersim.chaindata.devshard_fleet import (
 from keepersim.chaindata.epoch_folder import (
     ChainDataError,
     EpochRecord,
-    get_subgroup_file_name,
     load_epoch_source,
 )
 from keepersim.chaindata.epoch_params import compute_epoch_params_patch, get_epoch_timing
 from keepersim.sim.scenario import Scenario, ScenarioError, parse_scenario
+from keepersim.types.epoch_layout import compute_model_file_name
 
 __all__ = [
     "DEFAULT_TRAFFIC_PROFILE",
@@ -211,7 +211,7 @@ def build_epoch_scenario(
             if weight > 0:
                 weights.setdefault(address, {})[model] = weight
     if not weights:
-        names = ", ".join(get_subgroup_file_name(record.epoch, m) for m in record.subgroups)
+        names = ", ".join(compute_model_file_name(record.epoch, m) for m in record.subgroups)
         raise ChainDataError(
             f"{record.folder}: no sub-group member with a weight > 0 "
             f"({names or 'the parent group lists no sub_group_models'}): no fleet to build"

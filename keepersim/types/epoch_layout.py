@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,9 +50,11 @@ __all__ = [
     "compute_epoch_files",
     "compute_epoch_folder",
     "compute_file_entry",
+    "compute_file_name",
     "compute_metadata",
     "compute_model_file_name",
     "compute_model_files",
+    "get_folder_epoch",
 ]
 
 METADATA_FILE = "metadata.json"
@@ -126,6 +129,18 @@ def compute_epoch_folder(epoch: int) -> str:
     return f"epoch_{epoch}"
 
 
+def get_folder_epoch(name: str) -> int | None:
+    """N of a folder named ``epoch_N`` (:func:`compute_epoch_folder`), else None."""
+    match = re.fullmatch(r"epoch_(\d+)", name)
+    return None if match is None else int(match.group(1))
+
+
+def compute_file_name(kind: str, epoch: int) -> str:
+    """The file of ``kind`` (a key of :data:`KINDS`) for epoch N: ``params.json``, or
+    ``KIND_N.json`` (a model sub-group's: :func:`compute_model_file_name`)."""
+    return "params.json" if kind == "params" else f"{kind}_{epoch}.json"
+
+
 def compute_model_file_name(epoch: int, model_id: str) -> str:
     """``epoch_group_data_N__MODEL.json``, each ``/`` of the model id as ``_`` (the shared
     files: ``Qwen/Qwen3-235B-A22B-Instruct-2507-FP8`` -> ``Qwen_Qwen3-235B-A22B-...``)."""
@@ -135,18 +150,20 @@ def compute_model_file_name(epoch: int, model_id: str) -> str:
 def compute_epoch_files(epoch: int) -> tuple[list[AggregateFile], list[AggregateFile]]:
     """An epoch's files in the shared metadata's order, before and after the model sub-groups
     (which need the parent group's ``sub_group_models``: :func:`compute_model_files`)."""
+
+    def file(kind: str) -> AggregateFile:
+        return AggregateFile(compute_file_name(kind, epoch), kind, epoch)
+
     before = [
-        AggregateFile("params.json", "params", epoch),
-        AggregateFile(f"epoch_group_data_{epoch}.json", "epoch_group_data", epoch),
-        AggregateFile(
-            f"epoch_performance_summary_{epoch}.json", "epoch_performance_summary", epoch
-        ),
-        AggregateFile(f"excluded_participants_{epoch}.json", "excluded_participants", epoch),
+        file(kind)
+        for kind in (
+            "params",
+            "epoch_group_data",
+            "epoch_performance_summary",
+            "excluded_participants",
+        )
     ]
-    after = [
-        AggregateFile(f"confirmation_poc_events_{epoch}.json", "confirmation_poc_events", epoch)
-    ]
-    return before, after
+    return before, [file("confirmation_poc_events")]
 
 
 def compute_model_files(epoch: int, models: Sequence[str]) -> list[AggregateFile]:

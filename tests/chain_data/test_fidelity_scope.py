@@ -19,6 +19,7 @@ from keepersim.chaindata import fidelity
 from keepersim.chaindata.epoch_folder import load_epoch_folder
 from keepersim.chaindata.fleet import build_epoch_scenario
 from keepersim.sim.scenario import Scenario
+from keepersim.types.epoch_layout import compute_model_file_name
 
 ROOT = Path(__file__).resolve().parents[2]
 EPOCH_DIRS = get_epoch_dirs()
@@ -38,7 +39,7 @@ def _fleet(folder: Path) -> set[str]:
     group = _json(folder, f"epoch_group_data_{epoch}.json")["epoch_group_data"]
     out: set[str] = set()
     for model in group.get("sub_group_models") or []:
-        name = f"epoch_group_data_{epoch}__{model.replace('/', '_')}.json"
+        name = compute_model_file_name(epoch, model)
         sub = _json(folder, name)["epoch_group_data"]
         out |= {
             v["member_address"]

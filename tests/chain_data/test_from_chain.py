@@ -20,7 +20,6 @@ from keepersim import cli
 from keepersim.chaindata.devshard_fleet import DEVSHARD_PATH
 from keepersim.chaindata.epoch_folder import (
     ChainDataError,
-    get_subgroup_file_name,
     load_epoch_folder,
     load_epoch_source,
 )
@@ -32,6 +31,7 @@ from keepersim.chaindata.fleet import (
 )
 from keepersim.runs.sources import resolve_scenarios
 from keepersim.sim.scenario import load_scenario
+from keepersim.types.epoch_layout import compute_model_file_name
 
 ROOT = Path(__file__).resolve().parents[2]
 EPOCH_DIRS = get_epoch_dirs()
@@ -65,7 +65,7 @@ def test_every_shipped_epoch_loads_and_builds(folder: Path) -> None:
     # Weights: the sub-groups' own, read from the files here.
     expected: dict[str, dict[str, int]] = {}
     for model in group["sub_group_models"]:
-        sub = _read(folder, get_subgroup_file_name(epoch, model))["epoch_group_data"]
+        sub = _read(folder, compute_model_file_name(epoch, model))["epoch_group_data"]
         for member in sub.get("validation_weights") or []:
             if int(member["weight"]) > 0:
                 expected.setdefault(member["member_address"], {})[model] = int(member["weight"])
@@ -168,7 +168,7 @@ def test_a_broken_folder_is_one_line_naming_the_file(
     else:
         group = _read(folder, f"epoch_group_data_{epoch}.json")["epoch_group_data"]
         for model in group["sub_group_models"]:
-            broken = folder / get_subgroup_file_name(epoch, model)
+            broken = folder / compute_model_file_name(epoch, model)
             if breakage == "subgroup_missing":
                 broken.unlink()
                 break
