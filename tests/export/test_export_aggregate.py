@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from export_kill import run_export_until_killed
 from standin.chain_node import ChainHistory, StandinNode
 from standin.conftest import chain_history, mainnet_history  # noqa: F401
 from standin.mainnet import MAINNET_DATA
@@ -329,26 +326,9 @@ def test_killed_process_resumes(mainnet_history: ChainHistory, tmp_path: Path) -
     node = SlowNode(mainnet_history).start()
     url = node.url
     try:
-        cmd = [sys.executable, "-m", "keepersim.cli", "export", "--aggregate"]
-        cmd += ["--node", node.url, "--epochs", "249-250", "--out", str(out)]
-        cmd += ["--concurrency", "1", "--no-progress"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 60
-            folder = out / "epoch_249"
-            while time.monotonic() < deadline and proc.poll() is None:
-                if len(answers(folder)) >= 3:
-                    break
-                time.sleep(0.01)
-            assert proc.poll() is None, "the export finished before it could be killed"
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-            if proc.stderr is not None:
-                proc.stderr.close()
-        assert proc.returncode == -signal.SIGKILL
+        argv = ["--aggregate", "--node", node.url, "--epochs", "249-250", "--out", str(out)]
+        folder = out / "epoch_249"
+        run_export_until_killed([*argv, "--concurrency", "1"], lambda: len(answers(folder)) >= 3)
         kept = len(answers(out / "epoch_249"))
         assert kept >= 3 and not (out / "epoch_249" / "metadata.json").exists()
         result = export_aggregates(node.url, (249, 250), out, options=FAST)

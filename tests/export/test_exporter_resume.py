@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from export_kill import run_export_until_killed
 
 from keepersim.chain import Chain
 from keepersim.export.exporter import ExportError, ExportOptions, export_trace
@@ -143,42 +139,9 @@ def test_killed_process_resumes(served: tuple[Chain, str, bytes], tmp_path: Path
     with BackgroundServer(create_app(chain, faults=slow)) as server:
         out = tmp_path / "trace.jsonl"
         progress = out.with_name(out.name + ".progress.json")
-        cmd = [
-            sys.executable,
-            "-m",
-            "keepersim.cli",
-            "export",
-            "--node",
-            server.url,
-            "--epochs",
-            "0-2",
-            "--out",
-            str(out),
-            "--page-limit",
-            "5",
-            "--concurrency",
-            "2",
-            "--no-progress",
-        ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    if count_units(progress) >= 8:
-                        break
-                except (OSError, ValueError, KeyError):
-                    pass
-                time.sleep(0.02)
-            assert proc.poll() is None, "the export finished before it could be killed"
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-            if proc.stderr is not None:
-                proc.stderr.close()
-        assert proc.returncode == -signal.SIGKILL
+        argv = ["--node", server.url, "--epochs", "0-2", "--out", str(out)]
+        argv += ["--page-limit", "5", "--concurrency", "2"]
+        run_export_until_killed(argv, lambda: count_units(progress) >= 8)
         assert not out.exists() and count_units(progress) >= 8
         before = count_units(progress)
         result = export_trace(server.url, (0, 2), out, options=OPTIONS)
