@@ -35,6 +35,7 @@ __all__ = [
     "get_json_type",
     "is_json_too_deep",
     "read_input_bytes",
+    "parse_json_input",
     "read_json_input",
 ]
 
@@ -263,8 +264,23 @@ def read_json_input(
     ``NaN``, ``Infinity`` and numbers beyond a float (``1e400``) are refused unless
     ``allow_nan`` (a caller that names the field itself).
     """
-    shown = os.fspath(path)
     raw = read_input_bytes(path, what, limit)
+    return parse_json_input(
+        raw, os.fspath(path), what, allow_nan=allow_nan, allow_duplicates=allow_duplicates
+    )
+
+
+def parse_json_input(
+    raw: bytes,
+    shown: str,
+    what: str,
+    *,
+    allow_nan: bool = False,
+    allow_duplicates: bool = False,
+) -> Any:
+    """The JSON value of an input file's bytes ``raw`` (already read within its size limit:
+    :func:`read_input_bytes`), with :func:`read_json_input`'s checks; ``shown`` names the
+    file in errors. For a caller that needs the bytes too (a digest of the file)."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -19,12 +19,12 @@ and the field. Numbers the gateway prints as strings (uint64) are read as intege
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keepersim.inputs import InputError, parse_json_input, read_input_bytes
 from keepersim.types.epoch_layout import (
     compute_file_name,
     compute_model_file_name,
@@ -117,21 +117,16 @@ class _File:
     def __init__(self, folder: Path, name: str) -> None:
         self.path = folder / name
         self.name = name
+        if not self.path.exists() and not self.path.is_symlink():
+            raise ChainDataError(f"{self.path}: missing (a required file of the epoch)")
+        # The one reader of input files: stat first (a FIFO or device is refused, not read),
+        # the size and depth limits, one problem per line.
         try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError as exc:
-            raise ChainDataError(f"{self.path}: missing (a required file of the epoch)") from exc
-        except OSError as exc:
-            raise ChainDataError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
+            raw = read_input_bytes(self.path, "epoch file")
+            self.data: Any = parse_json_input(raw, str(self.path), "epoch file")
+        except InputError as exc:
+            raise ChainDataError(str(exc)) from exc
         self.sha256 = hashlib.sha256(raw).hexdigest()
-        try:
-            self.data: Any = json.loads(raw.decode("utf-8-sig"))
-        except UnicodeDecodeError as exc:
-            raise ChainDataError(f"{self.path}: not UTF-8 (byte {exc.start})") from exc
-        except json.JSONDecodeError as exc:
-            raise ChainDataError(
-                f"{self.path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            ) from exc
 
     def fail(self, where: str, what: str) -> ChainDataError:
         return ChainDataError(f"{self.path}: {where}: {what}")

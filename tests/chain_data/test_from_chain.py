@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -140,7 +141,8 @@ def test_counts_never_reach_weights_or_traffic(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "breakage", ["missing", "truncated", "other_epoch", "subgroup_missing", "empty_fleet"]
+    "breakage",
+    ["missing", "truncated", "other_epoch", "subgroup_missing", "empty_fleet", "fifo", "device"],
 )
 def test_a_broken_folder_is_one_line_naming_the_file(
     breakage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -153,6 +155,12 @@ def test_a_broken_folder_is_one_line_naming_the_file(
         summary.unlink()
     elif breakage == "truncated":
         summary.write_bytes(summary.read_bytes()[: summary.stat().st_size // 2])
+    elif breakage == "fifo":  # refused by what it is, never opened (it would hang)
+        summary.unlink()
+        os.mkfifo(summary)
+    elif breakage == "device":  # /dev/zero: refused, never read
+        summary.unlink()
+        summary.symlink_to("/dev/zero")
     elif breakage == "other_epoch":
         broken = folder / f"excluded_participants_{epoch}.json"
         data = _read(folder, broken.name)
