@@ -25,8 +25,6 @@ merged object is read with ``fill_absent=False``.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +45,6 @@ __all__ = [
     "get_absent_fields",
     "parse_chain_params",
     "parse_module_params_json",
-    "read_chain_params_file",
     "warn_filled",
 ]
 
@@ -138,32 +135,6 @@ def parse_chain_params(
         if on_filled is not None:
             on_filled(where, filled)
     return params
-
-
-def read_chain_params_file(
-    path: str | os.PathLike[str], *, on_filled: FillSink | None = warn_filled
-) -> Params:
-    """A node's ``params`` answer saved to a file (``{"params": {...}}``, the REST body, as in
-    shared/data/gonka-mainnet/epoch_N/params.json) through :func:`parse_chain_params`. Every
-    error is a :class:`~keepersim.types.errors.ChainJsonError` naming the file."""
-    shown = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise ChainJsonError(shown, "", f"cannot read ({exc.strerror or exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise ChainJsonError(shown, "", f"not UTF-8 ({exc.reason})") from exc
-    except json.JSONDecodeError as exc:
-        raise ChainJsonError(
-            shown, "", f"line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})"
-        ) from exc
-    if not isinstance(data, dict) or set(data) != {"params"}:
-        raise ChainJsonError(shown, "", 'expected the params answer {"params": {...}}')
-    try:
-        return parse_chain_params(data["params"], where=shown, on_filled=on_filled)
-    except ChainJsonError as exc:
-        raise ChainJsonError(shown, _join("params", exc.path), exc.problem) from exc
 
 
 def parse_module_params_json(

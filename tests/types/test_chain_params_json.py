@@ -192,24 +192,3 @@ def test_module_params_json_round_trips_the_defaults() -> None:
     params = get_default_params()
     assert parse_module_params_json(compute_module_params_json(params), where="x") == params
     assert isinstance(params.params, Params)
-
-
-def test_read_chain_params_file(tmp_path: Any) -> None:
-    from keepersim.types.chain_params_json import read_chain_params_file
-
-    good = tmp_path / "params.json"
-    good.write_text(json.dumps({"params": load_live_params(250)}))
-    calls, sink = collect()
-    assert read_chain_params_file(good, on_filled=sink).epoch_params.epoch_length == 15391
-    assert calls and calls[0][0] == str(good)
-    for text, problem in (
-        ("{", "line 1 column 2: not valid JSON"),
-        ("[]", 'expected the params answer {"params": {...}}'),
-        ('{"params": {"epoch_params": 3}}', "params.epoch_params: expected a JSON object"),
-    ):
-        good.write_text(text)
-        with pytest.raises(ChainJsonError) as info:
-            read_chain_params_file(good, on_filled=None)
-        assert str(info.value).startswith(f"{good}: {problem}")
-    with pytest.raises(ChainJsonError, match="cannot read"):
-        read_chain_params_file(tmp_path / "missing.json")
