@@ -42,14 +42,14 @@ SELECTION_PATHS: Final = ("auto", "classic")
 
 def is_devshard_epoch(record: EpochRecord) -> bool:
     """Whether most of the epoch's traffic went through devshard (module docstring)."""
-    done = sum(s.inference_count for s in record.summaries)
+    done = record.get_recorded_inferences()
     return done >= DEVSHARD_PATH_RATIO * record.number_of_requests and done > 0
 
 
 def compute_devshard_key(record: EpochRecord) -> dict[str, Any]:
     """The scenario's ``devshard`` object for a devshard epoch (module docstring)."""
     recorded = record.get_recorded_requests()
-    done = sum(s.inference_count for s in record.summaries)
+    done = record.get_recorded_inferences()
     if not recorded or not done:
         return {"share": 1.0}
     classic = record.number_of_requests * recorded / done

@@ -89,6 +89,10 @@ class EpochRecord:
         """The epoch's blocks, ``effective_block_height .. last_block_height`` inclusive."""
         return self.last_block_height - self.effective_block_height + 1
 
+    def get_recorded_inferences(self) -> int:
+        """Every inference the summaries count (the total only; devshard's included)."""
+        return sum(s.inference_count for s in self.summaries)
+
     def get_recorded_requests(self) -> int:
         """Every request the summaries count: inferences plus misses (the total only)."""
         return sum(s.inference_count + s.missed_requests for s in self.summaries)

@@ -88,7 +88,7 @@ def get_devshard_inferences(record: EpochRecord) -> int:
     ``validated_inferences``) directly (keeper/devshard_host_stats.go:114-124, called from
     msg_server_settle_devshard_escrow.go:201-214 at d8b8e907). 0 when the summaries count
     fewer."""
-    done = sum(s.inference_count for s in record.summaries)
+    done = record.get_recorded_inferences()
     return max(0, done - record.number_of_requests)
 
 

@@ -100,7 +100,7 @@ def get_epoch_traffic(record: EpochRecord, traffic: str = "auto") -> tuple[float
     """(requests of the epoch, selection path): ``"MsgStartInference"`` or
     :data:`NOT_MODELLED` (see the module docstring)."""
     recorded = record.get_recorded_requests()
-    done = sum(s.inference_count for s in record.summaries)
+    done = record.get_recorded_inferences()
     if traffic == "requests" or (
         traffic == "auto" and done <= DEVSHARD_RATIO * record.number_of_requests
     ):
