@@ -11,9 +11,10 @@
 * ``confirmation_poc_events_N.json`` (the epoch's confirmation-PoC rounds),
 * ``metadata.json`` (optional: when and whence the files were fetched; not read).
 
-Every file is required except ``metadata.json``; each must be JSON of the route's shape and of
-epoch N (its ``epoch_index`` fields). A problem raises :class:`ChainDataError` naming the file
-and the field. Numbers the gateway prints as strings (uint64) are read as integers.
+Every file is required except ``metadata.json``; each is read with the chain's own messages by
+the layout's one check (``types.epoch_layout.check_answer``, as ``export --aggregate`` checks
+what it writes): the route's shape, epoch N in every record, a sub-group's model. A problem
+raises :class:`ChainDataError` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -24,13 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import Message
+
 from keepersim.inputs import InputError, parse_json_input, read_input_bytes
 from keepersim.types.epoch_layout import (
+    AggregateFile,
+    check_answer,
     compute_file_name,
     compute_model_file_name,
     get_folder_epoch,
 )
 from keepersim.types.errors import KeepersimError
+from keepersim.types.messages import EpochGroupData
+from keepersim.types.pb.inference.inference.confirmation_poc_event_pb2 import (
+    ConfirmationPoCPhase,
+)
 
 __all__ = [
     "ChainDataError",
@@ -135,61 +144,37 @@ class _File:
     def fail(self, where: str, what: str) -> ChainDataError:
         return ChainDataError(f"{self.path}: {where}: {what}")
 
-    def get(self, obj: Any, key: str, where: str, kind: type | tuple[type, ...]) -> Any:
-        if not isinstance(obj, Mapping):
-            raise self.fail(where or "top level", "expected a JSON object")
-        if key not in obj:
-            raise self.fail(where or "top level", f"missing field {key!r}")
-        value = obj[key]
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-            raise self.fail(_join(where, key), f"expected {_kind_name(kind)}, got {value!r:.60}")
-        return value
-
-    def get_uint(self, obj: Any, key: str, where: str, default: int | None = None) -> int:
-        """A uint64 field (the gateway prints it as a string); ``default`` when absent."""
-        if default is not None and isinstance(obj, Mapping) and obj.get(key) is None:
-            return default
-        value = self.get(obj, key, where, (str, int))
-        text = str(value)
-        if not text.isdigit() or len(text) > 20:
-            raise self.fail(_join(where, key), f"expected an unsigned integer, got {value!r:.60}")
-        return int(text)
-
-    def get_list(self, obj: Any, key: str, where: str) -> list[Any]:
-        """A repeated field; absent or null is empty (the gateway omits empty lists)."""
-        if isinstance(obj, Mapping) and obj.get(key) is None:
-            return []
-        return list(self.get(obj, key, where, list))
-
-    def check_epoch(self, obj: Any, where: str, epoch: int) -> None:
-        got = self.get_uint(obj, "epoch_index", where)
-        if got != epoch:
-            raise self.fail(_join(where, "epoch_index"), f"is {got}, expected {epoch}")
+    def read_records(self, file: AggregateFile) -> list[Message]:
+        """The answer's records as the chain's messages, through the layout's one check
+        (``epoch_layout.check_answer``: the route's shape, epoch N, a group's model). Fields a
+        newer chain added are left out, as the export leaves them."""
+        try:
+            return check_answer(file, self.data, str(self.path), ignored=[])
+        except ValueError as exc:
+            raise ChainDataError(str(exc)) from exc
 
 
-def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {list: "a list", dict: "an object", str: "a string", int: "an integer"}
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _read_weights(f: _File, group: Any, where: str) -> tuple[tuple[str, int], ...]:
+def _read_weights(f: _File, group: EpochGroupData, where: str) -> tuple[tuple[str, int], ...]:
     out: list[tuple[str, int]] = []
     seen: set[str] = set()
-    for i, member in enumerate(f.get_list(group, "validation_weights", where)):
+    for i, member in enumerate(group.validation_weights):
         at = f"{where}.validation_weights[{i}]"
-        address = f.get(member, "member_address", at, str)
+        address = member.member_address
         if not address:
             raise f.fail(f"{at}.member_address", "is empty")
         if address in seen:
             raise f.fail(f"{at}.member_address", f"duplicate member {address!r}")
+        if member.weight < 0:
+            raise f.fail(f"{at}.weight", f"expected a weight >= 0, got {member.weight}")
         seen.add(address)
-        out.append((address, f.get_uint(member, "weight", at, default=0)))
+        out.append((address, member.weight))
     return tuple(out)
+
+
+def _read_group(f: _File, epoch: int, model: str = "") -> EpochGroupData:
+    (group,) = f.read_records(AggregateFile(f.name, "epoch_group_data", epoch, model))
+    assert isinstance(group, EpochGroupData)
+    return group
 
 
 def load_epoch_folder(folder: str | Path) -> EpochRecord:
@@ -205,90 +190,68 @@ def load_epoch_folder(folder: str | Path) -> EpochRecord:
         files[name] = f.sha256
         return f
 
+    # params stay JSON: their one reader is chain_params_json (through epoch_params), which
+    # fills what an older node lacks and names what a newer one adds.
     params_file = read(compute_file_name("params", epoch))
-    params = params_file.get(params_file.data, "params", "", dict)
+    params = params_file.data.get("params") if isinstance(params_file.data, dict) else None
+    if not isinstance(params, dict):
+        raise params_file.fail("params", "expected an object (the route's answer)")
 
     g = read(compute_file_name("epoch_group_data", epoch))
-    group = g.get(g.data, "epoch_group_data", "", dict)
+    group = _read_group(g, epoch)
     where = "epoch_group_data"
-    g.check_epoch(group, where, epoch)
-    effective = g.get_uint(group, "effective_block_height", where)
-    last = g.get_uint(group, "last_block_height", where)
+    effective = group.effective_block_height
+    last = group.last_block_height
     if last < effective:
         raise g.fail(
             f"{where}.last_block_height",
             f"{last} is before effective_block_height {effective} (the epoch has not ended)",
         )
-    requests = g.get_uint(group, "number_of_requests", where, default=0)
-    previous = g.get_uint(group, "previous_epoch_requests", where, default=0)
     parent = _read_weights(g, group, where)
-    models = g.get_list(group, "sub_group_models", where)
     subgroups: dict[str, tuple[tuple[str, int], ...]] = {}
     subgroup_requests: dict[str, int] = {}
-    for i, model in enumerate(models):
-        if not isinstance(model, str) or not model:
+    for i, model in enumerate(group.sub_group_models):
+        if not model:
             raise g.fail(f"{where}.sub_group_models[{i}]", "expected a non-empty string")
         s = read(compute_model_file_name(epoch, model))
-        sub = s.get(s.data, "epoch_group_data", "", dict)
-        s.check_epoch(sub, where, epoch)
-        got = s.get(sub, "model_id", where, str)
-        if got != model:
-            raise s.fail(f"{where}.model_id", f"is {got!r}, expected {model!r}")
+        sub = _read_group(s, epoch, model)
         subgroups[model] = _read_weights(s, sub, where)
-        subgroup_requests[model] = s.get_uint(sub, "number_of_requests", where, default=0)
+        subgroup_requests[model] = sub.number_of_requests
 
-    p = read(compute_file_name("epoch_performance_summary", epoch))
-    summaries: list[SummaryRecord] = []
-    for i, row in enumerate(p.get_list(p.data, "epochPerformanceSummary", "")):
-        at = f"epochPerformanceSummary[{i}]"
-        p.check_epoch(row, at, epoch)
-        summaries.append(
-            SummaryRecord(
-                p.get(row, "participant_id", at, str),
-                p.get_uint(row, "inference_count", at, default=0),
-                p.get_uint(row, "missed_requests", at, default=0),
-            )
-        )
+    def records(kind: str) -> list[Any]:
+        f = read(compute_file_name(kind, epoch))
+        return f.read_records(AggregateFile(f.name, kind, epoch))
 
-    x = read(compute_file_name("excluded_participants", epoch))
-    exclusions: list[ExclusionRecord] = []
-    for i, row in enumerate(x.get_list(x.data, "items", "")):
-        at = f"items[{i}]"
-        x.check_epoch(row, at, epoch)
-        exclusions.append(
-            ExclusionRecord(
-                x.get(row, "address", at, str),
-                x.get_uint(row, "exclusion_block_height", at),
-                x.get(row, "reason", at, str),
-            )
-        )
-
-    c = read(compute_file_name("confirmation_poc_events", epoch))
-    events: list[Mapping[str, Any]] = []
-    for i, row in enumerate(c.get_list(c.data, "events", "")):
-        at = f"events[{i}]"
-        c.check_epoch(row, at, epoch)
-        events.append(
-            {
-                "event_sequence": c.get_uint(row, "event_sequence", at, default=0),
-                "trigger_height": c.get_uint(row, "trigger_height", at),
-                "generation_start_height": c.get_uint(row, "generation_start_height", at, 0),
-                "phase": str(row.get("phase", "")),
-            }
-        )
+    summaries = tuple(
+        SummaryRecord(s.participant_id, s.inference_count, s.missed_requests)
+        for s in records("epoch_performance_summary")
+    )
+    exclusions = tuple(
+        ExclusionRecord(x.address, x.exclusion_block_height, x.reason)
+        for x in records("excluded_participants")
+    )
+    events = tuple(
+        {
+            "event_sequence": c.event_sequence,
+            "trigger_height": c.trigger_height,
+            "generation_start_height": c.generation_start_height,
+            "phase": ConfirmationPoCPhase.Name(c.phase),
+        }
+        for c in records("confirmation_poc_events")
+    )
     return EpochRecord(
         epoch=epoch,
         folder=root,
         effective_block_height=effective,
         last_block_height=last,
-        number_of_requests=requests,
-        previous_epoch_requests=previous,
+        number_of_requests=group.number_of_requests,
+        previous_epoch_requests=group.previous_epoch_requests,
         parent_weights=parent,
         subgroups=subgroups,
         subgroup_requests=subgroup_requests,
-        summaries=tuple(summaries),
-        exclusions=tuple(exclusions),
-        cpoc_events=tuple(events),
+        summaries=summaries,
+        exclusions=exclusions,
+        cpoc_events=events,
         params=params,
         files=dict(sorted(files.items())),
     )
