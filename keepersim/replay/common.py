@@ -19,12 +19,13 @@ from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
 
-from keepersim.chain import Chain, StoreNotEmptyError, open_chain
+from keepersim.chain import Chain
 from keepersim.chain import StoreKind as StoreKind  # the replay modules import it from here
 from keepersim.keeper.policies import get_policy
 from keepersim.keeper.selection import get_candidates, get_kept_out
 from keepersim.progress import ProgressBar
 from keepersim.progress import make_progress as make_run_progress
+from keepersim.runs.chains import open_run_chain
 from keepersim.store.checkpoint import compute_fingerprint
 from keepersim.trace.genesis import Prologue, build_genesis, read_prologue
 from keepersim.trace.messages import (
@@ -110,24 +111,19 @@ def open_policy_chain(
     ``policy`` (and ``shadow``) in force: in memory, or LevelDB under ``store_dir/name`` (which
     must not hold a chain yet, unless ``resume``: then a chain in it is opened as it stands)."""
     genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, shadow))
-    if store == "memory":
-        return open_chain("memory", None, genesis=genesis)
-    if store != "leveldb":
+    if store not in ("leveldb", "memory"):
         raise ReplayError(f"unknown store {store!r}: expected 'leveldb' or 'memory'")
-    if store_dir is None:
+    if store == "leveldb" and store_dir is None:
         raise ReplayError("a leveldb replay needs store_dir")
-    try:
-        return open_chain(
-            "leveldb",
-            Path(store_dir) / name,
-            genesis=genesis,
-            resume=resume,
-            write_every=1 if resumable or resume else WRITE_EVERY,
-        )
-    except StoreNotEmptyError as exc:
-        raise ReplayError(
-            f"{exc.folder} is not empty: a replay needs a fresh store (--resume goes on with it)"
-        ) from None
+    return open_run_chain(
+        store,
+        None if store_dir is None else Path(store_dir) / name,
+        genesis=genesis,
+        error=ReplayError,
+        needs="a replay needs a fresh store (--resume goes on with it)",
+        resume=resume,
+        write_every=1 if resumable or resume else WRITE_EVERY,
+    )
 
 
 def schedule_governance(schedule: Schedule, governance: Governance | None, committed: int) -> None:

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
-from keepersim.chain import BlockResult, Chain, Selection, StoreNotEmptyError, open_chain
+from keepersim.chain import BlockResult, Chain, Selection
+from keepersim.runs.chains import open_run_chain
 from keepersim.server.metrics import ServerMetrics
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
@@ -349,14 +350,14 @@ def open_scenario_chain(
     )
     genesis = build_genesis(scenario, params)
     override = get_policy_override(policy, scenario)
-    try:
-        return open_chain(
-            "memory" if path is None else "leveldb", path, genesis=genesis, policy_override=override
-        )
-    except StoreNotEmptyError:
-        raise RunnerError(
-            f"store {os.fspath(path or '')!r} is not empty; a scenario needs an empty one"
-        ) from None
+    return open_run_chain(
+        "memory" if path is None else "leveldb",
+        path,
+        genesis=genesis,
+        error=RunnerError,
+        needs="a scenario needs an empty one",
+        policy_override=override,
+    )
 
 
 class ScenarioRunner(Runner):
@@ -442,12 +443,13 @@ class TraceSource:
 
     def open_chain(self, path: str | os.PathLike[str] | None = None) -> Chain:
         """A chain with the trace's genesis (memory unless ``path``, which must be empty)."""
-        try:
-            return open_chain("memory" if path is None else "leveldb", path, genesis=self.genesis)
-        except StoreNotEmptyError:
-            raise RunnerError(
-                f"store {os.fspath(path or '')!r} is not empty; a replay needs an empty one"
-            ) from None
+        return open_run_chain(
+            "memory" if path is None else "leveldb",
+            path,
+            genesis=self.genesis,
+            error=RunnerError,
+            needs="a replay needs an empty one",
+        )
 
     def iter_records(self) -> Iterator[Any]:
         """The records after the prologue: those read along with it, then the rest."""
