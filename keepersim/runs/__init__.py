@@ -5,15 +5,15 @@ simulate, replay, golden).
   replay with ``trace`` set) and :func:`run_task`;
 * :mod:`keepersim.runs.engines`: :func:`run_tasks` on the ``process`` or ``ray`` engine, one
   retry per failed task, streaming outcomes; :func:`execute_runs` for callers needing every run;
-* :mod:`keepersim.runs.chains`: :func:`open_run_chain`, the one way a run opens its chain;
+* :mod:`keepersim.runs.traces`: trace tasks (replay as recorded, what-if);
 * :mod:`keepersim.runs.sources`: scenario sources and seeds, the policy order with baselines;
 * :mod:`keepersim.runs.compare`: ``keepersim compare`` (:func:`run_compare` runs, the report
   comes from :mod:`keepersim.report.compare`);
 * :mod:`keepersim.runs.spec`, :mod:`keepersim.runs.plan`, :mod:`keepersim.runs.results`,
   :mod:`keepersim.runs.sweep`: ``keepersim sweep`` (spec, tasks, streamed runs.csv, the sweep).
 
-Names are imported lazily, so ``keepersim.runs.chains`` (which the served app uses) does not
-load the simulator.
+Every run opens its chain with :func:`keepersim.chain.open_run_chain`. Names are imported
+lazily, so importing one module of the package does not load the simulator.
 """
 
 from __future__ import annotations

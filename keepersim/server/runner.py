@@ -42,8 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
-from keepersim.chain import BlockResult, Chain, Selection
-from keepersim.runs.chains import open_run_chain
+from keepersim.chain import BlockResult, Chain, Selection, open_run_chain
 from keepersim.server.metrics import ServerMetrics
 from keepersim.types.errors import KeepersimError
 
