@@ -36,6 +36,10 @@ Checks against the recording (on the first policy's chain; the counts do not dep
 * each inference's recorded status against what the module did (a recorded FINISHED that the
   module expired, a recorded STARTED that the module expired inside the trace, ...).
 
+The checks are :mod:`keepersim.replay.as_recorded_checks`, the report
+:mod:`keepersim.replay.as_recorded_report`, the lane and checkpoint loop
+:mod:`keepersim.replay.lanes`.
+
 A failing block is never half-applied (the chain discards it). With ``strict`` a rejected
 transaction stops the run with the block height and the trace line of the record that produced
 it; the store stays at the last committed block. Otherwise rejections are listed in the report.
@@ -57,18 +61,12 @@ from google.protobuf.message import Message
 from keepersim.chain import BlockResult
 from keepersim.replay.as_recorded_checks import RecordedChecks
 from keepersim.replay.as_recorded_report import (
-    COMPARED_FIELDS as COMPARED_FIELDS,
-)
-from keepersim.replay.as_recorded_report import (
-    NOT_MODELLED_FIELDS as NOT_MODELLED_FIELDS,
-)
-from keepersim.replay.as_recorded_report import (
+    COMPARED_FIELDS,
+    NOT_MODELLED_FIELDS,
     PolicyShadow,
     ReplayReport,
     get_outcome_key,
-)
-from keepersim.replay.as_recorded_report import (
-    get_selection_bias_note as get_selection_bias_note,
+    get_selection_bias_note,
 )
 from keepersim.replay.common import (
     Governance,
