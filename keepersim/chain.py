@@ -710,34 +710,3 @@ def open_chain(
         if existed:
             folder.mkdir(exist_ok=True)
         raise
-
-
-def open_run_chain(
-    store: StoreKind,
-    path: str | os.PathLike[str] | None,
-    *,
-    genesis: Genesis,
-    error: type[Exception],
-    needs: str,
-    policy_override: PolicyFactory | None = None,
-    resume: bool = False,
-    write_every: int = 1,
-) -> Chain:
-    """A fresh chain with ``genesis``, in memory (``path`` unused) or on LevelDB in ``path``
-    (which must be missing or empty unless ``resume``): the one way a run opens its chain
-    (simulate, replay as recorded and what-if, serve's runners). A folder that holds a chain
-    raises ``error("store folder F is not empty: <needs>")``, the run's own error: ``needs``
-    says what the run needs and how to go on (e.g. "a replay needs a fresh store (--resume
-    goes on with it)")."""
-    folder = None if store == "memory" or path is None else Path(path)
-    try:
-        return open_chain(
-            store,
-            folder,
-            genesis=genesis,
-            policy_override=policy_override,
-            resume=resume,
-            write_every=write_every,
-        )
-    except StoreNotEmptyError as exc:
-        raise error(f"{exc}: {needs}") from None

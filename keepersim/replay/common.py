@@ -16,12 +16,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from keepersim.chain import Chain, open_run_chain
+from keepersim.chain import Chain
 from keepersim.chain import StoreKind as StoreKind  # the replay modules import it from here
 from keepersim.keeper.policies import get_policy
 from keepersim.keeper.selection import get_candidates, get_kept_out
 from keepersim.progress import ProgressBar
 from keepersim.progress import make_progress as make_run_progress
+from keepersim.run_chain import open_run_chain
 from keepersim.store.checkpoint import compute_fingerprint
 from keepersim.trace.blocks import BlockFeeder as BlockFeeder  # re-exported: replay's names
 from keepersim.trace.blocks import ParamsPart as ParamsPart

@@ -12,7 +12,7 @@ simulate, replay, golden).
 * :mod:`keepersim.runs.spec`, :mod:`keepersim.runs.plan`, :mod:`keepersim.runs.results`,
   :mod:`keepersim.runs.sweep`: ``keepersim sweep`` (spec, tasks, streamed runs.csv, the sweep).
 
-Every run opens its chain with :func:`keepersim.chain.open_run_chain`. Names are imported
+Every run opens its chain with :func:`keepersim.run_chain.open_run_chain`. Names are imported
 lazily, so importing one module of the package does not load the simulator.
 """
 

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
-from keepersim.chain import BlockResult, Chain, Selection, open_run_chain
+from keepersim.chain import BlockResult, Chain, Selection
+from keepersim.run_chain import open_run_chain
 from keepersim.server.metrics import ServerMetrics
 from keepersim.types.errors import KeepersimError
 
