@@ -8,7 +8,9 @@ policy) raises one of :func:`keepersim.cli.common.get_input_errors`, exit status
 are imported inside the handler, so registering the command costs nothing.
 
 The governance file is the simulator's format (``keepersim.sim.driver.parse_governance``), each
-entry resolved against the trace's first params.
+entry resolved against the trace's first params. Replays run as trace tasks on the runs engine
+(:mod:`keepersim.runs.traces`): as-recorded one task (its policies in lockstep), what-if one
+task per policy (``--jobs`` workers).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from keepersim.inputs import check_stream_file
 from keepersim.outputs import check_output_folder, get_atomic_path
 
 if TYPE_CHECKING:
-    from keepersim.replay.as_recorded import ReplayReport
     from keepersim.replay.estimator import BetaPrior
     from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
@@ -117,6 +118,13 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
         "--prior", default="1,30", help="what-if Beta prior a,b of miss probabilities"
     )
     parser.add_argument(
+        "--jobs",
+        type=get_int_type(1),
+        default=1,
+        help="what-if: worker processes, the policies run in parallel (default 1: one after "
+        "another in this process)",
+    )
+    parser.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -180,11 +188,10 @@ def run_replay_command(args: argparse.Namespace, stdout: TextIO | None = None) -
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
-    from keepersim.replay.as_recorded import replay_as_recorded
     from keepersim.replay.calibration import compute_calibration_note
     from keepersim.replay.common import ReplayError
-    from keepersim.replay.estimator import estimate_trace
-    from keepersim.replay.what_if import replay_what_if
+    from keepersim.runs.engines import execute_runs
+    from keepersim.runs.traces import get_trace_estimate, make_trace_task
 
     policies = _parse_policies(args.policies)
     if args.out:
@@ -207,65 +214,67 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             args.governance, _read_base_params(args.trace, args.skip_bad, args.allow_partial)
         )
     progress = args.progress is not False
+    jobs = getattr(args, "jobs", 1) or 1
+    # One task: its own progress over blocks; several in workers: progress over the runs.
+    options: dict[str, Any] = {
+        "store_dir": store_dir,
+        "skip_bad": args.skip_bad,
+        "resume": args.resume,
+        "resumable": resumable,
+        "allow_partial": args.allow_partial,
+        "progress": progress and jobs == 1,
+    }
     if args.mode == "as-recorded":
-        report = replay_as_recorded(
+        task = make_trace_task(
             args.trace,
-            policies=policies,
+            "as-recorded",
+            policies,
             store=args.store,
-            store_dir=store_dir,
-            governance=governance,
-            skip_bad=args.skip_bad,
-            progress=progress,
+            governance=governance or (),
             strict=args.strict,
-            resume=args.resume,
-            resumable=resumable,
-            allow_partial=args.allow_partial,
+            **options,
         )
-        data = report.to_dict()
-        print_as_recorded(report, out)
+        [data] = execute_runs([task], 1, False, desc="replay", retries=0)
+        print_as_recorded(data, out)
         if out_dir is not None:
             write_json(out_dir / "report.json", data, allow_nan=True)
             plot_exclusions(
-                {s.policy: s.intervals.to_dict() for s in report.shadows},
+                {p: s["exclusions"] for p, s in data["policies_shadow"].items()},
                 out_dir / "exclusions.png",
                 title=f"{os.path.basename(args.trace)}: would-be exclusions (start heights)",
-                heights=(report.first_height, report.last_height),
+                heights=(data["first_height"], data["last_height"]),
             )
-        return 0 if report.ok else 1
+        return 0 if data["ok"] else 1
     prior = _parse_prior(args.prior)
     method = args.estimator or ("windows" if args.window_blocks is not None else "segments")
     if method == "segments" and args.window_blocks is not None:
         raise ReplayError("--window-blocks applies to --estimator windows only")
     window_blocks = args.window_blocks or 1000
-    header, estimator = estimate_trace(
+    header, estimator = get_trace_estimate(
         args.trace,
         method=method,
         window_blocks=window_blocks,
-        prior=prior,
+        prior=(prior.a, prior.b),
         skip_bad=args.skip_bad,
         allow_partial=args.allow_partial,
     )
     seed = args.seed if args.seed is not None else (header.seed or 0)
-    runs = {
-        policy: replay_what_if(
+    settings = {"method": method, "window_blocks": window_blocks, "prior": [prior.a, prior.b]}
+    tasks = [
+        make_trace_task(
             args.trace,
-            policy,
+            "what-if",
+            [policy],
             seed=seed,
-            method=method,
-            window_blocks=window_blocks,
-            prior=prior,
             store=args.store,
-            store_dir=store_dir,
-            governance=governance,
-            skip_bad=args.skip_bad,
-            progress=progress,
-            estimator=estimator,
-            resume=args.resume,
-            resumable=resumable,
-            allow_partial=args.allow_partial,
+            governance=governance or (),
+            estimator=settings,
+            **options,
         )
         for policy in policies
-    }
+    ]
+    records = execute_runs(tasks, jobs, progress and jobs > 1, desc="what-if", retries=0)
+    runs = dict(zip(policies, records, strict=True))
     estimate = next(iter(runs.values()))["estimator"]
     for run in runs.values():
         run.pop("estimator")
@@ -308,24 +317,26 @@ def print_partial(trace: str, end: dict[str, int] | None, out: TextIO) -> None:
         )
 
 
-def print_as_recorded(report: ReplayReport, out: TextIO) -> None:
-    r = report.recorded
-    cut = report.header.cut
-    print_partial(report.trace, None if cut is None else cut.to_dict(), out)
+def print_as_recorded(data: dict[str, Any], out: TextIO) -> None:
+    """The as-recorded table, from the report's JSON (``ReplayReport.to_dict()``)."""
+    r = data["recorded"]
+    summaries = data["summaries"]
+    print_partial(data["trace"], data["trace_end"], out)
     print(
-        f"trace {report.trace}: heights {report.first_height}..{report.last_height} "
-        f"({report.blocks} blocks), {r['inferences']} inferences recorded: "
+        f"trace {data['trace']}: heights {data['first_height']}..{data['last_height']} "
+        f"({data['blocks']} blocks), {r['inferences']} inferences recorded: "
         f"{r['misses']} misses, {r['successes']} successes, {r['declines']} declines",
         file=out,
     )
     print(
-        f"checks: {len(report.summaries_checked)} epoch summaries, "
-        f"{report.summary_mismatch_count} summary mismatches, "
-        f"{report.status_mismatches.count} status mismatches, "
-        f"{report.tx_failures.count} rejected txs, {report.bad_lines.count} bad lines skipped",
+        f"checks: {len(summaries['checked'])} epoch summaries, "
+        f"{summaries['mismatch_count']} summary mismatches, "
+        f"{data['status']['mismatch_count']} status mismatches, "
+        f"{data['tx_failures']['count']} rejected txs, {data['bad_lines']['count']} bad lines "
+        "skipped",
         file=out,
     )
-    for m in report.summary_mismatches[:10]:
+    for m in summaries["mismatches"][:10]:
         print(
             f"  epoch {m['epoch']} {m['participant']} {m['field']}: "
             f"exported {m['exported']} computed {m['computed']} (line {m['line']})",
@@ -333,13 +344,12 @@ def print_as_recorded(report: ReplayReport, out: TextIO) -> None:
         )
     rows = [("policy", "kept out", "blocks", "misses inside", "successes inside", "fallback")]
     notes: list[str] = []
-    for s in report.shadows:
-        d = s.to_dict(r, report.header.policy)
+    for d in data["policies_shadow"].values():
         if d["selection_bias"]:
             notes.append(textwrap.fill(f"* {d['selection_bias']}", 100, subsequent_indent="  "))
         rows.append(
             (
-                f"{s.policy} *" if d["is_recording_policy"] else s.policy,
+                f"{d['policy']} *" if d["is_recording_policy"] else d["policy"],
                 str(d["excluded_participants"]),
                 str(d["excluded_blocks"]),
                 _pct(d["misses_inside"], r["misses"]),

@@ -1,8 +1,12 @@
-"""``keepersim simulate``: one scenario under one policy on a fresh chain; prints its metrics."""
+"""``keepersim simulate``: one scenario under one policy on a fresh chain; prints its metrics.
+
+The run is one :class:`~keepersim.runs.RunTask` on the runs engine, in this process (the task
+carries the store folder, trace, resume and progress options)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from keepersim.cli.argtypes import parse_seed
@@ -63,12 +67,10 @@ def add_simulate_command(subparsers: Any) -> None:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    from keepersim.sim.driver import (
-        build_params,
-        get_known_policies,
-        parse_governance,
-        run_scenario,
-    )
+    from keepersim.runs.engines import execute_runs
+    from keepersim.runs.task import make_task
+    from keepersim.sim.driver import build_params, get_known_policies, parse_governance
+    from keepersim.types.params import params_to_dict
 
     if args.policy not in get_known_policies():
         raise UsageError(
@@ -102,20 +104,18 @@ def run_simulate(args: argparse.Namespace) -> int:
                 f"{scenario.blocks}"
             )
     check_output_args(args, files=("out", "trace_out"), folders=("store_dir",))
-    result = run_scenario(
-        scenario,
-        args.policy,
-        seed=seed,
-        store=args.store,
+    task = dataclasses.replace(
+        make_task(scenario, args.policy, scenario.seed if seed is None else seed, store=args.store),
+        governance=[[h, params_to_dict(p)] for h, p in governance],
         store_dir=args.store_dir,
-        governance=governance,
         trace_out=args.trace_out,
         progress=is_progress_on(args),
         shadow=args.shadow,
         resume=args.resume,
         reputation_weighting=args.reputation_weighting,
     )
-    record = result.to_dict()
+    [record] = execute_runs([task], 1, False, desc="simulate", retries=0)
+    del record["scenario_name"]  # a task's record names its scenario twice; the run's once
     if args.out is not None:
         write_json(args.out, record)
     if args.out != "-":

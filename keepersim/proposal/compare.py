@@ -1,13 +1,13 @@
 """Paired runs of a proposal: every scenario (or trace) and seed under the current params and
 under the proposed ones, with the same seed for both, and the paired differences.
 
-Scenario runs go through :mod:`keepersim.runs` (one :class:`~keepersim.runs.RunTask` per arm
-and seed, the whole params shipped as JSON); the proposal takes effect from genesis, or with
-``at_height`` is sent as governance in block ``H`` of an otherwise current run (effective from
-``H + 1``). Traces replay what-if (:func:`~keepersim.replay.what_if.replay_what_if`, in this
-process: the runs engines do not run traces yet): the current arm replays the trace's own
-params with the current policy, the proposed arm the same with the proposal sent as governance
-in the trace's first block (or ``H``).
+Every run goes through :mod:`keepersim.runs`, all in one batch on ``jobs`` workers: one
+:class:`~keepersim.runs.RunTask` per arm and seed, the whole params shipped as JSON. On a
+scenario the proposal takes effect from genesis, or with ``at_height`` is sent as governance in
+block ``H`` of an otherwise current run (effective from ``H + 1``). Traces replay what-if (trace
+tasks, :mod:`keepersim.runs.traces`): the current arm replays the trace's own params with the
+current policy, the proposed arm the same with the proposal sent as governance in the trace's
+first block (or ``H``).
 """
 
 from __future__ import annotations
@@ -247,18 +247,17 @@ def _cut(scenario: Scenario, blocks: int | None) -> Scenario:
     return dataclasses.replace(scenario, blocks=blocks)
 
 
-def _trace_pairs(
+def trace_tasks(
     trace: str | os.PathLike[str],
     proposal: Proposal,
     seeds: int,
     policy: str,
     at_height: int | None,
     changed: dict[str, list[str]],
-    progress: bool,
-) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+) -> list[RunTask]:
+    """The trace's what-if tasks: per seed ``1..seeds``, the current arm then the proposed."""
     from keepersim.replay.common import apply_policy, open_trace
-    from keepersim.replay.estimator import estimate_trace
-    from keepersim.replay.what_if import replay_what_if
+    from keepersim.runs.traces import make_trace_task
     from keepersim.trace.reader import TraceCursor
     from keepersim.trace.records import BadLines
 
@@ -280,19 +279,11 @@ def _trace_pairs(
     where = f"{proposal.source}: on trace {label!r}"
     proposed = check_proposed_params(current, proposal, where)
     changed.setdefault(label, compute_changed_fields(current, proposed))
-    _, estimator = estimate_trace(trace)
-    pairs = []
-    for seed in range(1, seeds + 1):
-        runs = [
-            replay_what_if(
-                trace, policy, seed=seed, estimator=estimator, governance=gov, progress=progress
-            )
-            for gov in (None, [(height, proposed)])
-        ]
-        for arm, run in zip(ARMS, runs, strict=True):
-            run.update(scenario=label, arm=arm, seed=seed)
-        pairs.append((label, runs[0], runs[1]))
-    return pairs
+    return [
+        make_trace_task(trace, "what-if", [policy], seed=seed, governance=gov, label=label)
+        for seed in range(1, seeds + 1)
+        for gov in ((), [(height, proposed)])
+    ]
 
 
 def compare_proposal(
@@ -317,14 +308,17 @@ def compare_proposal(
     tasks: list[RunTask] = []
     for source in resolve_scenarios(scenarios):
         tasks.extend(scenario_tasks(source, proposal, seeds, policy, at_height, blocks, changed))
+    for trace in traces:
+        tasks.extend(trace_tasks(trace, proposal, seeds, policy, at_height, changed))
     records = execute_runs(tasks, jobs, progress, desc="proposal") if tasks else []
     pairs: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     for i in range(0, len(records), 2):
         cur, prop = records[i], records[i + 1]
+        if tasks[i].trace is not None:  # a what-if run names the trace's scenario
+            for run in (cur, prop):
+                run.update(scenario=tasks[i].get_label(), seed=tasks[i].seed)
         cur["arm"], prop["arm"] = ARMS
         pairs.append((str(cur["scenario"]), cur, prop))
-    for trace in traces:
-        pairs.extend(_trace_pairs(trace, proposal, seeds, policy, at_height, changed, progress))
     runs = [run for _, cur, prop in pairs for run in (cur, prop)]
     return ProposalComparison(
         title=proposal.title,

@@ -36,6 +36,10 @@ Checks against the recording (on the first policy's chain; the counts do not dep
 * each inference's recorded status against what the module did (a recorded FINISHED that the
   module expired, a recorded STARTED that the module expired inside the trace, ...).
 
+The checks are :mod:`keepersim.replay.as_recorded_checks`, the report
+:mod:`keepersim.replay.as_recorded_report`, the lane and checkpoint loop
+:mod:`keepersim.replay.lanes`.
+
 A failing block is never half-applied (the chain discards it). With ``strict`` a rejected
 transaction stops the run with the block height and the trace line of the record that produced
 it; the store stays at the last committed block. Otherwise rejections are listed in the report.
@@ -49,30 +53,39 @@ import re
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final
+from typing import Any
 
 from google.protobuf.message import Message
 
-from keepersim.chain import BlockResult, Chain
+from keepersim.chain import BlockResult
+from keepersim.replay.as_recorded_checks import RecordedChecks
+from keepersim.replay.as_recorded_report import (
+    COMPARED_FIELDS,
+    NOT_MODELLED_FIELDS,
+    PolicyShadow,
+    ReplayReport,
+    get_outcome_key,
+    get_selection_bias_note,
+)
 from keepersim.replay.common import (
-    BlockFeeder,
     Governance,
-    IntervalTracker,
-    ParamsPart,
     ReplayError,
     StoreKind,
-    build_scheduled_msg,
     check_policies,
     compute_replay_fingerprint,
-    expand_scheduled,
     format_app_hash,
     get_table_exclusions,
     make_progress,
-    open_policy_chain,
     open_trace,
     start_schedule,
+)
+from keepersim.replay.lanes import (
+    Lane,
+    close_lanes,
+    drive_records,
+    open_lanes,
+    read_lane_checkpoint,
 )
 from keepersim.store.checkpoint import (
     DictJournal,
@@ -81,31 +94,13 @@ from keepersim.store.checkpoint import (
     encode_checkpoint,
     encode_state,
     process_kill_point,
-    read_checkpoint,
 )
 from keepersim.store.committed import RUN_META_PREFIX
-from keepersim.trace.format import FINISHED_LIKE, get_status_name
+from keepersim.trace.blocks import RecordedBlockFeeder, resolve_scheduled
 from keepersim.trace.genesis import Prologue
-from keepersim.trace.messages import (
-    BlockMeta,
-    Listed,
-    Outcome,
-    ParticipantTracker,
-    Schedule,
-    build_block,
-    push_outcome,
-    schedule_record,
-)
-from keepersim.trace.reader import TraceCursor, iterate_trace
-from keepersim.trace.records import (
-    BadLines,
-    EpochSummaryRecord,
-    Header,
-    InferenceRecord,
-    ParamsRecord,
-    ParticipantsRecord,
-    TraceRecord,
-)
+from keepersim.trace.messages import Listed, ParticipantTracker, Schedule
+from keepersim.trace.reader import TraceCursor
+from keepersim.trace.records import BadLines, EpochSummaryRecord, InferenceRecord, TraceRecord
 from keepersim.types.errors import BlockError
 from keepersim.types.events import (
     EpochSettled,
@@ -115,7 +110,6 @@ from keepersim.types.events import (
     InferenceFinished,
     InferenceStarted,
 )
-from keepersim.types.messages import EXPIRED, STARTED
 from keepersim.types.params import params_to_dict
 
 __all__ = [
@@ -127,238 +121,6 @@ __all__ = [
     "replay_as_recorded",
 ]
 
-# Fields the module computes from the replayed traffic: the summaries' inference_count and
-# missed_requests, and keepersim's declined_requests (the line's epoch_declines, when recorded).
-COMPARED_FIELDS: Final = ("inference_count", "missed_requests", "declined_requests")
-_SUMMARY_FIELDS: Final = COMPARED_FIELDS[:2]
-# Summary fields keepersim does not model (coins, validation): never compared.
-NOT_MODELLED_FIELDS: Final = (
-    "earned_coins",
-    "rewarded_coins",
-    "burned_coins",
-    "validated_inferences",
-    "invalidated_inferences",
-    "claimed",
-)
-_MAX_MISMATCHES: Final = 10_000
-
-
-def _outcome_key(record: InferenceRecord) -> str:
-    """The counter a recorded inference goes to: successes, misses, declines or unresolved."""
-    status = record.status
-    if status in FINISHED_LIKE:
-        return "successes"
-    if status == EXPIRED:
-        return "misses"
-    if record.is_declined():
-        return "declines"
-    return "unresolved"
-
-
-def _status_class(status: int, end: int) -> str:
-    """A recorded (status, end height) as the module can reproduce it (no validation in
-    keepersim): FINISHED, EXPIRED, DECLINED (STARTED with an end) or STARTED."""
-    if status in FINISHED_LIKE:
-        return "FINISHED"
-    if status == STARTED and end != 0:
-        return "DECLINED"
-    return get_status_name(status)
-
-
-def get_selection_bias_note(policy: str) -> str:
-    """Why the recording policy's own row shows (almost) no misses inside its exclusions."""
-    return (
-        f"{policy} recorded this trace: while it kept a participant out, the recorded traffic "
-        "was not sent to that participant, so its own exclusions cannot show misses (selection "
-        "bias, not a perfect policy). Compare the other policies' rows, or replay with "
-        "--mode what-if."
-    )
-
-
-@dataclass(slots=True)
-class PolicyShadow:
-    """What one policy would have done with the recorded traffic (it only watched)."""
-
-    policy: str
-    intervals: IntervalTracker = field(default_factory=IntervalTracker)
-    transitions: Counter[str] = field(default_factory=Counter)
-    transitions_by_participant: dict[str, int] = field(default_factory=dict)
-    fallback_blocks: int = 0
-    panic_blocks: int = 0
-    inside: Counter[str] = field(default_factory=Counter)
-    inside_by_participant: dict[str, Counter[str]] = field(default_factory=dict)
-    app_hash: str = ""
-
-    def to_dict(self, recorded: Counter[str], recorded_policy: str | None = None) -> dict[str, Any]:
-        """``recorded_policy``: the policy that recorded the trace (the header's); its row is
-        marked ``is_recording_policy`` with :func:`get_selection_bias_note`."""
-        misses = self.inside["misses"]
-        successes = self.inside["successes"]
-        is_recorder = recorded_policy is not None and self.policy == recorded_policy
-        return {
-            "policy": self.policy,
-            "is_recording_policy": is_recorder,
-            "selection_bias": get_selection_bias_note(self.policy) if is_recorder else None,
-            "excluded_participants": len(self.intervals.closed),
-            "excluded_blocks": sum(self.intervals.blocks.values()),
-            "misses_inside": misses,
-            "successes_inside": successes,
-            "declines_inside": self.inside["declines"],
-            "unresolved_inside": self.inside["unresolved"],
-            "share_of_misses_inside": misses / recorded["misses"] if recorded["misses"] else 0.0,
-            "share_of_successes_inside": (
-                successes / recorded["successes"] if recorded["successes"] else 0.0
-            ),
-            "fallback_blocks": self.fallback_blocks,
-            "panic_blocks": self.panic_blocks,
-            "transitions": dict(sorted(self.transitions.items())),
-            "exclusions": {
-                address: {
-                    **entry,
-                    "misses_inside": self.inside_by_participant.get(address, Counter())["misses"],
-                    "successes_inside": self.inside_by_participant.get(address, Counter())[
-                        "successes"
-                    ],
-                    "transitions": self.transitions_by_participant.get(address, 0),
-                }
-                for address, entry in self.intervals.to_dict().items()
-            },
-            "app_hash": self.app_hash,
-        }
-
-
-@dataclass(slots=True)
-class ReplayReport:
-    """The result of an as-recorded replay (``to_dict()`` is the JSON report)."""
-
-    trace: str
-    header: Header
-    policies: list[str]
-    store: str
-    strict: bool
-    first_height: int = 0
-    last_height: int = 0
-    blocks: int = 0
-    txs: int = 0
-    recorded: Counter[str] = field(default_factory=Counter)
-    recorded_by_participant: dict[str, Counter[str]] = field(default_factory=dict)
-    summaries_checked: list[dict[str, Any]] = field(default_factory=list)
-    summary_mismatches: list[dict[str, Any]] = field(default_factory=list)
-    summary_mismatch_count: int = 0
-    summaries_unchecked: list[dict[str, Any]] = field(default_factory=list)
-    settlement_mismatches: list[dict[str, Any]] = field(default_factory=list)
-    status_mismatches: Listed = field(default_factory=Listed)
-    status_mismatch_kinds: Counter[str] = field(default_factory=Counter)
-    unresolved_at_end: Counter[str] = field(default_factory=Counter)
-    tx_failures: Listed = field(default_factory=Listed)
-    late_scheduled: Listed = field(default_factory=Listed)
-    bad_lines: BadLines = field(default_factory=BadLines)
-    shadows: list[PolicyShadow] = field(default_factory=list)
-    max_pending: int = 0
-    max_inflight: int = 0
-    beyond_trace: int = 0
-    elapsed_seconds: float = 0.0
-
-    @property
-    def partial(self) -> bool:
-        """The trace had no closing record (read with ``allow_partial``): it may be cut."""
-        return self.header.cut is not None
-
-    @property
-    def ok(self) -> bool:
-        """A whole trace, with no summary mismatch, no status mismatch, no rejected transaction
-        (skipped bad lines are reported apart). A partial trace is never ok: what is missing
-        was not checked."""
-        return not (
-            self.partial
-            or self.summary_mismatch_count
-            or self.status_mismatches.count
-            or self.tx_failures.count
-        )
-
-    def get_shadow(self, policy: str) -> PolicyShadow:
-        for shadow in self.shadows:
-            if shadow.policy == policy:
-                return shadow
-        raise KeyError(policy)
-
-    def to_dict(self) -> dict[str, Any]:
-        header = self.header
-        return {
-            "mode": "as-recorded",
-            "trace": self.trace,
-            "chain_id": header.chain_id,
-            "source": header.source,
-            "scenario": header.get_scenario_name(),
-            "seed": header.seed,
-            "recorded_policy": header.policy,
-            "policies": list(self.policies),
-            "store": self.store,
-            "strict": self.strict,
-            "first_height": self.first_height,
-            "last_height": self.last_height,
-            "blocks": self.blocks,
-            "txs": self.txs,
-            "ok": self.ok,
-            "partial": self.partial,
-            "trace_end": None if header.cut is None else header.cut.to_dict(),
-            "recorded": {
-                "inferences": self.recorded["inferences"],
-                "misses": self.recorded["misses"],
-                "successes": self.recorded["successes"],
-                "declines": self.recorded["declines"],
-                "unresolved": self.recorded["unresolved"],
-                "miss_rate": (
-                    self.recorded["misses"] / (self.recorded["misses"] + self.recorded["successes"])
-                    if self.recorded["misses"] + self.recorded["successes"]
-                    else 0.0
-                ),
-                "by_participant": {
-                    a: dict(c) for a, c in sorted(self.recorded_by_participant.items())
-                },
-            },
-            "summaries": {
-                "compared_fields": list(COMPARED_FIELDS),
-                "not_modelled_fields": list(NOT_MODELLED_FIELDS),
-                "checked": self.summaries_checked,
-                "mismatch_count": self.summary_mismatch_count,
-                "mismatches": self.summary_mismatches,
-                "unchecked": self.summaries_unchecked,
-                "settlement_mismatches": self.settlement_mismatches,
-            },
-            "status": {
-                "mismatch_count": self.status_mismatches.count,
-                "mismatch_kinds": dict(sorted(self.status_mismatch_kinds.items())),
-                "mismatches": self.status_mismatches.items,
-                "unresolved_at_end": dict(sorted(self.unresolved_at_end.items())),
-            },
-            "tx_failures": self.tx_failures.to_dict(),
-            "late_scheduled": self.late_scheduled.to_dict(),
-            "bad_lines": self.bad_lines.to_dict(),
-            "policies_shadow": {
-                s.policy: s.to_dict(self.recorded, header.policy) for s in self.shadows
-            },
-            "stats": {
-                "max_pending": self.max_pending,
-                "max_inflight": self.max_inflight,
-                "outcomes_beyond_trace": self.beyond_trace,
-                "elapsed_seconds": round(self.elapsed_seconds, 3),
-                "blocks_per_second": (
-                    round(self.blocks / self.elapsed_seconds, 1) if self.elapsed_seconds else None
-                ),
-            },
-        }
-
-
-@dataclass(slots=True)
-class _Lane:
-    """One policy's chain."""
-
-    shadow: PolicyShadow
-    chain: Chain
-    excluded: frozenset[str] = frozenset()
-
-
 _TX_INDEX = re.compile(r"block \d+, tx (\d+) ")
 # The run's own state (besides the report, schedule, tracker and lanes) a checkpoint holds.
 _RUN_STATE = ("committed", "gather_height", "gather", "pending", "settled_at")
@@ -369,11 +131,15 @@ _CK_TRACKER = RUN_META_PREFIX + b"tracker"
 _CK_DEFERRED = RUN_META_PREFIX + b"deferred"
 
 
-class _AsRecordedRun(BlockFeeder[InferenceRecord]):
+class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
+    """The replay: the recorded blocks through every lane in turn, then the block's checks and
+    each policy's shadow bookkeeping (``shadows[i]`` is lane ``i``'s)."""
+
     def __init__(
         self,
         report: ReplayReport,
-        lanes: list[_Lane],
+        lanes: list[Lane],
+        shadows: list[PolicyShadow],
         schedule: Schedule,
         tracker: ParticipantTracker,
         *,
@@ -382,7 +148,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         fingerprint: bytes | None = None,
         cursor: TraceCursor | None = None,
     ) -> None:
-        super().__init__(report.first_height, report.last_height)
+        super().__init__(report.first_height, report.last_height, schedule, tracker)
         # A resumable replay (leveldb): each lane's commit carries a checkpoint of the state.
         self.fingerprint = fingerprint
         self.cursor = cursor
@@ -395,11 +161,9 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         self.deferred_dirty = [True for _ in lanes]
         self.report = report
         self.lanes = lanes
-        self.schedule = schedule
-        self.tracker = tracker
+        self.shadows = shadows
         self.strict = strict
         self.progress = progress
-        self.pending: list[Outcome] = []
         # Unresolved on the reference chain: id -> (recorded status, line, start, end)
         self.inflight: dict[str, tuple[int, int, int, int]] = {}
         self.deferred: deque[EpochSummaryRecord] = deque()
@@ -407,25 +171,25 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
 
     # -- reading ------------------------------------------------------------------------------
 
-    def process(self, record: TraceRecord) -> None:
-        if isinstance(record, InferenceRecord):
-            self.process_inference(record)
-        elif isinstance(record, EpochSummaryRecord):
-            self.deferred.append(record)
-            self.deferred_dirty = [True for _ in self.lanes]
-            self.check_summaries()
-        elif isinstance(record, ParamsRecord | ParticipantsRecord):
-            schedule_record(self.schedule, record, self.tracker, self.committed)
-            self.tracker_dirty = [True for _ in self.lanes]
+    def process_summary(self, record: EpochSummaryRecord) -> None:
+        self.deferred.append(record)
+        self.deferred_dirty = [True for _ in self.lanes]
+        self.check_summaries()
 
-    def process_inference(self, record: InferenceRecord) -> None:
+    def process_scheduled(self) -> None:
+        self.tracker_dirty = [True for _ in self.lanes]
+
+    def process_start(self, record: InferenceRecord) -> None:
         self.gather_start(record.start_height, record)
-        if push_outcome(self.pending, record):
+        if self.push_outcome(record):
             self.report.max_pending = max(self.report.max_pending, len(self.pending))
         self.count_recorded(record)
 
+    def get_bad_lines(self) -> BadLines:
+        return self.report.bad_lines
+
     def count_recorded(self, record: InferenceRecord) -> None:
-        key = _outcome_key(record)
+        key = get_outcome_key(record)
         recorded = self.report.recorded
         recorded["inferences"] += 1
         recorded[key] += 1
@@ -441,22 +205,10 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
 
     # -- blocks -------------------------------------------------------------------------------
 
-    def build_block(
-        self, height: int, starts: list[InferenceRecord]
-    ) -> tuple[list[Any], list[BlockMeta]]:
-        """Block items (a Message, or a ParamsPart of a scheduled params change) with
-        (kind, line, id) each."""
-        scheduled = [
-            ((item.kind, item.line, ""), part)
-            for item in self.schedule.pop_due(height)
-            for part in expand_scheduled(item)
-        ]
-        return build_block(height, scheduled, self.pending, starts)
-
     def deliver(self, height: int, starts: list[InferenceRecord]) -> None:
-        for lane in self.lanes:
-            self.count_inside(lane, starts)
-        items, meta = self.build_block(height, starts)
+        for lane, shadow in zip(self.lanes, self.shadows, strict=True):
+            self.count_inside(lane, shadow, starts)
+        items, meta = self.build_recorded_block(height, starts)
         for record in starts:
             inference = record.inference
             self.inflight[inference.inference_id] = (
@@ -484,16 +236,11 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             if recovered is not None and i == first:
                 result = recovered
             else:
-                msgs: list[Message] = [
-                    build_scheduled_msg(x, lane.chain, lane.shadow.policy, True)
-                    if isinstance(x, ParamsPart)
-                    else x
-                    for x in items
-                ]
+                msgs = [resolve_scheduled(x, lane.policy, True) for x in items]
                 result = self.deliver_lane(lane, height, msgs, meta, i)
             if i == 0:
                 self.process_reference(result, meta)
-            self.process_shadow(lane, result)
+            self.process_shadow(lane, self.shadows[i], result)
         self.committed = height
         self.report.blocks += 1
         self.report.txs += len(items)
@@ -529,7 +276,10 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             "report": report,
             "run": {name: getattr(self, name) for name in _RUN_STATE},
             "schedule": self.schedule,
-            "lanes": [(lane.shadow, lane.excluded) for lane in self.lanes],
+            "lanes": [
+                (shadow, lane.excluded)
+                for lane, shadow in zip(self.lanes, self.shadows, strict=True)
+            ],
             "block": self.block,
             "lane": index,
             "result": (result.events, result.tx_results),
@@ -537,7 +287,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             "cursor": self.cursor,
         }
         meta.update(encode_checkpoint(self.fingerprint, state))
-        process_kill_point(result.height, f"pre-{self.lanes[index].shadow.policy}")
+        process_kill_point(result.height, f"pre-{self.lanes[index].policy}")
         return meta
 
     def process_checkpoint(self, state: dict[str, Any]) -> None:
@@ -566,8 +316,10 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         deferred = chain.get_meta(_CK_DEFERRED)
         if deferred is not None:
             self.deferred = decode_state(deferred)
+        self.shadows = []
         for lane, (shadow, excluded) in zip(self.lanes, state["lanes"], strict=True):
-            lane.shadow, lane.excluded = shadow, excluded
+            self.shadows.append(shadow)
+            lane.excluded = excluded
         height, items, meta = state["block"]
         index = state["lane"]
         events, tx_results = state["result"]
@@ -577,7 +329,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
 
     def deliver_lane(
         self,
-        lane: _Lane,
+        lane: Lane,
         height: int,
         msgs: list[Message],
         meta: list[tuple[str, int, str]],
@@ -587,7 +339,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         try:
             result = lane.chain.deliver_block(msgs, height=height, strict=self.strict, meta=hook)
             if hook is not None:
-                process_kill_point(height, f"post-{lane.shadow.policy}")
+                process_kill_point(height, f"post-{lane.policy}")
             return result
         except BlockError as exc:
             found = _TX_INDEX.search(str(exc))
@@ -599,7 +351,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             else:
                 where, what = self.report.trace, "a transaction"
             raise ReplayError(
-                f"{where}: block {height}: {what} rejected ({lane.shadow.policy} replay): "
+                f"{where}: block {height}: {what} rejected ({lane.policy} replay): "
                 f"{cause}; the store stays at height {height - 1}"
             ) from exc
 
@@ -629,38 +381,7 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
             elif isinstance(event, EpochSettled):
                 self.settled_at[event.settled_epoch] = event.height
 
-    def resolve(self, inference_id: str, module_status: str, height: int) -> None:
-        entry = self.inflight.pop(inference_id, None)
-        if entry is None:
-            return
-        if _status_class(entry[0], entry[3]) != module_status:
-            self.add_status_mismatch(inference_id, entry, module_status, height)
-
-    def add_status_mismatch(
-        self,
-        inference_id: str,
-        entry: tuple[int, int, int, int],
-        module_status: str,
-        module_height: int,
-    ) -> None:
-        """A recorded inference (``inflight`` entry) the module left in another status."""
-        status, line, start, end = entry
-        recorded = _status_class(status, end)
-        self.report.status_mismatch_kinds[f"{recorded}->{module_status}"] += 1
-        self.report.status_mismatches.add(
-            {
-                "inference_id": inference_id,
-                "line": line,
-                "start_height": start,
-                "recorded": recorded if recorded == "DECLINED" else get_status_name(status),
-                "recorded_end_height": end,
-                "module": module_status,
-                "module_height": module_height,
-            }
-        )
-
-    def process_shadow(self, lane: _Lane, result: BlockResult) -> None:
-        shadow = lane.shadow
+    def process_shadow(self, lane: Lane, shadow: PolicyShadow, result: BlockResult) -> None:
         for event in result.events:
             if isinstance(event, HealthTransition):
                 shadow.transitions[f"{event.from_state}->{event.to_state}"] += 1
@@ -674,127 +395,29 @@ class _AsRecordedRun(BlockFeeder[InferenceRecord]):
         if result.height < self.report.last_height:
             shadow.intervals.observe(result.height + 1, excluded)
 
-    def count_inside(self, lane: _Lane, starts: list[InferenceRecord]) -> None:
+    def count_inside(self, lane: Lane, shadow: PolicyShadow, starts: list[InferenceRecord]) -> None:
         if not lane.excluded:
             return
         for record in starts:
             address = record.inference.assigned_to
             if address not in lane.excluded:
                 continue
-            key = _outcome_key(record)
-            lane.shadow.inside[key] += 1
-            lane.shadow.inside_by_participant.setdefault(address, Counter())[key] += 1
-
-    # -- checks -------------------------------------------------------------------------------
-
-    def check_summaries(self) -> None:
-        while self.deferred and self.deferred[0].height <= self.committed:
-            self.compare_summaries(self.deferred.popleft())
-            self.deferred_dirty = [True for _ in self.lanes]
-
-    def compare_summaries(self, record: EpochSummaryRecord) -> None:
-        report = self.report
-        epoch = record.epoch_index
-        exported = {s.participant_id: s for s in record.summaries}
-        recorded_declines = (
-            None
-            if record.declines is None
-            else {d.address: d.declined_requests for d in record.declines}
-        )
-        with self.lanes[0].chain.read() as keeper:
-            computed = {s.participant_id: s for s in keeper.get_summaries_for_epoch(epoch)}
-            computed_declines = {
-                address: keeper.get_declines(epoch, address)
-                for address in set(exported) | set(computed) | set(recorded_declines or ())
-            }
-        settled = self.settled_at.get(epoch)
-        if settled != record.height:
-            report.settlement_mismatches.append(
-                {
-                    "epoch": epoch,
-                    "line": record.line,
-                    "exported_height": record.height,
-                    "computed_height": settled,
-                }
-            )
-        mismatches = 0
-        for participant in sorted(set(exported) | set(computed)):
-            if recorded_declines is not None:
-                ev, cv = recorded_declines.get(participant, 0), computed_declines[participant]
-                if ev != cv:
-                    self.add_mismatch(epoch, participant, "declined_requests", ev, cv, record.line)
-                    mismatches += 1
-            e = exported.get(participant)
-            c = computed.get(participant)
-            if e is None or c is None:
-                self.add_mismatch(
-                    epoch,
-                    participant,
-                    "(summary)",
-                    "present" if e is not None else "missing",
-                    "present" if c is not None else "missing",
-                    record.line,
-                )
-                mismatches += 1
-                continue
-            for name in _SUMMARY_FIELDS:
-                ev, cv = getattr(e, name), getattr(c, name)
-                if ev != cv:
-                    self.add_mismatch(epoch, participant, name, ev, cv, record.line)
-                    mismatches += 1
-        report.summaries_checked.append(
-            {
-                "epoch": epoch,
-                "line": record.line,
-                "height": record.height,
-                "participants": len(exported),
-                "declines_compared": recorded_declines is not None,
-                "mismatches": mismatches,
-            }
-        )
-
-    def add_mismatch(
-        self, epoch: int, participant: str, name: str, exported: Any, computed: Any, line: int
-    ) -> None:
-        self.report.summary_mismatch_count += 1
-        if len(self.report.summary_mismatches) < _MAX_MISMATCHES:
-            self.report.summary_mismatches.append(
-                {
-                    "epoch": epoch,
-                    "participant": participant,
-                    "field": name,
-                    "exported": exported,
-                    "computed": computed,
-                    "line": line,
-                }
-            )
+            key = get_outcome_key(record)
+            shadow.inside[key] += 1
+            shadow.inside_by_participant.setdefault(address, Counter())[key] += 1
 
     def finish(self) -> None:
         last = self.report.last_height
         self.finish_blocks()
         self.report.beyond_trace = len(self.pending)
-        for record in self.deferred:
-            self.report.summaries_unchecked.append(
-                {"epoch": record.epoch_index, "line": record.line, "height": record.height}
-            )
-        expiration = self.lanes[0].chain.get_params().params.validation_params.expiration_blocks
-        for inference_id, entry in sorted(self.inflight.items()):
-            status, _, start, end = entry
-            recorded = _status_class(status, end)
-            resolves_at = end if recorded in ("FINISHED", "DECLINED") else start + expiration
-            if recorded == "STARTED" or resolves_at > last:
-                self.report.unresolved_at_end[recorded] += 1
-                continue
-            self.add_status_mismatch(inference_id, entry, "STARTED", last)
-        for lane in self.lanes:
-            lane.shadow.intervals.finish(last)
-            lane.shadow.app_hash = format_app_hash(lane.chain.app_hash)
+        self.check_unresolved_at_end()
+        for lane, shadow in zip(self.lanes, self.shadows, strict=True):
+            shadow.intervals.finish(last)
+            shadow.app_hash = format_app_hash(lane.chain.app_hash)
 
 
 def _read_lanes_checkpoint(
-    lanes: list[_Lane],
-    fingerprint: bytes,
-    prologue: Prologue,
+    lanes: list[Lane], fingerprint: bytes, prologue: Prologue
 ) -> dict[str, Any] | None:
     """The checkpoint to resume from: the last lane that committed the highest block (the lanes
     go through a block in order, so a kill leaves lanes 0..k-1 at H and the rest at H - 1).
@@ -804,27 +427,13 @@ def _read_lanes_checkpoint(
     k = sum(1 for h in heights if h == top)
     if heights != [top] * k + [top - 1] * (len(lanes) - k):
         raise ResumeError(f"the replay's stores are at heights {heights}: not one replay's")
-    states = []
-    for lane in lanes:
-        where = f"store of the {lane.shadow.policy} replay"
-        states.append(read_checkpoint(lane.chain.get_meta, fingerprint, where))
-        if states[-1] is None:
-            fresh = open_policy_chain(
-                prologue,
-                lane.shadow.policy,
-                shadow=True,
-                store="memory",
-                store_dir=None,
-                name=lane.shadow.policy,
-            )
-            with fresh:
-                if (fresh.height, fresh.app_hash) != (lane.chain.height, lane.chain.app_hash):
-                    raise ResumeError(
-                        f"{where} holds another chain (height {lane.chain.height}, no "
-                        "checkpoint of this replay): cannot resume it"
-                    )
-    state: dict[str, Any] | None = states[k - 1]
-    return state
+    states = [
+        read_lane_checkpoint(
+            lane, fingerprint, prologue, shadow=True, where=f"store of the {lane.policy} replay"
+        )
+        for lane in lanes
+    ]
+    return states[k - 1]
 
 
 def replay_as_recorded(
@@ -890,24 +499,22 @@ def replay_as_recorded(
             strict=strict,
             max_listed=max_listed,
         )
-    lanes: list[_Lane] = []
+    lanes = open_lanes(
+        prologue,
+        policies,
+        shadow=True,
+        store=store,
+        store_dir=store_dir,
+        names=policies,
+        resume=resume,
+        resumable=fingerprint is not None,
+    )
     try:
-        for policy in policies:
-            chain = open_policy_chain(
-                prologue,
-                policy,
-                shadow=True,
-                store=store,
-                store_dir=store_dir,
-                name=policy,
-                resume=resume,
-                resumable=fingerprint is not None,
-            )
-            lane = _Lane(PolicyShadow(policy), chain)
-            lanes.append(lane)
-            excluded, _, _ = get_table_exclusions(chain)
+        shadows = [PolicyShadow(policy) for policy in policies]
+        for lane, shadow in zip(lanes, shadows, strict=True):
+            excluded, _, _ = get_table_exclusions(lane.chain)
             lane.excluded = excluded
-            lane.shadow.intervals.observe(header.first_height, excluded)
+            shadow.intervals.observe(header.first_height, excluded)
         state = None
         if resume and fingerprint is not None:
             state = _read_lanes_checkpoint(lanes, fingerprint, prologue)
@@ -916,6 +523,7 @@ def replay_as_recorded(
             run = _AsRecordedRun(
                 report,
                 lanes,
+                shadows,
                 schedule,
                 tracker,
                 strict=strict,
@@ -923,35 +531,21 @@ def replay_as_recorded(
                 fingerprint=fingerprint,
                 cursor=cursor,
             )
-            if state is None:
-                for record in prologue.extra:
-                    run.process(record)
-            else:
-                close = getattr(records, "close", None)
-                if close is not None:
-                    close()
-                bar.update(state["block"][0] - header.first_height)
-                run.process_checkpoint(state)
-                report = run.report
-                run.cursor = cursor = state["cursor"]
-                records = iterate_trace(
-                    trace_path,
-                    skip_bad=skip_bad,
-                    bad_lines=report.bad_lines,
-                    cursor=cursor,
-                    allow_partial=allow_partial,
-                )
-                if state["current"] is not None:
-                    run.process(state["current"])
-            for record in records:
-                run.current = record
-                run.process(record)
-            run.current = None
-            run.finish()
+            drive_records(
+                run,
+                trace_path,
+                prologue,
+                records,
+                state,
+                resume_height=0 if state is None else state["block"][0],
+                skip_bad=skip_bad,
+                allow_partial=allow_partial,
+                bar=bar,
+            )
+        report = run.report
         report.late_scheduled = run.schedule.late
-        report.shadows = [lane.shadow for lane in lanes]
+        report.shadows = run.shadows
     finally:
-        for lane in lanes:
-            lane.chain.close()
+        close_lanes(lanes)
     report.elapsed_seconds = time.perf_counter() - started
     return report

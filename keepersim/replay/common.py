@@ -1,7 +1,7 @@
 """What both replay modes share: chains per policy (from the trace's genesis,
-:func:`keepersim.trace.genesis.build_genesis`), governance entries, the block feeder (every
-height a block, the starts of a height gathered into its block), the progress bar and block
-tables. Records become block messages in :mod:`keepersim.trace.messages`.
+:func:`keepersim.trace.genesis.build_genesis`), governance entries, the progress bar and block
+tables. Records become blocks in :mod:`keepersim.trace.blocks` (the feeder serve uses too) and
+block messages in :mod:`keepersim.trace.messages`.
 
 Heights: the chain's genesis is at ``first_height - 1``; the first replayed block is
 ``first_height``. A governance entry at height h is sent as MsgUpdateParams (the chain's Params)
@@ -13,33 +13,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from google.protobuf.message import Message
-
-from keepersim.chain import Chain, StoreNotEmptyError, open_chain
+from keepersim.chain import Chain
 from keepersim.chain import StoreKind as StoreKind  # the replay modules import it from here
 from keepersim.keeper.policies import get_policy
 from keepersim.keeper.selection import get_candidates, get_kept_out
 from keepersim.progress import ProgressBar
 from keepersim.progress import make_progress as make_run_progress
+from keepersim.run_chain import open_run_chain
 from keepersim.store.checkpoint import compute_fingerprint
+from keepersim.trace.blocks import BlockFeeder as BlockFeeder  # re-exported: replay's names
+from keepersim.trace.blocks import ParamsPart as ParamsPart
+from keepersim.trace.blocks import apply_policy as apply_policy
+from keepersim.trace.blocks import expand_scheduled as expand_scheduled
 from keepersim.trace.genesis import Prologue, build_genesis, read_prologue
-from keepersim.trace.messages import (
-    ParticipantTracker,
-    Schedule,
-    Scheduled,
-    build_params_msgs,
-)
+from keepersim.trace.messages import ParticipantTracker, Schedule
 from keepersim.trace.reader import TraceCursor, compute_trace_sha256, iterate_trace
 from keepersim.trace.records import BadLines, Header, TraceRecord
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 Governance = Sequence[tuple[int, ModuleParams]]
-T = TypeVar("T")
 
 
 class ReplayError(Exception):
@@ -66,15 +62,6 @@ def open_trace(
             f"{os.fspath(path)}: the trace ends before its first params and participants lines"
         ) from None
     return prologue, records
-
-
-def apply_policy(params: ModuleParams, policy: str, shadow: bool) -> ModuleParams:
-    """A copy of ``params`` with the replay's policy (and shadow flag) in force."""
-    out = ModuleParams()
-    out.CopyFrom(params)
-    out.extension_params.health_params.policy = policy
-    out.extension_params.health_params.shadow = shadow
-    return out
 
 
 def check_policies(policies: Sequence[str]) -> None:
@@ -110,24 +97,19 @@ def open_policy_chain(
     ``policy`` (and ``shadow``) in force: in memory, or LevelDB under ``store_dir/name`` (which
     must not hold a chain yet, unless ``resume``: then a chain in it is opened as it stands)."""
     genesis = build_genesis(prologue, apply_policy(prologue.params.params, policy, shadow))
-    if store == "memory":
-        return open_chain("memory", None, genesis=genesis)
-    if store != "leveldb":
+    if store not in ("leveldb", "memory"):
         raise ReplayError(f"unknown store {store!r}: expected 'leveldb' or 'memory'")
-    if store_dir is None:
+    if store == "leveldb" and store_dir is None:
         raise ReplayError("a leveldb replay needs store_dir")
-    try:
-        return open_chain(
-            "leveldb",
-            Path(store_dir) / name,
-            genesis=genesis,
-            resume=resume,
-            write_every=1 if resumable or resume else WRITE_EVERY,
-        )
-    except StoreNotEmptyError as exc:
-        raise ReplayError(
-            f"{exc.folder} is not empty: a replay needs a fresh store (--resume goes on with it)"
-        ) from None
+    return open_run_chain(
+        store,
+        None if store_dir is None else Path(store_dir) / name,
+        genesis=genesis,
+        error=ReplayError,
+        needs="a replay needs a fresh store (--resume goes on with it)",
+        resume=resume,
+        write_every=1 if resumable or resume else WRITE_EVERY,
+    )
 
 
 def schedule_governance(schedule: Schedule, governance: Governance | None, committed: int) -> None:
@@ -151,72 +133,6 @@ def make_progress(header: Header, progress: bool, desc: str) -> ProgressBar:
     return make_run_progress(
         header.last_height - header.first_height + 1, enabled=progress, unit="blocks", desc=desc
     )
-
-
-class BlockFeeder(Generic[T]):
-    """Turns a stream of recorded starts into blocks: every height from ``first_height`` to
-    ``last_height`` is one block, delivered in height order, empty or not.
-
-    The starts of a height are gathered (:meth:`gather_start`; records come in start-height order)
-    and go into that height's block once a later start shows the height is complete; the heights
-    before it are delivered first. :meth:`finish_blocks` delivers what is left up to
-    ``last_height``. A subclass's :meth:`deliver` builds and delivers one block and sets
-    ``committed`` to its height.
-    """
-
-    def __init__(self, first_height: int, last_height: int) -> None:
-        self.first_height = first_height
-        self.last_height = last_height
-        self.committed = first_height - 1
-        self.gather_height: int | None = None
-        self.gather: list[T] = []
-
-    def deliver(self, height: int, starts: list[T]) -> None:
-        raise NotImplementedError
-
-    def gather_start(self, start: int, item: T) -> None:
-        if self.gather_height is not None and start > self.gather_height:
-            # Deliver the gathered block and the empty ones up to this start: pending outcomes
-            # are then all of inferences in flight at ``start``.
-            self.flush_through(start - 1)
-        self.gather_height = start
-        self.gather.append(item)
-
-    def flush_through(self, target: int) -> None:
-        while self.committed < target:
-            height = self.committed + 1
-            starts = self.gather if height == self.gather_height else []
-            if starts:
-                self.gather = []  # before the block: a checkpoint taken in it has it gone
-            self.deliver(height, starts)
-
-    def finish_blocks(self) -> None:
-        if self.gather_height is not None:
-            self.flush_through(self.gather_height)
-        self.flush_through(self.last_height)
-
-
-@dataclass(frozen=True, slots=True)
-class ParamsPart:
-    """One of the two messages of a scheduled params change, built per chain (its policy)."""
-
-    params: ModuleParams
-    extension: bool  # False: MsgUpdateParams (the chain's part); True: MsgUpdateExtensionParams
-
-
-def expand_scheduled(item: Scheduled) -> list[Message | ParamsPart]:
-    """A scheduled item's block items: a params change is two (the chain's Params, then
-    keepersim's ExtensionParams, which the module loads together); anything else is its
-    message."""
-    if isinstance(item.msg, ModuleParams):
-        return [ParamsPart(item.msg, extension=False), ParamsPart(item.msg, extension=True)]
-    return [item.msg]
-
-
-def build_scheduled_msg(item: ParamsPart, chain: Chain, policy: str, shadow: bool) -> Message:
-    """The message of a params part for one chain (the params get the chain's policy)."""
-    chain_msg, extension_msg = build_params_msgs(apply_policy(item.params, policy, shadow))
-    return extension_msg if item.extension else chain_msg
 
 
 def get_table_exclusions(chain: Chain) -> tuple[frozenset[str], bool, bool]:

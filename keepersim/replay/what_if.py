@@ -44,19 +44,14 @@ from keepersim.chain import BlockResult, Chain
 from keepersim.keeper.selection import compute_weight_factors, get_candidates
 from keepersim.replay.calibration import compute_calibration_note
 from keepersim.replay.common import (
-    BlockFeeder,
     Governance,
     IntervalTracker,
-    ParamsPart,
     StoreKind,
-    build_scheduled_msg,
     check_policies,
     compute_replay_fingerprint,
-    expand_scheduled,
     format_app_hash,
     get_table_exclusions,
     make_progress,
-    open_policy_chain,
     open_trace,
     start_schedule,
 )
@@ -66,17 +61,14 @@ from keepersim.replay.estimator import (
     BetaPrior,
     estimate_trace,
 )
-from keepersim.store.checkpoint import (
-    ResumeError,
-    encode_checkpoint,
-    process_kill_point,
-    read_checkpoint,
-)
+from keepersim.replay.lanes import close_lanes, drive_records, open_lanes, read_lane_checkpoint
+from keepersim.store.checkpoint import encode_checkpoint, process_kill_point
+from keepersim.trace.blocks import BlockFeeder, ParamsPart, resolve_scheduled
 from keepersim.trace.format import FINISHED_LIKE
 from keepersim.trace.genesis import Prologue
-from keepersim.trace.messages import Listed, ParticipantTracker, Schedule, schedule_record
-from keepersim.trace.reader import TraceCursor, iterate_trace
-from keepersim.trace.records import BadLines, InferenceRecord, ParamsRecord, ParticipantsRecord
+from keepersim.trace.messages import Listed, ParticipantTracker, Schedule
+from keepersim.trace.reader import TraceCursor
+from keepersim.trace.records import BadLines, InferenceRecord, TraceRecord
 from keepersim.types.errors import KeepersimError
 from keepersim.types.events import HealthTransition, InferenceExpired, InferenceFinished
 from keepersim.types.messages import EXPIRED
@@ -196,18 +188,16 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         cursor: TraceCursor | None = None,
         bad_lines: BadLines | None = None,
     ) -> None:
-        super().__init__(first_height, last_height)
+        super().__init__(first_height, last_height, schedule, tracker)
         # A resumable replay (leveldb): each commit carries a checkpoint of the state.
         self.fingerprint = fingerprint
         self.cursor = cursor
         self.bad_lines = bad_lines
-        self.current: InferenceRecord | ParamsRecord | ParticipantsRecord | None = None
+        self.current: TraceRecord | None = None
         self.on_request = on_request
         self.chain = chain
         self.policy = policy
         self.estimator = estimator
-        self.schedule = schedule
-        self.tracker = tracker
         self.seed = seed
         self.progress = progress
         # (finish height, start, inference_id, executor)
@@ -228,7 +218,7 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         self.tx_failures = Listed(max_listed)
         self.excluded: frozenset[str] = frozenset()
 
-    def process_inference(self, record: InferenceRecord) -> None:
+    def process_start(self, record: InferenceRecord) -> None:
         inference = record.inference
         self.gather_start(
             record.start_height,
@@ -245,11 +235,10 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         chain = self.chain
         expiration = chain.get_params().params.validation_params.expiration_blocks
         msgs: list[Message] = [
-            apply_run_mechanisms(build_scheduled_msg(part, chain, self.policy, False), self.policy)
+            apply_run_mechanisms(resolve_scheduled(part, self.policy, False), self.policy)
             if isinstance(part, ParamsPart)
             else part
-            for item in self.schedule.pop_due(height)
-            for part in expand_scheduled(item)
+            for _, part in self.pop_scheduled(height)
         ]
         while self.pending and self.pending[0][0] <= height:
             _, _, inference_id, executor = heapq.heappop(self.pending)
@@ -394,11 +383,9 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         self.false_exclusion_sum += false_out / total
         self.withheld_sum += (false_out + reduced) / total
 
-    def process_record(self, record: InferenceRecord | ParamsRecord | ParticipantsRecord) -> None:
-        if isinstance(record, InferenceRecord):
-            self.process_inference(record)
-        else:
-            schedule_record(self.schedule, record, self.tracker, self.committed)
+    def get_bad_lines(self) -> BadLines:
+        assert self.bad_lines is not None
+        return self.bad_lines
 
     def finish(self) -> None:
         self.finish_blocks()
@@ -470,34 +457,22 @@ def replay_what_if(
             max_listed=max_listed,
         )
     name = f"what-if-{policy}"
-    chain = open_policy_chain(
+    (lane,) = open_lanes(
         prologue,
-        policy,
+        [policy],
         shadow=False,
         store=store,
         store_dir=store_dir,
-        name=name,
+        names=[name],
         resume=resume,
     )
+    chain = lane.chain
     try:
         state = None
         if resume and fingerprint is not None:
-            state = read_checkpoint(chain.get_meta, fingerprint, f"store {name}")
-            if state is None:
-                fresh = open_policy_chain(
-                    prologue,
-                    policy,
-                    shadow=False,
-                    store="memory",
-                    store_dir=None,
-                    name=name,
-                )
-                with fresh:
-                    if (fresh.height, fresh.app_hash) != (chain.height, chain.app_hash):
-                        raise ResumeError(
-                            f"store {name} holds another chain (height {chain.height}, no "
-                            "checkpoint of this replay): cannot resume it"
-                        )
+            state = read_lane_checkpoint(
+                lane, fingerprint, prologue, shadow=False, where=f"store {name}"
+            )
         schedule, tracker = start_schedule(prologue, governance, max_listed)
         with make_progress(header, progress, f"what-if {policy}") as bar:
             run = _WhatIfRun(
@@ -519,37 +494,22 @@ def replay_what_if(
             if state is None:
                 excluded, _, _ = get_table_exclusions(chain)
                 run.account_exclusions(header.first_height, excluded, get_table_factors(chain))
-                for record in prologue.extra:
-                    assert isinstance(record, ParamsRecord | ParticipantsRecord)
-                    schedule_record(schedule, record, tracker, run.committed)
-            else:
-                close = getattr(records, "close", None)
-                if close is not None:
-                    close()
-                bar.update(state["height"] - header.first_height)
-                run.process_checkpoint(state)
-                assert run.bad_lines is not None
-                bad = run.bad_lines
-                run.cursor = cursor = state["cursor"]
-                records = iterate_trace(
-                    trace_path,
-                    skip_bad=skip_bad,
-                    bad_lines=bad,
-                    cursor=cursor,
-                    allow_partial=allow_partial,
-                )
-                if state["current"] is not None:
-                    run.process_record(state["current"])
-            for record in records:
-                if isinstance(record, InferenceRecord | ParamsRecord | ParticipantsRecord):
-                    run.current = record
-                    run.process_record(record)
-            run.current = None
-            run.finish()
+            drive_records(
+                run,
+                trace_path,
+                prologue,
+                records,
+                state,
+                resume_height=0 if state is None else state["height"],
+                skip_bad=skip_bad,
+                allow_partial=allow_partial,
+                bar=bar,
+            )
+        bad = run.get_bad_lines()
         schedule = run.schedule
         app_hash = format_app_hash(chain.app_hash)
     finally:
-        chain.close()
+        close_lanes([lane])
     counts = run.counts
     blocks = max(run.blocks, 1)
     recorded_samples = run.recorded["misses"] + run.recorded["successes"]

@@ -260,11 +260,18 @@ def run_tasks(
 
 
 def execute_runs(
-    tasks: Sequence[RunTask], jobs: int | None, progress: bool, *, desc: str = "compare"
+    tasks: Sequence[RunTask],
+    jobs: int | None,
+    progress: bool,
+    *,
+    desc: str = "compare",
+    retries: int = DEFAULT_RETRIES,
 ) -> list[dict[str, Any]]:
     """Every task's run record in task order (process engine); a task that still fails after
-    its retry raises its error (a comparison needs every run)."""
-    outcomes = run_tasks(tasks, jobs=jobs, progress=progress, desc=desc)
+    its ``retries`` raises its error (a comparison needs every run). Runs that write into a
+    store folder or fail on their input (replays) pass ``retries=0``: a second attempt would
+    only find the folder the first one left."""
+    outcomes = run_tasks(tasks, jobs=jobs, progress=progress, desc=desc, retries=retries)
     for outcome in outcomes:
         if outcome.record is None:
             if outcome.exception is not None:

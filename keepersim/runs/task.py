@@ -1,8 +1,10 @@
 """One run as plain JSON-able data, and the function that runs it (inside a worker).
 
-A :class:`RunTask` names everything a run depends on and nothing else: the scenario (a built-in
-name, rebuilt from the task's seed, or a scenario's JSON), the policy, the seed, a params
-override (``{dotted path: value}``, the rules of a governance entry's ``"set"``), the store kind.
+A :class:`RunTask` names everything a run depends on: the scenario (a built-in name, rebuilt
+from the task's seed, or a scenario's JSON), the policy, the seed, a params override (``{dotted
+path: value}``, the rules of a governance entry's ``"set"``), the store kind; and where a run
+writes besides its record (``simulate``'s store folder, trace, resume). A task with ``trace``
+set replays that trace instead (:mod:`keepersim.runs.traces`).
 Engines ship ``task.to_dict()`` (JSON: no pickled objects cross a process or a Ray node) and the
 worker builds its chain from it with :func:`run_task_data`, so every engine runs the same bytes
 and gives the same app hash.
@@ -48,7 +50,26 @@ _KEYS = (
     "trace",
     "initial_params",
     "governance",
+    "shadow",
+    "reputation_weighting",
+    "store_dir",
+    "trace_out",
+    "resume",
+    "progress",
+    "replay",
 )
+#: Keys :meth:`RunTask.to_dict` leaves out at their defaults (the JSON of earlier tasks).
+_OPTIONAL: dict[str, Any] = {
+    "initial_params": None,
+    "governance": [],
+    "shadow": False,
+    "reputation_weighting": False,
+    "store_dir": None,
+    "trace_out": None,
+    "resume": False,
+    "progress": False,
+    "replay": None,
+}
 
 
 class TaskError(KeepersimError):
@@ -60,10 +81,13 @@ class RunTask:
     """One run. ``scenario``: a built-in name (built with ``seed``) or a scenario's JSON
     (:func:`~keepersim.sim.scenario.dump_scenario`); ``label`` names it in records (default: the
     scenario's name); ``params``: ``{dotted path: value}`` set on the run's default params;
-    ``trace``: reserved for what-if runs on a trace (not wired yet: must be None).
-    ``initial_params``: whole params the run starts with (``params_to_dict`` JSON; None: the
-    run's defaults); ``governance``: ``[height, params JSON]`` pairs sent as governance updates
-    (``run_scenario``'s ``governance``). Both are left out of :meth:`to_dict` when unset."""
+    ``trace``: a trace file to replay instead of the scenario (with ``replay``, its options:
+    :mod:`keepersim.runs.traces`). ``initial_params``: whole params the run starts with
+    (``params_to_dict`` JSON; None: the run's defaults); ``governance``: ``[height, params
+    JSON]`` pairs sent as governance updates (``run_scenario``'s ``governance``).
+    ``shadow``, ``reputation_weighting``, ``store_dir``, ``trace_out``, ``resume``,
+    ``progress``: ``run_scenario``'s arguments (``keepersim simulate``). The optional keys are
+    left out of :meth:`to_dict` when unset."""
 
     scenario: str | dict[str, Any]
     policy: str
@@ -74,6 +98,13 @@ class RunTask:
     trace: str | None = None
     initial_params: dict[str, Any] | None = None
     governance: list[list[Any]] = field(default_factory=list)
+    shadow: bool = False
+    reputation_weighting: bool = False
+    store_dir: str | None = None
+    trace_out: str | None = None
+    resume: bool = False
+    progress: bool = False
+    replay: dict[str, Any] | None = None
 
     def get_label(self) -> str:
         if self.label:
@@ -93,10 +124,10 @@ class RunTask:
             "store": self.store,
             "trace": self.trace,
         }
-        if self.initial_params is not None:
-            out["initial_params"] = self.initial_params
-        if self.governance:
-            out["governance"] = [list(entry) for entry in self.governance]
+        for key, default in _OPTIONAL.items():
+            value = getattr(self, key)
+            if value != default:
+                out[key] = [list(e) for e in value] if key == "governance" else value
         return out
 
     @classmethod
@@ -124,6 +155,18 @@ class RunTask:
             isinstance(e, list) and len(e) == 2 and isinstance(e[1], dict) for e in governance
         ):
             raise TaskError("task: 'governance' must be a list of [height, params object]")
+        for key in ("shadow", "reputation_weighting", "resume", "progress"):
+            if not isinstance(data.get(key, False), bool):
+                raise TaskError(f"task: {key!r} must be true or false")
+        for key in ("store_dir", "trace_out"):
+            if not isinstance(data.get(key), str | None):
+                raise TaskError(f"task: {key!r} must be a path or null")
+        replay = data.get("replay")
+        if replay is not None and not isinstance(replay, dict):
+            raise TaskError("task: 'replay' must be an object of replay options or null")
+        trace = data.get("trace")
+        if trace is not None and not isinstance(trace, str):
+            raise TaskError("task: 'trace' must be a trace file's path or null")
         return cls(
             scenario=scenario,
             policy=str(data.get("policy")),
@@ -131,9 +174,16 @@ class RunTask:
             label=str(data.get("label") or ""),
             params=dict(params),
             store=store,
-            trace=data.get("trace"),
+            trace=trace,
             initial_params=initial,
             governance=[list(e) for e in governance],
+            shadow=bool(data.get("shadow", False)),
+            reputation_weighting=bool(data.get("reputation_weighting", False)),
+            store_dir=data.get("store_dir"),
+            trace_out=data.get("trace_out"),
+            resume=bool(data.get("resume", False)),
+            progress=bool(data.get("progress", False)),
+            replay=None if replay is None else dict(replay),
         )
 
 
@@ -176,10 +226,13 @@ def compute_task_params(task: RunTask, scenario: Scenario) -> ModuleParams | Non
 
 def run_task(task: RunTask, on_block: Callable[[Chain, int], None] | None = None) -> dict[str, Any]:
     """Run the task in this process (in memory by default); its run record: the run's
-    ``to_dict()`` with ``scenario`` set to the task's label and ``scenario_name`` added.
+    ``to_dict()`` with ``scenario`` set to the task's label and ``scenario_name`` added (a
+    trace task's: :func:`keepersim.runs.traces.run_trace_task`).
     ``on_block``: ``run_scenario``'s hook (in-process callers only: it does not ship)."""
     if task.trace is not None:
-        raise TaskError("task: what-if runs on a trace are not wired yet ('trace' must be null)")
+        from keepersim.runs.traces import run_trace_task
+
+        return run_trace_task(task)
     scenario = get_task_scenario(task)
     params = compute_task_params(task, scenario)
     governance = [(int(h), params_from_dict(p)) for h, p in task.governance]
@@ -188,9 +241,15 @@ def run_task(task: RunTask, on_block: Callable[[Chain, int], None] | None = None
         task.policy,
         seed=task.seed,
         store=task.store,
+        store_dir=task.store_dir,
         params=params,
         governance=governance,
+        trace_out=task.trace_out,
+        progress=task.progress,
+        shadow=task.shadow,
         on_block=on_block,
+        resume=task.resume,
+        reputation_weighting=task.reputation_weighting,
     )
     record = result.to_dict()
     record["scenario"] = task.get_label()

@@ -11,9 +11,9 @@
   :func:`keepersim.trace.reader.iterate_trace`) with the genesis and the blocks as-recorded replay
   uses: genesis from the trace's prologue at height ``first_height - 1``
   (:func:`keepersim.trace.genesis.build_genesis`, which forms the recorded epoch of a trace that
-  starts mid-chain), then every height up to ``last_height`` with the recorded messages
-  (:func:`keepersim.trace.messages.build_block`: params and participant changes, starts,
-  finishes, declines); expiries come from the chain itself. Epoch summaries are not replayed
+  starts mid-chain), then every height up to ``last_height`` with the recorded messages, from
+  the feeder replay uses (:func:`keepersim.trace.blocks.iter_recorded_blocks`: params and
+  participant changes, starts, finishes, declines); expiries come from the chain itself. Epoch summaries are not replayed
   (the chain computes its own). Unlike :mod:`keepersim.replay.as_recorded`'s shadow replay, the
   recorded params go in as recorded (no policy override).
 * :class:`TickerRunner` delivers empty blocks at a fixed rate (a chain served from a store, where
@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
-from keepersim.chain import BlockResult, Chain, Selection, StoreNotEmptyError, open_chain
+from keepersim.chain import BlockResult, Chain, Selection
+from keepersim.run_chain import open_run_chain
 from keepersim.server.metrics import ServerMetrics
 from keepersim.types.errors import KeepersimError
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 if TYPE_CHECKING:  # the simulator is imported only when a scenario is served
     from keepersim.sim.scenario import Scenario
@@ -349,14 +349,14 @@ def open_scenario_chain(
     )
     genesis = build_genesis(scenario, params)
     override = get_policy_override(policy, scenario)
-    try:
-        return open_chain(
-            "memory" if path is None else "leveldb", path, genesis=genesis, policy_override=override
-        )
-    except StoreNotEmptyError:
-        raise RunnerError(
-            f"store {os.fspath(path or '')!r} is not empty; a scenario needs an empty one"
-        ) from None
+    return open_run_chain(
+        "memory" if path is None else "leveldb",
+        path,
+        genesis=genesis,
+        error=RunnerError,
+        needs="a scenario needs an empty one",
+        policy_override=override,
+    )
 
 
 class ScenarioRunner(Runner):
@@ -442,12 +442,13 @@ class TraceSource:
 
     def open_chain(self, path: str | os.PathLike[str] | None = None) -> Chain:
         """A chain with the trace's genesis (memory unless ``path``, which must be empty)."""
-        try:
-            return open_chain("memory" if path is None else "leveldb", path, genesis=self.genesis)
-        except StoreNotEmptyError:
-            raise RunnerError(
-                f"store {os.fspath(path or '')!r} is not empty; a replay needs an empty one"
-            ) from None
+        return open_run_chain(
+            "memory" if path is None else "leveldb",
+            path,
+            genesis=self.genesis,
+            error=RunnerError,
+            needs="a replay needs an empty one",
+        )
 
     def iter_records(self) -> Iterator[Any]:
         """The records after the prologue: those read along with it, then the rest."""
@@ -466,61 +467,27 @@ class TraceRunner(Runner):
         super().__init__(sink, block_rate=block_rate)
         self.source = source
         self.target_height = source.header.last_height
+        # Starts read after their block was built: 0, since the trace reader refuses inference
+        # lines out of start-height order (kept in the status for its readers).
         self.late_records = 0
         self.skipped_params = 0
         self.last_line = source.genesis_line  # the last trace line read
 
     def iter_blocks(self) -> Iterator[list[Message]]:
-        from keepersim.trace.messages import (
-            BlockMeta,
-            Outcome,
-            ParticipantTracker,
-            Schedule,
-            build_block,
-            build_params_msgs,
-            push_outcome,
-            schedule_record,
-        )
-        from keepersim.trace.records import InferenceRecord, ParamsRecord, ParticipantsRecord
+        from keepersim.trace.blocks import iter_recorded_blocks
+        from keepersim.trace.messages import Schedule
 
-        first = self.chain.height + 1
-        last = self.source.header.last_height
         schedule = Schedule()
-        tracker = ParticipantTracker(self.source.prologue.participants)
-        pending: list[Outcome] = []
-        records = self.source.iter_records()
-        record = next(records, None)
-
-        def needed(rec: Any) -> int:
-            if isinstance(rec, InferenceRecord):
-                return int(rec.start_height)
-            if isinstance(rec, ParamsRecord):
-                return int(rec.height) - 1
-            return int(rec.height)
-
-        for h in range(first, last + 1):
-            starts: list[InferenceRecord] = []
-            while record is not None and needed(record) <= h:
-                if isinstance(record, ParamsRecord | ParticipantsRecord):
-                    schedule_record(schedule, record, tracker, h - 1)
-                elif isinstance(record, InferenceRecord):
-                    if record.start_height < h:
-                        self.late_records += 1
-                    starts.append(record)
-                    push_outcome(pending, record)
-                self.last_line = record.line
-                record = next(records, None)
+        blocks = iter_recorded_blocks(
+            self.source.prologue,
+            self.source.iter_records(),
+            first_height=self.chain.height + 1,
+            schedule=schedule,
+        )
+        for block in blocks:
             self.skipped_params = schedule.late.count
-            scheduled: list[tuple[BlockMeta, Message]] = []
-            for item in schedule.pop_due(h):
-                msgs = (
-                    build_params_msgs(item.msg)
-                    if isinstance(item.msg, ModuleParams)
-                    else [item.msg]
-                )
-                scheduled.extend(((item.kind, item.line, ""), msg) for msg in msgs)
-            txs, _ = build_block(h, scheduled, pending, starts)
-            yield txs
+            self.last_line = block.last_line
+            yield block.txs
 
     def get_failure_location(self, exc: Exception) -> tuple[str | None, int | None, str | None]:
         from keepersim.trace.records import TraceError

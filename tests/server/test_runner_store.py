@@ -21,7 +21,7 @@ def test_scenario_and_trace_chains_need_an_empty_folder(tmp_path: Path) -> None:
     store = tmp_path / "store"
     with open_scenario_chain(scenario, "gonka", path=store) as chain:
         assert chain.app_hash == expected and chain.height == memory.height
-    with pytest.raises(RunnerError, match=f"store '{store}' is not empty; a scenario needs"):
+    with pytest.raises(RunnerError, match=f"store folder {store} is not empty: a scenario needs"):
         open_scenario_chain(scenario, "gonka", path=store)
     with Chain.open(store) as kept:  # the refused open left the stored chain alone
         assert kept.app_hash == expected
@@ -29,7 +29,7 @@ def test_scenario_and_trace_chains_need_an_empty_folder(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     run_scenario(scenario, "none", store="memory", trace_out=trace)
     source = TraceSource(trace)
-    with pytest.raises(RunnerError, match=f"store '{store}' is not empty; a replay needs"):
+    with pytest.raises(RunnerError, match=f"store folder {store} is not empty: a replay needs"):
         source.open_chain(store)
     with source.open_chain(tmp_path / "fresh") as replay, source.open_chain() as in_memory:
         assert replay.app_hash == in_memory.app_hash and replay.height == in_memory.height
