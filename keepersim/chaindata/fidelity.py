@@ -38,11 +38,10 @@ import dataclasses
 import io
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from keepersim.chain import Chain
 from keepersim.chaindata.epoch_folder import EpochRecord
 from keepersim.chaindata.fleet import (
     DEFAULT_TRAFFIC_PROFILE,
@@ -50,7 +49,8 @@ from keepersim.chaindata.fleet import (
     build_epoch_scenario,
 )
 from keepersim.report.tables import format_table
-from keepersim.sim.driver import run_scenario
+from keepersim.runs.engines import execute_runs
+from keepersim.runs.task import RunTask, make_task, run_task
 from keepersim.sim.scenario import Scenario
 
 __all__ = [
@@ -95,17 +95,26 @@ def get_devshard_inferences(record: EpochRecord) -> int:
 def run_epoch_counts(scenario: Scenario, policy: str, seed: int) -> dict[str, tuple[int, int]]:
     """Each participant's ``(inference_count, missed_requests)`` on keepersim's chain at the
     run's last block (the chain's current epoch stats, which its epoch summary copies)."""
-    counts: dict[str, tuple[int, int]] = {}
+    return _get_counts(run_task(_count_task(scenario, policy, seed)))
 
-    def on_block(chain: Chain, height: int) -> None:
-        if height == scenario.blocks:
-            with chain.read() as k:
-                for p in k.iterate_participants():
-                    stats = p.current_epoch_stats
-                    counts[p.address] = (stats.inference_count, stats.missed_requests)
 
-    run_scenario(scenario, policy, seed=seed, store="memory", on_block=on_block)
-    return counts
+def _count_task(scenario: Scenario, policy: str, seed: int) -> RunTask:
+    return dataclasses.replace(make_task(scenario, policy, seed), epoch_counts=True)
+
+
+def _get_counts(record: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    return {a: (int(d), int(m)) for a, (d, m) in record["epoch_counts"].items()}
+
+
+def _run_seeds(
+    scenarios: Sequence[Scenario], seeds: int, jobs: int | None, progress: bool, desc: str
+) -> list[list[dict[str, tuple[int, int]]]]:
+    """``none``'s counts per scenario and seed, every run one task of the run pipeline (in a
+    pool of ``jobs`` workers; 1: in this process)."""
+    tasks = [_count_task(s, "none", seed) for s in scenarios for seed in range(1, seeds + 1)]
+    records = execute_runs(tasks, jobs, progress, desc=desc)
+    counts = [_get_counts(r) for r in records]
+    return [counts[i * seeds : (i + 1) * seeds] for i in range(len(scenarios))]
 
 
 def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -131,22 +140,26 @@ def compute_epoch_fidelity(
     miss_timing: str = "constant",
     traffic: str = "auto",
     profile: str = DEFAULT_TRAFFIC_PROFILE,
-    on_run: Callable[[int, int], None] | None = None,
+    jobs: int | None = 1,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """The fidelity of one epoch (see the module docstring): the summary and per-participant
-    rows. ``on_run(epoch, seed)`` is called after each run (progress)."""
+    rows. Its runs (``seeds`` of the epoch's scenario, and as many on the classic path for a
+    devshard epoch) go through the run pipeline on ``jobs`` workers."""
     scenario = build_epoch_scenario(
         record, seed=1, miss_timing=miss_timing, traffic=traffic, profile=profile
     )
+    arms = [scenario]
+    if scenario.devshard is not None:
+        arms.append(dataclasses.replace(scenario, devshard=None))
+    runs = _run_seeds(arms, seeds, jobs, progress, desc=f"epoch {record.epoch}")
     fleet = [p.address for p in scenario.participants]
     sums = {a: [0, 0] for a in fleet}
-    for seed in range(1, seeds + 1):
-        for address, (done, missed) in run_epoch_counts(scenario, "none", seed).items():
+    for counts in runs[0]:
+        for address, (done, missed) in counts.items():
             if address in sums:
                 sums[address][0] += done
                 sums[address][1] += missed
-        if on_run is not None:
-            on_run(record.epoch, seed)
     sim = {a: (d / seeds, m / seeds) for a, (d, m) in sums.items()}
     recorded_all = {s.address: (s.inference_count, s.missed_requests) for s in record.summaries}
     recorded = {a: recorded_all.get(a, (0, 0)) for a in fleet}
@@ -219,22 +232,23 @@ def compute_epoch_fidelity(
         else None,
     }
     if scenario.devshard is not None:
-        summary["classic_share_pearson"] = _compute_classic_share_pearson(scenario, recorded, seeds)
+        summary["classic_share_pearson"] = _compute_share_pearson(fleet, runs[1], recorded)
     summary["must_hold"] = _check_must_hold(summary)
     if path == NOT_MODELLED:
         summary["note"] = DEVSHARD_NOTE
     return {"summary": summary, "participants": rows}
 
 
-def _compute_classic_share_pearson(
-    scenario: Scenario, recorded: Mapping[str, tuple[int, int]], seeds: int
+def _compute_share_pearson(
+    fleet: Sequence[str],
+    runs: Sequence[Mapping[str, tuple[int, int]]],
+    recorded: Mapping[str, tuple[int, int]],
 ) -> float | None:
-    """The share correlation of ``scenario`` with every request through GetRandomExecutor."""
-    classic = dataclasses.replace(scenario, devshard=None)
-    fleet = [p.address for p in scenario.participants]
+    """The share correlation of the seeds' summed requests with the recorded ones (the classic
+    path's, where every request goes through GetRandomExecutor)."""
     sums = dict.fromkeys(fleet, 0)
-    for seed in range(1, seeds + 1):
-        for address, (done, missed) in run_epoch_counts(classic, "none", seed).items():
+    for counts in runs:
+        for address, (done, missed) in counts.items():
             if address in sums:
                 sums[address] += done + missed
     sim_total = sum(sums.values())

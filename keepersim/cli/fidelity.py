@@ -8,7 +8,13 @@ import sys
 from typing import Any
 
 from keepersim.cli.argtypes import get_int_type
-from keepersim.cli.common import check_output_args, require_extra, write_json
+from keepersim.cli.common import (
+    add_progress_option,
+    check_output_args,
+    is_progress_on,
+    require_extra,
+    write_json,
+)
 from keepersim.cli.scenarios import add_epoch_options
 
 __all__ = ["add_fidelity_command", "run_fidelity"]
@@ -31,6 +37,13 @@ def add_fidelity_command(subparsers: Any) -> None:
         "--seeds", type=get_int_type(1, 1000), default=5, help="runs per epoch (default 5)"
     )
     parser.add_argument("--out", default=None, metavar="OUTDIR", help="folder for the files")
+    parser.add_argument(
+        "--jobs",
+        type=get_int_type(1),
+        default=None,
+        help="worker processes (default: every core; 1: in this process)",
+    )
+    add_progress_option(parser)
     parser.set_defaults(handler=run_fidelity)
 
 
@@ -59,9 +72,8 @@ def run_fidelity(args: argparse.Namespace) -> int:
                 miss_timing=args.miss_timing,
                 traffic=args.traffic,
                 profile=args.traffic_profile,
-                on_run=lambda epoch, seed: print(
-                    f"epoch {epoch}: seed {seed}/{args.seeds}", file=sys.stderr
-                ),
+                jobs=args.jobs,
+                progress=is_progress_on(args),
             )
         )
     summaries = [r["summary"] for r in results]

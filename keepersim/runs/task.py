@@ -57,6 +57,7 @@ _KEYS = (
     "resume",
     "progress",
     "replay",
+    "epoch_counts",
 )
 #: Keys :meth:`RunTask.to_dict` leaves out at their defaults (the JSON of earlier tasks).
 _OPTIONAL: dict[str, Any] = {
@@ -69,6 +70,7 @@ _OPTIONAL: dict[str, Any] = {
     "resume": False,
     "progress": False,
     "replay": None,
+    "epoch_counts": False,
 }
 
 
@@ -86,8 +88,10 @@ class RunTask:
     (``params_to_dict`` JSON; None: the run's defaults); ``governance``: ``[height, params
     JSON]`` pairs sent as governance updates (``run_scenario``'s ``governance``).
     ``shadow``, ``reputation_weighting``, ``store_dir``, ``trace_out``, ``resume``,
-    ``progress``: ``run_scenario``'s arguments (``keepersim simulate``). The optional keys are
-    left out of :meth:`to_dict` when unset."""
+    ``progress``: ``run_scenario``'s arguments (``keepersim simulate``). ``epoch_counts``: the
+    record also holds each participant's ``[inference_count, missed_requests]`` of the chain's
+    current epoch stats at the run's last block (what ``keepersim fidelity`` compares with an
+    epoch's summaries). The optional keys are left out of :meth:`to_dict` when unset."""
 
     scenario: str | dict[str, Any]
     policy: str
@@ -105,6 +109,7 @@ class RunTask:
     resume: bool = False
     progress: bool = False
     replay: dict[str, Any] | None = None
+    epoch_counts: bool = False
 
     def get_label(self) -> str:
         if self.label:
@@ -155,7 +160,7 @@ class RunTask:
             isinstance(e, list) and len(e) == 2 and isinstance(e[1], dict) for e in governance
         ):
             raise TaskError("task: 'governance' must be a list of [height, params object]")
-        for key in ("shadow", "reputation_weighting", "resume", "progress"):
+        for key in ("shadow", "reputation_weighting", "resume", "progress", "epoch_counts"):
             if not isinstance(data.get(key, False), bool):
                 raise TaskError(f"task: {key!r} must be true or false")
         for key in ("store_dir", "trace_out"):
@@ -184,6 +189,7 @@ class RunTask:
             resume=bool(data.get("resume", False)),
             progress=bool(data.get("progress", False)),
             replay=None if replay is None else dict(replay),
+            epoch_counts=bool(data.get("epoch_counts", False)),
         )
 
 
@@ -236,6 +242,9 @@ def run_task(task: RunTask, on_block: Callable[[Chain, int], None] | None = None
     scenario = get_task_scenario(task)
     params = compute_task_params(task, scenario)
     governance = [(int(h), params_from_dict(p)) for h, p in task.governance]
+    counts: dict[str, list[int]] = {}
+    if task.epoch_counts:
+        on_block = _collect_epoch_counts(scenario.blocks, counts, on_block)
     result = run_scenario(
         scenario,
         task.policy,
@@ -254,7 +263,26 @@ def run_task(task: RunTask, on_block: Callable[[Chain, int], None] | None = None
     record = result.to_dict()
     record["scenario"] = task.get_label()
     record["scenario_name"] = scenario.name
+    if task.epoch_counts:
+        record["epoch_counts"] = counts
     return record
+
+
+def _collect_epoch_counts(
+    last: int, counts: dict[str, list[int]], then: Callable[[Chain, int], None] | None
+) -> Callable[[Chain, int], None]:
+    """``run_scenario``'s hook that fills ``counts`` at block ``last`` (then calls ``then``)."""
+
+    def on_block(chain: Chain, height: int) -> None:
+        if height == last:
+            with chain.read() as k:
+                for p in k.iterate_participants():
+                    stats = p.current_epoch_stats
+                    counts[p.address] = [stats.inference_count, stats.missed_requests]
+        if then is not None:
+            then(chain, height)
+
+    return on_block
 
 
 def run_task_data(data: Mapping[str, Any]) -> dict[str, Any]:
