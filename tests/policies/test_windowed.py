@@ -8,7 +8,7 @@ import pytest
 from policy_helpers import MODEL, Net, NetFactory, make_params, to_names
 
 from keepersim.keeper.policies.base import PolicyStore
-from keepersim.keeper.policies.windowed import (
+from keepersim.keeper.policies.windowed_evidence import (
     compute_cooldown,
     compute_jitter_pct,
     is_window_failing,
