@@ -74,11 +74,11 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   overload fleet even the oracle's exclusions raise the miss rate).
 
 State is written by outcomes, by starts while probing, and by the end block's wake-ups
-(overdue deadlines, cooldown ends, windows to judge), each entry once per block (PolicyStore's
-block cache), so a quiet block costs nothing per participant and a healthy participant's start
-reads and writes nothing of its own. The gate judges a window at the end of a block in which
-it took a miss or reached min_samples (a wake-up at that height), and every window when new
-params take effect. The fleet's latency samples, capacity-miss ring and lists of probing and
+(overdue deadlines, cooldown ends) and gate, each entry once per block (PolicyStore's block
+cache), so a quiet block costs nothing per participant and a healthy participant's start
+reads and writes nothing of its own. The gate judges a window at the end of each block in
+which it took a miss or reached min_samples (a window can start failing no other way), and
+every window when new params take effect. The fleet's latency samples, capacity-miss ring and lists of probing and
 excluded participants live in the entry of the empty address (never a participant's).
 
 The entry's evidence and the pure rules over it are in windowed_evidence.py; the speed-ups,
@@ -251,9 +251,10 @@ class WindowedBreaker(HealthPolicy):
 
     def process_judge_later(self, ctx: PolicyStore, address: str) -> None:
         """The window of ``address`` took a miss or reached min_samples, so it may fail the gate
-        now: a wake-up at this height has the end block judge it, after every overdue flag of
-        the block (the saturation guard sees them all). Nothing else can make a window fail."""
-        ctx.schedule(ctx.height, address)
+        now: this block's end block judges it, after every overdue flag of the block (the
+        saturation guard sees them all). Nothing else can make a window fail. (Not a wake-up
+        in the queue: a stale cooldown wake-up would then judge a window that took no miss.)"""
+        windowed_index.get_block(ctx).to_judge.add(address)
 
     def process_fleet_latency(self, ctx: PolicyStore, latency: int) -> None:
         """A success's latency joins the fleet's samples (the index keeps the block's for its
@@ -270,22 +271,22 @@ class WindowedBreaker(HealthPolicy):
         ctx.set(FLEET, fleet, verdict=False)
 
     def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
-        """The block's fleet latencies, overdue deadlines, then the wake-ups due: a cooldown over
-        starts probing, and a window that took a miss or reached min_samples meets the gate
-        (after every wake-up). New params judge every window. ``touched`` is not read."""
+        """The block's fleet latencies, overdue deadlines, cooldowns over (probing starts), then
+        the gate for every window that took a miss or reached min_samples in this block (after
+        every wake-up); new params judge every window. ``touched`` is not read."""
         deferred = windowed_index.get_index(ctx).take_deferred_latencies()
         self.process_add_fleet_latencies(ctx, deferred)
         self.process_overdue_checks(ctx)
-        due = ctx.pop_due()
-        for address in due:
+        for address in ctx.pop_due():
             entry = ctx.find(address, self.get_entry)
             if entry is None or entry.state != W_EXCLUDED or ctx.height < entry.probe_at_block:
                 continue
             self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
             ctx.set(address, entry)
+        judged = windowed_index.get_block(ctx).take_to_judge()
         if ctx.keeper.params_changed:
-            due = [address for address, _ in ctx.iterate(self.get_entry) if address != FLEET]
-        for address in due:
+            judged = [address for address, _ in ctx.iterate(self.get_entry) if address != FLEET]
+        for address in judged:
             entry = ctx.find(address, self.get_entry)
             if entry is not None and self.process_gate(ctx, entry):
                 ctx.set(address, entry)

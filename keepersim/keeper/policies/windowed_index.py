@@ -20,7 +20,8 @@ tables and app hash either way, and the same when the index is forgotten between
 - The saturation guard per reader: read once for a whole table's verdicts. Plain: once per
   verdict.
 
-Nothing here decides: drop any of these and the rule decides the same.
+Nothing here decides: drop any of these and the rule decides the same. Beside them, the one
+place that knows where the rule's in-memory state of a block is kept (get_block).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ ENABLED = True
 """False: every speed-up takes its plain form (tests only)."""
 
 _KEY = "windowed_index"
+_BLOCK_KEY = "windowed_block"
 T = TypeVar("T")
 VerdictMarker = tuple[int, int, int] | None
 
@@ -60,6 +62,30 @@ class WindowedIndex:
         """The block's latencies not yet added to the fleet entry, oldest first."""
         latencies, self.fleet_latencies = self.fleet_latencies, []
         return latencies
+
+
+class WindowedBlock:
+    """The rule's state of the block being processed, kept in memory until its end block."""
+
+    __slots__ = ("to_judge",)
+
+    def __init__(self) -> None:
+        # The windows that took a miss or reached min_samples: the end block judges them.
+        self.to_judge: set[str] = set()
+
+    def take_to_judge(self) -> list[str]:
+        """The windows to judge, sorted; none are left."""
+        addresses, self.to_judge = sorted(self.to_judge), set()
+        return addresses
+
+
+def get_block(ctx: PolicyStore) -> WindowedBlock:
+    """The rule's in-memory state of this block (not a speed-up: the rule needs it), kept in
+    the context's memo beside the index, emptied by every end block."""
+    block = ctx.memo.get(_BLOCK_KEY)
+    if not isinstance(block, WindowedBlock):
+        block = ctx.memo[_BLOCK_KEY] = WindowedBlock()
+    return block
 
 
 def get_index(ctx: PolicyStore) -> WindowedIndex:
