@@ -8,7 +8,7 @@ import pytest
 from policy_helpers import MODEL, Net, NetFactory, make_params, to_names
 
 from keepersim.keeper.policies.base import PolicyStore
-from keepersim.keeper.policies.windowed import (
+from keepersim.keeper.policies.windowed_evidence import (
     compute_cooldown,
     compute_jitter_pct,
     is_window_failing,
@@ -629,3 +629,18 @@ def test_events_are_handled_in_message_order(make_net: NetFactory) -> None:
     assert len(results) == 2  # 2 of 6 still fails the gate, 2 of 7 passes
     kinds = [type(e).__name__ for e in results[-1].events]
     assert kinds == ["InferenceStarted", "HealthTransition", "InferenceFinished"]
+
+
+def test_new_params_judge_every_window(make_net: NetFactory) -> None:
+    """A window that passes a lax gate is judged again when stricter params take effect, in
+    that block, with no outcome of its own (the gate judges every window under new params)."""
+    net = make_net(make_w_params(confidence_z_milli=9_000), FLEET)
+    record(net, "a", 2, 2)
+    assert net.state("a")["state"] == "healthy"
+    strict = make_w_params()
+    net.block(
+        MsgUpdateExtensionParams(authority=GOV_AUTHORITY, extension_params=strict.extension_params)
+    )
+    net.run(1)  # accepted params take effect in the next block
+    assert net.state("a")["state"] == "excluded"
+    assert "window 2/4 missed" in net.transitions("a")[-1].reason

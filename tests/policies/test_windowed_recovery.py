@@ -163,6 +163,27 @@ def test_incident_over_probes_the_others_of_the_incident(make_net: NetFactory) -
     assert "b" in net.admitted()
 
 
+def test_a_stale_cooldown_wakeup_judges_no_window(make_net: NetFactory) -> None:
+    """b, probed early by the incident's end, is re-admitted on its probe evidence while its
+    whole window still fails the gate. Its old cooldown wake-up (the exclusion ended before it)
+    judges nothing: only a miss (or reaching min_samples) has the gate judge a window, so b
+    stays in until its next miss."""
+    net = make_rule_net(make_net, incident_blocks=30, readmit_successes=3)
+    exclude(net, "a")
+    exclude(net, "b", successes=0, misses=4)
+    reach_probe(net, "a")
+    prove_recovery(net, "a")
+    assert net.state("b")["state"] == "probe"
+    old_wakeup = get_entry(net, "b").probe_at_block
+    readmit(net, "b")
+    assert net.state("b")["window_failing"] is True
+    assert net.height < old_wakeup
+    net.run_until(old_wakeup + 1)
+    assert net.state("b")["state"] == "healthy"
+    net.miss("b")
+    assert net.state("b")["state"] == "excluded"
+
+
 def test_incident_over_is_off_at_zero(make_net: NetFactory) -> None:
     net = run_incident(make_net, incident_blocks=0)
     assert net.state("b")["state"] == "excluded"

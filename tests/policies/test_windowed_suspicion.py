@@ -12,7 +12,7 @@ from policy_helpers import NetFactory
 from test_windowed import FLEET as FIVE
 from test_windowed import exclude, make_w_params, overflow, reach_probe, weights
 
-from keepersim.keeper.policies.windowed import compute_healthy_ppm, get_suspicion_pct
+from keepersim.keeper.policies.windowed_evidence import compute_healthy_ppm, get_suspicion_pct
 from keepersim.types.errors import InvalidParamsError
 from keepersim.types.params import get_default_health_params, validate_params
 from keepersim.types.pb.keepersim.v1.health_pb2 import WindowedEntry

@@ -25,8 +25,10 @@ height lists who was offered then (the policy log), and an entry's ``last_select
 learns of an offer only when the record is pruned, OFFER_LOG_BLOCKS later, and only if no
 later offer followed (the fold). A participant's last offer is the later of the two. So an
 inference costs its participant at most one entry write (the outcome's, when the history moves)
-instead of two, and a block one record. The log's index (who was offered last when) is kept in
-memory between blocks and rebuilt from the records after a restart.
+instead of two, and a block one record.
+
+The speed-ups (verdicts shared between participants, the log's index kept in memory between
+blocks) are in trin_multiplicative_index.py, each proven equal to its plain form.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 from functools import partial
 from typing import ClassVar
 
+from keepersim.keeper.policies import trin_multiplicative_index
 from keepersim.keeper.policies.base import (
     NEVER,
     Health,
@@ -42,7 +45,6 @@ from keepersim.keeper.policies.base import (
     PolicyLog,
     PolicyReader,
     PolicyStore,
-    get_log_index,
 )
 from keepersim.types.events import Outcome
 from keepersim.types.messages import Inference
@@ -54,9 +56,6 @@ from keepersim.types.pb.keepersim.v1.health_pb2 import TrinMultiplicativeEntry, 
 
 HISTORY_BITS = 32
 HISTORY_MASK = (1 << HISTORY_BITS) - 1
-# Verdicts are shared between the participants of a key, mostly those offered in one block: a
-# small memo keeps them without holding thousands of stale verdicts in memory.
-HEALTH_MEMO_SIZE = 256
 # Blocks an offer record is kept before it is folded into the entries it names. Any length gives
 # the same verdicts; a longer one folds fewer offers (a later offer makes the fold needless).
 OFFER_LOG_BLOCKS = 256
@@ -135,9 +134,7 @@ class TrinMultiplicative(HealthPolicy):
     prefix: ClassVar[bytes] = b"\x04"
 
     def __init__(self) -> None:
-        # (key, key params) -> the verdict; Health is immutable and its ``then`` depends on
-        # nothing else, so verdicts are shared between participants.
-        self._healths: dict[tuple[VerdictKey, KeyParams], Health] = {}
+        self._verdicts = trin_multiplicative_index.VerdictMemo()
         self._key_params = ParamsView(
             lambda params: get_key_params(params.health_params.trin_multiplicative)
         )
@@ -152,23 +149,23 @@ class TrinMultiplicative(HealthPolicy):
         return TrinMultiplicativeEntry.FromString(raw)
 
     def get_verdict(self, key: VerdictKey, key_params: KeyParams) -> Health:
-        """The verdict of ``key``; its ``then`` is the next doubling's verdict."""
-        verdict = self._healths.get((key, key_params))
-        if verdict is None:
-            if len(self._healths) >= HEALTH_MEMO_SIZE:
-                self._healths.clear()
-            doublings, misses, valid_until = key
-            then = None
-            if valid_until < NEVER:
-                then = partial(self.get_verdict, compute_next_key(key, key_params), key_params)
-            # Positional (admitted, factor_num, factor_den, severity, valid_until, state, then).
-            verdict = Health(True, 1 << doublings, 1 << misses, misses, valid_until, "scored", then)
-            self._healths[(key, key_params)] = verdict
-        return verdict
+        """The verdict of ``key`` (the index shares it between participants)."""
+        return self._verdicts.get((key, key_params), self.compute_verdict)
+
+    def compute_verdict(self, key_and_params: tuple[VerdictKey, KeyParams]) -> Health:
+        """weight x 2^doublings / 2^misses, everyone admitted; ``then`` is the next doubling's
+        verdict."""
+        key, key_params = key_and_params
+        doublings, misses, valid_until = key
+        then = None
+        if valid_until < NEVER:
+            then = partial(self.get_verdict, compute_next_key(key, key_params), key_params)
+        # Positional (admitted, factor_num, factor_den, severity, valid_until, state, then).
+        return Health(True, 1 << doublings, 1 << misses, misses, valid_until, "scored", then)
 
     @staticmethod
     def get_offer_log(holder: PolicyStore | PolicyReader) -> OfferLog:
-        return get_log_index(holder, "offers", OfferLog, OfferLog.from_records)
+        return trin_multiplicative_index.get_offer_log(holder, OfferLog, OfferLog.from_records)
 
     def process_start(self, ctx: PolicyStore, address: str, inference: Inference) -> None:
         """The offer: the idle clock restarts. Noted in the log's index now (a write's verdict

@@ -12,7 +12,7 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
   the fleet (last 32) while it has fewer than 4, so slow-but-healthy nodes are not flagged.
   Each inference is checked overdue_min_blocks after its start, with the threshold of the
   latencies known then (a higher one schedules another look at its own height); the checks find
-  the starts through the chain's timeout index, or the StartsMemo, so a start writes nothing.
+  the starts through the chain's timeout index, so a start writes nothing.
   An inference still in progress at its threshold (STARTED, not declined) is flagged and
   remembered in the entry. Each flag sits at a ring position (``flag_seq``): a late success
   turns it into the success it was, a decline removes it (pushback never counts) and the final
@@ -76,17 +76,20 @@ Built on what the reference simulation taught (docs: policy-lessons) and on its 
 State is written by outcomes, by starts while probing, and by the end block's wake-ups
 (overdue deadlines, cooldown ends) and gate, each entry once per block (PolicyStore's block
 cache), so a quiet block costs nothing per participant and a healthy participant's start
-reads and writes nothing of its own. The fleet's latency samples, capacity-miss ring and list
-of probing participants live in the entry of the empty address (never a participant's).
+reads and writes nothing of its own. The gate judges a window at the end of each block in
+which it took a miss or reached min_samples (a window can start failing no other way), and
+every window when new params take effect. The fleet's latency samples, capacity-miss ring and lists of probing and
+excluded participants live in the entry of the empty address (never a participant's).
+
+The entry's evidence and the pure rules over it are in windowed_evidence.py; the speed-ups,
+each proven equal to its plain form, in windowed_index.py.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-from collections.abc import MutableSequence, Sequence
 from typing import ClassVar
 
+from keepersim.keeper.policies import windowed_index
 from keepersim.keeper.policies.base import (
     ADMITTED,
     Health,
@@ -94,9 +97,42 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
     PolicyStore,
 )
+from keepersim.keeper.policies.windowed_evidence import (
+    FLEET,
+    FLEET_LATENCY_SAMPLES,
+    MAX_STRIKES,
+    RECOVERY_EVIDENCE,
+    STATE_NAMES,
+    compute_cooldown,
+    compute_miss_ppm,
+    compute_overdue_blocks,
+    compute_ramp,
+    compute_readmission_window,
+    compute_window,
+    count_probe_outcomes,
+    count_probes_in_flight,
+    count_window_samples,
+    find_open,
+    get_own_latencies,
+    get_probation_blocks,
+    get_suspicion_pct,
+    is_capacity_miss,
+    is_fleet_saturated,
+    is_gate_failing,
+    is_recovery_proven,
+    is_window_failing,
+    process_bound,
+    process_clear_flag,
+    process_prune,
+    process_push,
+    process_push_capacity_bit,
+    process_record_span,
+    process_remove_flag,
+    process_take_open,
+)
 from keepersim.types.events import Outcome
 from keepersim.types.messages import STARTED, Inference
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, WindowedParams
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 from keepersim.types.pb.keepersim.v1.health_pb2 import (
     W_EXCLUDED,
     W_HEALTHY,
@@ -106,358 +142,16 @@ from keepersim.types.pb.keepersim.v1.health_pb2 import (
     WindowedState,
 )
 
-STATE_NAMES = {W_HEALTHY: "healthy", W_EXCLUDED: "excluded", W_PROBE: "probe"}
-RING_BITS = 64
-RING_MASK = (1 << RING_BITS) - 1
-LATENCY_SAMPLES = 8
-FLEET_LATENCY_SAMPLES = 32
-MIN_OWN_LATENCY_SAMPLES = 4
-FLEET = ""  # the entry that holds the fleet's latency samples and its capacity-miss ring
-MIN_SATURATION_SAMPLES = 16
-SUCCESS_SPANS = 32
-RAMP_STEPS = 10
-MAX_STRIKES = 32
-PPM = 1_000_000
-RECOVERY_EVIDENCE = 16  # clean outcomes after an exclusion that prove a recovery
-
-
-# --- the ring -----------------------------------------------------------------------------
-
-
-def compute_window(entry: WindowedEntry, window: int) -> tuple[int, int]:
-    """(misses, samples) among the newest ``window`` recorded outcomes."""
-    n = count_window_samples(entry, window)
-    return (entry.failure_bits & ((1 << n) - 1)).bit_count(), n
-
-
-def count_window_samples(entry: WindowedEntry, window: int) -> int:
-    """How many recorded outcomes the newest ``window`` holds."""
-    return min(entry.outcome_seq, window, RING_BITS)
-
-
-def process_push(entry: WindowedEntry, miss: bool) -> None:
-    entry.failure_bits = ((entry.failure_bits << 1) | int(miss)) & RING_MASK
-    entry.outcome_seq += 1
-
-
-def get_ring_position(entry: WindowedEntry, seq: int) -> int | None:
-    """Bit index of the outcome pushed as number ``seq``, or None if it left the ring."""
-    position = entry.outcome_seq - 1 - seq
-    return position if 0 <= position < RING_BITS else None
-
-
-def count_running(entry: WindowedEntry, height: int) -> int:
-    """Recent successes of the participant that were running at ``height``."""
-    return count_running_spans(entry.recent_latencies, entry.success_finishes, height)
-
-
-def count_running_spans(latencies: Sequence[int], finishes: Sequence[int], height: int) -> int:
-    """Spans are kept in finish order, so only the newest ones, those finishing after
-    ``height``, need a look."""
-    running = 0
-    i = len(finishes) - 1
-    while i >= 0 and finishes[i] > height:
-        running += finishes[i] - latencies[i] <= height
-        i -= 1
-    return running
-
-
-def is_capacity_miss(entry: WindowedEntry, start_height: int) -> bool:
-    """It started while as many successes ran as the participant was ever seen to serve."""
-    running = count_running(entry, start_height)
-    return running >= 1 and running >= entry.served_concurrency
-
-
-def process_record_span(entry: WindowedEntry, start_height: int, height: int) -> None:
-    """A success ran over [start_height, height): note it (its latency, for the overdue
-    threshold, and its finish) and how many ran beside it."""
-    # Each access to a repeated field builds a wrapper (upb): each is taken once here.
-    latencies, finishes = entry.recent_latencies, entry.success_finishes
-    running = count_running_spans(latencies, finishes, start_height)
-    if running >= entry.served_concurrency:
-        entry.served_concurrency = running + 1
-    latencies.append(height - start_height)
-    finishes.append(height)
-    if len(finishes) > SUCCESS_SPANS:  # both hold one span each: they are bounded together
-        process_bound(latencies, SUCCESS_SPANS)
-        process_bound(finishes, SUCCESS_SPANS)
-
-
-def get_own_latencies(entry: WindowedEntry) -> Sequence[int]:
-    """The newest LATENCY_SAMPLES success latencies: the participant's overdue threshold."""
-    return entry.recent_latencies[-LATENCY_SAMPLES:]
-
-
-def process_push_capacity_bit(fleet: WindowedEntry, capacity: bool) -> None:
-    fleet.capacity_bits = ((fleet.capacity_bits << 1) | int(capacity)) & RING_MASK
-    fleet.capacity_seq += 1
-
-
-def is_fleet_saturated(fleet: WindowedEntry, params: WindowedParams) -> bool:
-    """At least saturation_pct of the fleet's recent misses were capacity misses."""
-    n = min(fleet.capacity_seq, RING_BITS)
-    if params.saturation_pct == 0 or n < MIN_SATURATION_SAMPLES:
-        return False
-    return 100 * (fleet.capacity_bits & ((1 << n) - 1)).bit_count() >= params.saturation_pct * n
-
-
-def process_clear_flag(entry: WindowedEntry, item: OpenInference) -> None:
-    """A flagged inference finished late: its provisional miss becomes a success."""
-    position = get_ring_position(entry, item.flag_seq)
-    if position is not None:
-        entry.failure_bits &= ~(1 << position) & RING_MASK
-
-
-def process_remove_flag(entry: WindowedEntry, item: OpenInference) -> None:
-    """A flagged inference was no miss of this participant (declined, or never attributed to it):
-    take its provisional miss out of the ring entirely."""
-    position = get_ring_position(entry, item.flag_seq)
-    if position is None:
-        return
-    low = entry.failure_bits & ((1 << position) - 1)
-    high = entry.failure_bits >> (position + 1)
-    entry.failure_bits = (high << position) | low
-    entry.outcome_seq -= 1
-    if item.flag_seq < entry.probe_from_seq:
-        entry.probe_from_seq -= 1  # the probe evidence keeps its outcomes
-    for other in entry.open:
-        if other.flagged and other.flag_seq > item.flag_seq:
-            other.flag_seq -= 1
-
-
-# --- the gate, cooldown, ramp -------------------------------------------------------------
-
-
-def is_window_failing(misses: int, samples: int, params: WindowedParams) -> bool:
-    """Enough samples, a miss rate above the baseline, and a one-sided z-score above z."""
-    if samples < params.min_samples:
-        return False
-    b = params.baseline_miss_pct
-    excess = 100 * misses - b * samples
-    if excess <= 0:
-        return False
-    z = params.confidence_z_milli
-    return excess * excess * 1_000_000 > z * z * samples * b * (100 - b)
-
-
-def count_probe_outcomes(entry: WindowedEntry) -> int:
-    """Outcomes recorded since the current (or last) probing began."""
-    return max(0, entry.outcome_seq - entry.probe_from_seq)
-
-
-def compute_readmission_window(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
-    """The evidence a probe success is judged on: with ``readmit_successes`` set, only the
-    outcomes since probing began (a recovered node need not outlive its old misses, which the
-    exclusion gate still reads); else the whole window."""
-    if params.readmit_successes == 0:
-        return compute_window(entry, params.window)
-    return compute_probe_window(entry, params)
-
-
-def compute_probe_window(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
-    """(misses, samples) among the outcomes since probing began, at most the window."""
-    return compute_window(entry, min(params.window, count_probe_outcomes(entry)))
-
-
-def is_gate_failing(entry: WindowedEntry, params: WindowedParams) -> bool:
-    """The exclusion gate: the window fails, or (with short_window) its newest outcomes do."""
-    if is_window_failing(*compute_window(entry, params.window), params):
-        return True
-    return params.short_window > 0 and is_window_failing(
-        *compute_window(entry, params.short_window), params
-    )
-
-
-def is_recovery_proven(entry: WindowedEntry) -> bool:
-    """Back in after an exclusion, with its newest RECOVERY_EVIDENCE outcomes since probing began
-    all successes, and not proven yet for this probing: rare for a node still bad (a 30%-miss
-    node shows 16 clean outcomes in a row 0.3% of the time, a 1% node 85%)."""
-    if entry.exclusions == 0 or entry.proven_for_seq == entry.probe_from_seq + 1:
-        return False
-    if count_probe_outcomes(entry) < RECOVERY_EVIDENCE:
-        return False
-    return entry.failure_bits & ((1 << RECOVERY_EVIDENCE) - 1) == 0
-
-
-def compute_healthy_ppm(misses: int, samples: int, prior: int, good: int, bad: int) -> int:
-    """Posterior probability, in ppm, that a participant with ``misses`` among ``samples``
-    outcomes is healthy, for a prior share of ``prior`` percent bad participants and a miss
-    rate of ``good`` percent when healthy and ``bad`` percent when bad. Exact integers: the two
-    likelihoods are products of whole percents (at most 64 factors each)."""
-    successes = samples - misses
-    # (int ** int is typed Any: a negative exponent would give a float; these never are)
-    healthy: int = (100 - prior) * good**misses * (100 - good) ** successes
-    degraded: int = prior * bad**misses * (100 - bad) ** successes
-    return healthy * PPM // (healthy + degraded)
-
-
-@functools.lru_cache(maxsize=4096)
-def compute_suspicion_pct(misses: int, samples: int, prior: int, good: int, bad: int) -> int:
-    """compute_healthy_ppm in whole percents, rounded, at least 1 (pure, so memoized: at
-    most 65 x 65 values per params)."""
-    return max(1, (compute_healthy_ppm(misses, samples, prior, good, bad) + 5_000) // 10_000)
-
-
-def compute_suspicion_window(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int]:
-    """The evidence suspicion weighting reads: the window, or for a participant back from an
-    exclusion only the outcomes since its probing began (its old misses already cost it the
-    exclusion, and the gate still reads them)."""
-    if entry.exclusions == 0:
-        return compute_window(entry, params.window)
-    return compute_probe_window(entry, params)
-
-
-def get_suspicion_pct(entry: WindowedEntry, params: WindowedParams) -> int:
-    """The percent of its weight a participant in keeps under suspicion weighting: its
-    posterior probability of being healthy, rounded, at least 1; 100 without a recent miss."""
-    if params.suspicion_prior_pct == 0:
-        return 100
-    misses, samples = compute_suspicion_window(entry, params)
-    if misses == 0:
-        return 100
-    return compute_suspicion_pct(
-        misses,
-        samples,
-        params.suspicion_prior_pct,
-        params.suspicion_good_miss_pct,
-        params.suspicion_bad_miss_pct,
-    )
-
-
-def get_verdict_marker(entry: WindowedEntry, params: WindowedParams) -> tuple[int, int, int]:
-    """What a healthy participant's verdict depends on besides its ramp: its state and the
-    evidence its suspicion weight is computed from (none without a miss), which is cheaper
-    to compare than the weight itself."""
-    if entry.state != W_HEALTHY or params.suspicion_prior_pct == 0:
-        return entry.state, 0, 0
-    misses, samples = compute_suspicion_window(entry, params)
-    return (entry.state, misses, samples) if misses else (entry.state, 0, 0)
-
-
-def is_verdict_moved(
-    entry: WindowedEntry, before: tuple[int, int, int], params: WindowedParams
-) -> bool:
-    """Whether a write may change the participant's verdict: always while it is not healthy
-    (a probe slot, the cooldown's end), else when its state or suspicion evidence moved."""
-    return entry.state != W_HEALTHY or get_verdict_marker(entry, params) != before
-
-
-def compute_miss_ppm(misses: int, samples: int) -> int:
-    return misses * PPM // samples if samples else 0
-
-
-def compute_jitter_pct(address: str, exclusions: int, jitter_pct: int) -> int:
-    """A deterministic offset in [-jitter_pct, +jitter_pct] from sha256(address, exclusions)."""
-    if jitter_pct == 0:
-        return 0
-    digest = hashlib.sha256(
-        b"keepersim/windowed/jitter\x00"
-        + address.encode()
-        + b"\x00"
-        + exclusions.to_bytes(8, "big")
-    ).digest()
-    return int.from_bytes(digest[:8], "big") % (2 * jitter_pct + 1) - jitter_pct
-
-
-def get_max_cooldown(recoveries: int, params: WindowedParams) -> int:
-    """The cooldown's cap: shorter for a participant that has proven a recovery before (never
-    above max_cooldown_blocks)."""
-    if recoveries > 0 and params.recovered_max_cooldown_blocks > 0:
-        return min(params.recovered_max_cooldown_blocks, params.max_cooldown_blocks)
-    return params.max_cooldown_blocks
-
-
-def compute_cooldown(
-    address: str, strikes: int, exclusions: int, recoveries: int, params: WindowedParams
-) -> int:
-    """initial * 2^strikes capped (get_max_cooldown), then jittered; at least one block."""
-    base = min(
-        params.initial_cooldown_blocks << min(strikes, MAX_STRIKES),
-        get_max_cooldown(recoveries, params),
-    )
-    jitter = compute_jitter_pct(address, exclusions, params.jitter_pct)
-    return max(1, base * (100 + jitter) // 100)
-
-
-def get_probation_blocks(params: WindowedParams) -> int:
-    """A re-exclusion this soon after re-admission is one more strike, not a fresh start."""
-    return max(params.ramp_blocks, params.initial_cooldown_blocks)
-
-
-def compute_ramp(readmitted_at: int, height: int, params: WindowedParams) -> tuple[int, int] | None:
-    """(weight percent, last height of this step) while ramping, else None."""
-    ramp = params.ramp_blocks
-    if ramp <= 0 or readmitted_at <= 0 or height >= readmitted_at + ramp:
-        return None
-    step = (height - readmitted_at) * RAMP_STEPS // ramp
-    pct = params.ramp_start_pct + (100 - params.ramp_start_pct) * step // RAMP_STEPS
-    next_step_at = readmitted_at + -(-(step + 1) * ramp // RAMP_STEPS)
-    return pct, next_step_at - 1
-
-
-def compute_overdue_blocks(
-    own: Sequence[int], fleet: Sequence[int], params: WindowedParams
-) -> int | None:
-    """Blocks after which an open inference is provisional miss evidence (None: no samples)."""
-    slowest = max(own, default=0)
-    if len(own) < MIN_OWN_LATENCY_SAMPLES:
-        if not own and not fleet:
-            return None
-        slowest = max(slowest, max(fleet, default=0))
-    return max(params.overdue_min_blocks, params.overdue_factor * slowest)
-
-
-def count_probes_in_flight(entry: WindowedEntry, height: int, expiration_blocks: int) -> int:
-    return sum(
-        1 for item in entry.open if item.probe and item.start_height + expiration_blocks > height
-    )
-
-
-def find_open(entry: WindowedEntry, inference_id: str) -> int | None:
-    """Index of the remembered inference with this id, if any."""
-    if not entry.open:
-        return None  # the common case: a healthy participant remembers nothing
-    for i, item in enumerate(entry.open):
-        if item.inference_id == inference_id:
-            return i
-    return None
-
-
-def process_take_open(entry: WindowedEntry, inference_id: str) -> OpenInference | None:
-    """Remove the remembered inference with this id from the entry and return it."""
-    if not entry.open:
-        return None  # the common case: a healthy participant remembers nothing
-    index = find_open(entry, inference_id)
-    if index is None:
-        return None
-    item = OpenInference()
-    item.CopyFrom(entry.open[index])
-    del entry.open[index]
-    return item
-
-
-def process_prune(entry: WindowedEntry, height: int, expiration_blocks: int) -> None:
-    """Drop open inferences past their expiry that never got a result here (finished by another
-    executor, or resolved while another policy ran): the chain attributed no miss to this
-    participant, so a provisional miss of theirs is withdrawn too."""
-    if not entry.open:
-        return
-    stale = [
-        i for i, item in enumerate(entry.open) if item.start_height + expiration_blocks < height
-    ]
-    for i in reversed(stale):
-        item = OpenInference()
-        item.CopyFrom(entry.open[i])
-        del entry.open[i]
-        if item.flagged:
-            process_remove_flag(entry, item)
-
-
-def process_bound(values: MutableSequence[int], bound: int) -> None:
-    """Drop the oldest beyond ``bound`` (in place: a protobuf repeated field)."""
-    excess = len(values) - bound
-    if excess > 0:
-        del values[:excess]
+# Also read from here by tests and scripts.
+__all__ = [
+    "FLEET",
+    "MAX_STRIKES",
+    "RECOVERY_EVIDENCE",
+    "STATE_NAMES",
+    "WindowedBreaker",
+    "get_probation_blocks",
+    "process_push",
+]
 
 
 class WindowedBreaker(HealthPolicy):
@@ -494,7 +188,7 @@ class WindowedBreaker(HealthPolicy):
     ) -> None:
         params = ctx.params.health_params.windowed
         entry = ctx.get(address, self.get_entry)
-        before = get_verdict_marker(entry, params)
+        before = windowed_index.get_verdict_marker(entry, params)
         item = process_take_open(entry, inference.inference_id)
         if item is None and outcome is Outcome.NEUTRAL:
             return  # pushback about nothing we track: nothing to record
@@ -515,7 +209,7 @@ class WindowedBreaker(HealthPolicy):
             self.process_record_miss(ctx, entry, capacity)
         process_prune(entry, ctx.height, ctx.expiration_blocks)
         if count_window_samples(entry, params.window) <= params.min_samples:
-            ctx.recheck.add(address)  # too few samples before: the window may be judged now
+            self.process_judge_later(ctx, address)  # too few samples before: judged from now
         # Provisional evidence withdrawn: if the window no longer fails, probe right away
         # instead of sitting out a cooldown that a false alarm earned.
         if (
@@ -538,12 +232,12 @@ class WindowedBreaker(HealthPolicy):
                     self.process_readmit(ctx, entry, misses, samples)
         if outcome is Outcome.SUCCESS and entry.state == W_HEALTHY and is_recovery_proven(entry):
             self.process_recovered(ctx, entry)
-        ctx.set(address, entry, verdict=is_verdict_moved(entry, before, params))
+        ctx.set(address, entry, verdict=windowed_index.is_verdict_moved(entry, before, params))
 
     def process_record_miss(self, ctx: PolicyStore, entry: WindowedEntry, capacity: bool) -> None:
         """Count a miss in the window and tell the fleet whether it was a capacity miss."""
         process_push(entry, miss=True)
-        ctx.recheck.add(entry.address)
+        self.process_judge_later(ctx, entry.address)
         entry.capacity_misses += int(capacity)
         fleet = ctx.get(FLEET, self.get_entry)
         params = ctx.params.health_params.windowed
@@ -555,46 +249,44 @@ class WindowedBreaker(HealthPolicy):
         if watched and is_fleet_saturated(fleet, params) != saturated:
             ctx.touch_all_verdicts()
 
-    def process_fleet_latency(self, ctx: PolicyStore, latency: int) -> None:
-        """Noted for now: the fleet entry takes the block's latencies together at the start of
-        the end block, before anything reads them (process_add_fleet_latencies)."""
-        pending = ctx.memo.get("fleet_latencies")
-        if not isinstance(pending, list):
-            pending = ctx.memo["fleet_latencies"] = []
-        pending.append(latency)
+    def process_judge_later(self, ctx: PolicyStore, address: str) -> None:
+        """The window of ``address`` took a miss or reached min_samples, so it may fail the gate
+        now: this block's end block judges it, after every overdue flag of the block (the
+        saturation guard sees them all). Nothing else can make a window fail. (Not a wake-up
+        in the queue: a stale cooldown wake-up would then judge a window that took no miss.)"""
+        windowed_index.get_block(ctx).to_judge.add(address)
 
-    def process_add_fleet_latencies(self, ctx: PolicyStore) -> None:
-        pending = ctx.memo.pop("fleet_latencies", None)
-        if not isinstance(pending, list) or not pending:
+    def process_fleet_latency(self, ctx: PolicyStore, latency: int) -> None:
+        """A success's latency joins the fleet's samples (the index keeps the block's for its
+        end block)."""
+        if not windowed_index.get_index(ctx).process_defer_latency(latency):
+            self.process_add_fleet_latencies(ctx, [latency])
+
+    def process_add_fleet_latencies(self, ctx: PolicyStore, latencies: list[int]) -> None:
+        if not latencies:
             return
         fleet = ctx.get(FLEET, self.get_entry)
-        fleet.recent_latencies.extend(pending)
+        fleet.recent_latencies.extend(latencies)
         process_bound(fleet.recent_latencies, FLEET_LATENCY_SAMPLES)
         ctx.set(FLEET, fleet, verdict=False)
 
     def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
-        """Overdue deadlines, cooldown ends, then the gate for the windows that may now fail
-        (the block's entries are written once, after the end block)."""
-        self.process_add_fleet_latencies(ctx)
+        """The block's fleet latencies, overdue deadlines, cooldowns over (probing starts), then
+        the gate for every window that took a miss or reached min_samples in this block (after
+        every wake-up); new params judge every window. ``touched`` is not read."""
+        deferred = windowed_index.get_index(ctx).take_deferred_latencies()
+        self.process_add_fleet_latencies(ctx, deferred)
         self.process_overdue_checks(ctx)
         for address in ctx.pop_due():
             entry = ctx.find(address, self.get_entry)
-            if entry is None:
-                continue
-            if entry.state != W_EXCLUDED or ctx.height < entry.probe_at_block:
+            if entry is None or entry.state != W_EXCLUDED or ctx.height < entry.probe_at_block:
                 continue
             self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
             ctx.set(address, entry)
-        # Gates after every wake-up: the saturation guard sees all of this block's overdue
-        # flags. A window can start failing only on a new miss or by reaching min_samples
-        # (process_outcome marks both for recheck); everyone touched is judged under new params,
-        # and so is anyone this block touched without the policy (a registration).
+        judged = windowed_index.get_block(ctx).take_to_judge()
         if ctx.keeper.params_changed:
-            judge = ctx.recheck.union(touched)
-        else:
-            judge = ctx.recheck.union(a for a in touched if not ctx.is_seen(a))
-        judge.discard(FLEET)
-        for address in sorted(judge):
+            judged = [address for address, _ in ctx.iterate(self.get_entry) if address != FLEET]
+        for address in judged:
             entry = ctx.find(address, self.get_entry)
             if entry is not None and self.process_gate(ctx, entry):
                 ctx.set(address, entry)
@@ -677,7 +369,7 @@ class WindowedBreaker(HealthPolicy):
             ctx.schedule_item(inference.start_block_height + overdue, inference_id)
             return
         params = ctx.params.health_params.windowed
-        before = get_verdict_marker(entry, params)
+        before = windowed_index.get_verdict_marker(entry, params)
         process_prune(entry, ctx.height, ctx.expiration_blocks)
         index = find_open(entry, inference_id)
         if index is None:
@@ -693,7 +385,7 @@ class WindowedBreaker(HealthPolicy):
         entry.overdue_flags += 1
         if item.probe and entry.state == W_PROBE:
             self.process_exclude(ctx, entry, "probe overdue", failed_probe=True)
-        ctx.set(address, entry, verdict=is_verdict_moved(entry, before, params))
+        ctx.set(address, entry, verdict=windowed_index.is_verdict_moved(entry, before, params))
 
     def get_overdue_blocks(self, ctx: PolicyStore, entry: WindowedEntry) -> int | None:
         fleet = ctx.get(FLEET, self.get_entry).recent_latencies
@@ -810,14 +502,14 @@ class WindowedBreaker(HealthPolicy):
         return Health(True, state="probe")
 
     def is_saturated(self, reader: PolicyReader) -> bool:
-        """The saturation guard, read once per reader: while the fleet is saturated, down-
-        weighting a node only moves its traffic onto full nodes, as excluding it would."""
-        saturated = reader.memo.get("saturated")
-        if not isinstance(saturated, bool):
+        """The saturation guard: while the fleet is saturated, down-weighting a node only moves
+        its traffic onto full nodes, as excluding it would."""
+
+        def compute() -> bool:
             fleet = self.get_entry(reader.get_raw(FLEET), FLEET)
-            saturated = is_fleet_saturated(fleet, reader.params.health_params.windowed)
-            reader.memo["saturated"] = saturated
-        return saturated
+            return is_fleet_saturated(fleet, reader.params.health_params.windowed)
+
+        return windowed_index.get_reader_value(reader, "saturated", compute)
 
     def get_exclusion_cap_pct(self, params: ExtensionParams) -> int:
         return params.health_params.windowed.max_excluded_weight_pct
