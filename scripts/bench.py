@@ -323,7 +323,7 @@ def bench_simulation(args: argparse.Namespace, out: dict[str, Any]) -> dict[str,
     inferences per CPU-second, and CPU per inference in raw-put units."""
     import dataclasses
 
-    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.run_loop import run_scenario
     from keepersim.sim.suite import get_builtin_scenario
 
     scenario = get_builtin_scenario("mainnet_like", 1)

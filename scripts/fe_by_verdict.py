@@ -36,15 +36,10 @@ if str(ROOT) not in sys.path:  # this checkout's keepersim, whatever PYTHONPATH 
     sys.path.insert(0, str(ROOT))
 
 from keepersim.chain import Chain  # noqa: E402
-from keepersim.sim.driver import (  # noqa: E402
-    build_params,
-    compute_params_with_changes,
-    compute_selection_view,
-    get_known_policies,
-    get_model_tables,
-    run_scenario,
-)
+from keepersim.sim.governance import compute_params_with_changes  # noqa: E402
 from keepersim.sim.oracle import is_truly_healthy  # noqa: E402
+from keepersim.sim.run_genesis import build_params, get_known_policies  # noqa: E402
+from keepersim.sim.run_loop import compute_selection_view, get_model_tables, run_scenario  # noqa: E402
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios  # noqa: E402
 from keepersim.types.errors import KeepersimError  # noqa: E402
 

@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:  # import this checkout's keepersim, whatever PYTH
 import numpy as np  # noqa: E402
 
 from keepersim.outputs import OutputPathError, check_output_file, write_json_atomic  # noqa: E402
-from keepersim.sim.driver import get_known_policies  # noqa: E402
+from keepersim.sim.run_genesis import get_known_policies  # noqa: E402
 
 FORMAT = "keepersim-golden/1"
 DEFAULT_GOLDEN = ROOT / "tests" / "golden" / "builtin-seed1.json"

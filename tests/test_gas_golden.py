@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from keepersim.sim.driver import get_known_policies, run_scenario
 from keepersim.sim.generate import generate_scenario
+from keepersim.sim.run_genesis import get_known_policies
+from keepersim.sim.run_loop import run_scenario
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "gas-small.json"
 RECORD = os.environ.get("KEEPERSIM_RECORD_GAS_GOLDEN") == "1"

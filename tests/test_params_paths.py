@@ -18,7 +18,8 @@ from keepersim.proposal.load import (
     compute_proposed_params,
     load_proposal,
 )
-from keepersim.sim.driver import GovernanceError, parse_governance
+from keepersim.sim.governance import parse_governance
+from keepersim.sim.run_errors import GovernanceError
 from keepersim.sim.scenario import format_scenario_json, parse_scenario
 from keepersim.trace.format import TRACE_VERSION
 from keepersim.trace.integrity import append_closing_record

@@ -50,7 +50,7 @@ from keepersim.chaindata.fleet import (
     build_epoch_scenario,
 )
 from keepersim.report.tables import format_table
-from keepersim.sim.driver import run_scenario
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario
 
 __all__ = [

@@ -95,7 +95,7 @@ def run_compare(args: argparse.Namespace) -> int:
     import time
 
     from keepersim.runs.compare import compare
-    from keepersim.sim.driver import get_known_policies
+    from keepersim.sim.run_genesis import get_known_policies
 
     # parse_name_list: a non-empty list without empty names
     policies = (

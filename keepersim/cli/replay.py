@@ -7,7 +7,7 @@ without its closing record: cut, or its run did not finish) (a malformed trace l
 policy) raises one of :func:`keepersim.cli.common.get_input_errors`, exit status 2. Heavy modules
 are imported inside the handler, so registering the command costs nothing.
 
-The governance file is the simulator's format (``keepersim.sim.driver.parse_governance``), each
+The governance file is the simulator's format (``keepersim.sim.governance.parse_governance``), each
 entry resolved against the trace's first params.
 """
 
@@ -170,7 +170,7 @@ def _read_base_params(trace: str, skip_bad: bool, allow_partial: bool) -> Module
 
 def load_governance_file(path: str, base: ModuleParams) -> list[tuple[int, ModuleParams]]:
     """A governance schedule file in the simulator's format, resolved against ``base``."""
-    from keepersim.sim.driver import parse_governance
+    from keepersim.sim.governance import parse_governance
 
     return parse_governance(read_json(path, "governance file"), base, source=path)
 

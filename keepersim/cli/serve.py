@@ -132,7 +132,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(f"--genesis does not go with --{mode} (it builds its own)")
     rate = args.block_rate
     if mode == "scenario":
-        from keepersim.sim.driver import get_known_policies
+        from keepersim.sim.run_genesis import get_known_policies
 
         if args.policy not in get_known_policies():
             known = ", ".join(get_known_policies())

@@ -24,7 +24,7 @@ __all__ = ["add_simulate_command", "run_simulate"]
 
 
 def add_simulate_command(subparsers: Any) -> None:
-    from keepersim.sim.driver import GOVERNANCE_HELP
+    from keepersim.sim.governance import GOVERNANCE_HELP
 
     parser = subparsers.add_parser(
         "simulate",
@@ -63,12 +63,9 @@ def add_simulate_command(subparsers: Any) -> None:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    from keepersim.sim.driver import (
-        build_params,
-        get_known_policies,
-        parse_governance,
-        run_scenario,
-    )
+    from keepersim.sim.governance import parse_governance
+    from keepersim.sim.run_genesis import build_params, get_known_policies
+    from keepersim.sim.run_loop import run_scenario
 
     if args.policy not in get_known_policies():
         raise UsageError(

@@ -60,7 +60,7 @@ class ComparedRuns:
 
     ``scenarios``: the labels; ``policies``: in table order, baselines included; ``records``: one
     run record per (scenario, seed, policy); ``mechanisms``: what every run has besides its
-    policy (:func:`~keepersim.sim.driver.compute_run_mechanisms`); ``policy_params``: the params
+    policy (:func:`~keepersim.sim.run_genesis.compute_run_mechanisms`); ``policy_params``: the params
     each non-baseline policy ran with, by (label, policy), for the inaction notes."""
 
     scenarios: list[str]

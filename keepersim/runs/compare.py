@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any
 
+from keepersim.chain import StoreKind
 from keepersim.outputs import check_output_folder
 from keepersim.report.compare import (
     REPORT_VERSION,
@@ -42,7 +43,7 @@ from keepersim.runs.sources import (
 )
 from keepersim.runs.task import RunTask, make_task
 from keepersim.sim.devshard_path import get_selection_path_words
-from keepersim.sim.driver import StoreKind, build_params, compute_run_mechanisms
+from keepersim.sim.run_genesis import build_params, compute_run_mechanisms
 from keepersim.sim.scenario import Scenario, ScenarioError
 
 __all__ = [
@@ -173,7 +174,7 @@ def compare(
     stdout; pass ``io.StringIO()`` to silence it). ``reputation_weighting``: every run, baselines
     included, selects by weight x reputation (the fork's PR #8) instead of by weight alone; the
     report's ``config`` states the selection rule and SPRT's use
-    (:func:`~keepersim.sim.driver.compute_run_mechanisms`), the table's first line says it in words.
+    (:func:`~keepersim.sim.run_genesis.compute_run_mechanisms`), the table's first line says it in words.
     ``selection_path``: :data:`~keepersim.sim.devshard_path.SELECTION_PATH_CHOICES` (``both``
     runs each scenario on both paths); ``slot_filter``: the chain's filter at slot sampling
     (``devshard.slot_filter``) in every devshard run.

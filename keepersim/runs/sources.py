@@ -17,7 +17,7 @@ from pathlib import Path
 
 from keepersim.chaindata.fleet import load_epoch_scenarios
 from keepersim.sim.devshard_path import compute_path_scenario, get_path_variants
-from keepersim.sim.driver import get_known_policies
+from keepersim.sim.run_genesis import get_known_policies
 from keepersim.sim.scenario import Scenario, load_scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
 

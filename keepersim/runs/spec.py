@@ -21,11 +21,9 @@ from typing import Any
 from keepersim.inputs import InputError, read_json_input
 from keepersim.limits import MAX_SWEEP_GRID_POINTS, MAX_SWEEP_RUNS
 from keepersim.runs.sources import BASELINES, order_policies, resolve_scenarios
-from keepersim.sim.driver import (
-    GovernanceError,
-    build_params,
-    compute_params_with_changes,
-)
+from keepersim.sim.governance import compute_params_with_changes
+from keepersim.sim.run_errors import GovernanceError
+from keepersim.sim.run_genesis import build_params
 from keepersim.sim.scenario import Scenario, ScenarioError, dump_scenario, get_json_type
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams

@@ -81,7 +81,7 @@ def simulate_chain(
 ) -> tuple[Path, Path | None]:
     """Run ``scenario`` into a LevelDB chain at ``folder/chain`` (and its trace at
     ``folder/sim.jsonl``); returns both paths."""
-    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.run_loop import run_scenario
 
     base = Path(folder)
     chain_dir = base / "chain"

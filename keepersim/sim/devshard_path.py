@@ -30,7 +30,7 @@ Nonces and the picker
     draw, capacity, pushback); a ghost probe burns the nonce and sends nothing; a request whose
     exclude set covers every available host is dropped (``ErrNoAvailableHost``): unassigned,
     or unserved after a decline. No PoC phase gates the picker (keepersim's PoC is one block
-    long and every participant keeps serving, module docstring of :mod:`keepersim.sim.driver`).
+    long and every participant keeps serving, module docstring of :mod:`keepersim.sim.run_genesis`).
 What the chain records
     Each dispatched nonce is delivered as the chain's ``MsgStartInference`` assigned to the
     slot's host, and ends as a finish, a decline or an expiry: keepersim's stand-in for the

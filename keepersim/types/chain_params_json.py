@@ -19,7 +19,7 @@ Each fill is reported once, one line on stderr naming every field filled and its
 (:func:`warn_filled`), or to the caller's ``on_filled``.
 
 A governance entry's params are a patch merged onto the params in force
-(:func:`keepersim.sim.driver.parse_governance`); there a missing key keeps its value, so the
+(:func:`keepersim.sim.governance.parse_governance`); there a missing key keeps its value, so the
 merged object is read with ``fill_absent=False``.
 """
 

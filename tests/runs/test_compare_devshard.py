@@ -17,7 +17,7 @@ from keepersim.chaindata.fleet import load_epoch_scenarios
 from keepersim.runs.compare import compare, run_compare
 from keepersim.runs.sources import CompareError, resolve_scenarios
 from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, compute_path_scenario
-from keepersim.sim.driver import get_known_policies
+from keepersim.sim.run_genesis import get_known_policies
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
 

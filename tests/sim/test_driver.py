@@ -11,19 +11,13 @@ import pytest
 from keepersim.chain import Chain
 from keepersim.keeper.inferences import is_declined
 from keepersim.keeper.selection import SELECTION_BY_REPUTATION, SELECTION_BY_WEIGHT
-from keepersim.sim.driver import (
-    GovernanceError,
-    SimulationError,
-    build_params,
-    compute_run_mechanisms,
-    draw_outcome,
-    get_known_policies,
-    get_request_id,
-    parse_governance,
-    run_scenario,
-)
+from keepersim.sim.governance import parse_governance
 from keepersim.sim.oracle import HEALTHY_MISS_THRESHOLD, OraclePolicy
+from keepersim.sim.run_errors import GovernanceError, SimulationError
+from keepersim.sim.run_genesis import build_params, compute_run_mechanisms, get_known_policies
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario, parse_scenario
+from keepersim.sim.stepper import draw_outcome, get_request_id
 from keepersim.types.messages import (
     EXPIRED,
     FINISHED,
