@@ -399,7 +399,7 @@ def bench_replay(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any
 @bench("http")
 def bench_http(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
     """get_random_executor over HTTP (16 clients, chain advancing) and export throughput."""
-    from keepersim.server.bench import (
+    from bench_server import (
         bench_export,
         bench_random_executor,
         make_demo_scenario,

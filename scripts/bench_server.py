@@ -1,4 +1,5 @@
-"""Measurements of the server and the exporter (importable by ``scripts/bench.py``).
+"""Measurements of the server and the exporter: ``python scripts/bench_server.py``, or imported by
+``scripts/bench.py``; the exporter tests build their demo chain with :func:`simulate_chain`.
 
 * :func:`bench_random_executor`: ``get_random_executor`` over HTTP from ``clients`` threads
   while the served chain advances (a scenario runner in the server process): throughput,
@@ -28,7 +29,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from keepersim.sim.scenario import Scenario
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # this checkout's keepersim, whatever PYTHONPATH says
+    sys.path.insert(0, str(ROOT))
+
+from keepersim.sim.scenario import Scenario  # noqa: E402
 
 __all__ = [
     "bench_export",
