@@ -26,7 +26,7 @@ from keepersim.trace.integrity import append_closing_record
 from keepersim.trace.reader import iterate_trace
 from keepersim.trace.records import ParamsRecord
 from keepersim.types.bech32 import GOV_AUTHORITY
-from keepersim.types.chain_params import get_chain_default_params
+from keepersim.types.chain_defaults import get_chain_default_params
 from keepersim.types.params import (
     PRESETS,
     get_default_extension_params,

@@ -32,8 +32,8 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from keepersim.types.chain_defaults import get_chain_default_params
 from keepersim.types.chain_json import compute_chain_json, parse_chain_json
-from keepersim.types.chain_params import get_chain_default_params
 from keepersim.types.chain_upgrades import UPGRADE_FIELD_SOURCES, process_upgrades
 from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import Params
