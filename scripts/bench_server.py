@@ -245,7 +245,8 @@ def bench_export(
 ) -> dict[str, Any]:
     """Export every epoch of a simulated chain from ``keepersim serve --chain`` (with
     ``faults``, e.g. ``429=0.15,503=0.15``) and report the exporter's result and rate."""
-    from keepersim.export.exporter import ExportOptions, export_trace
+    from keepersim.export.export_run import ExportOptions
+    from keepersim.export.exporter import export_trace
 
     with tempfile.TemporaryDirectory(prefix="keepersim-bench-") as tmp:
         if chain_dir is None:

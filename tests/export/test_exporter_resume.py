@@ -14,7 +14,8 @@ from bench_server import make_demo_scenario, simulate_chain
 from export_kill import run_export_until_killed
 
 from keepersim.chain import Chain
-from keepersim.export.exporter import ExportError, ExportOptions, export_trace
+from keepersim.export.export_run import ExportError, ExportOptions
+from keepersim.export.exporter import export_trace
 from keepersim.server.app import BackgroundServer, create_app
 from keepersim.server.faults import FaultInjector, parse_fault_spec
 
