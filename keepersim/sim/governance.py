@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal as PyDecimal
 from typing import Any
 
+from keepersim.inputs import get_json_type
 from keepersim.limits import MAX_GOVERNANCE_ENTRIES
 from keepersim.sim.run_errors import GovernanceError
-from keepersim.sim.scenario import get_json_type
 from keepersim.types.chain_decimal import compute_chain_decimal
 from keepersim.types.chain_params_json import compute_module_params_json, parse_module_params_json
 from keepersim.types.errors import (
