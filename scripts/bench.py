@@ -434,9 +434,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.policies is None:
-        from keepersim.keeper.policies import BUILTIN_POLICIES
+        from keepersim.types.policies import POLICY_NAMES
 
-        args.policies = sorted(BUILTIN_POLICIES)
+        args.policies = sorted(POLICY_NAMES)
     out: dict[str, Any] = {"python": sys.version.split()[0], "quick": args.quick}
     wanted = args.only or list(BENCHES)
     for name, fn in BENCHES.items():

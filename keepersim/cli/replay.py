@@ -129,18 +129,15 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
 def _parse_policies(value: str | list[str]) -> list[str]:
     """The --policies list (already checked by parse_name_list when it came from argparse)."""
     from keepersim.replay.common import ReplayError
-    from keepersim.types.policies import POLICY_NAMES
+    from keepersim.types.policies import get_unknown_policy_problem
 
     try:
         names = value if isinstance(value, list) else parse_name_list(value)
     except argparse.ArgumentTypeError as exc:
         raise ReplayError(f"--policies: {exc}") from None
-    unknown = [name for name in names if name not in POLICY_NAMES]
+    unknown = get_unknown_policy_problem(names, on_chain=True)
     if unknown:
-        raise ReplayError(
-            f"--policies: unknown policy {unknown[0]!r}; expected names from "
-            f"{', '.join(POLICY_NAMES)}"
-        )
+        raise ReplayError(f"--policies: {unknown}")
     return names
 
 

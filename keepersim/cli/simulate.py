@@ -64,13 +64,13 @@ def add_simulate_command(subparsers: Any) -> None:
 
 def run_simulate(args: argparse.Namespace) -> int:
     from keepersim.sim.governance import parse_governance
-    from keepersim.sim.run_genesis import build_params, get_known_policies
+    from keepersim.sim.run_genesis import build_params
     from keepersim.sim.run_loop import run_scenario
+    from keepersim.types.policies import get_unknown_policy_problem
 
-    if args.policy not in get_known_policies():
-        raise UsageError(
-            f"--policy: unknown policy {args.policy!r}; known: {', '.join(get_known_policies())}"
-        )
+    unknown = get_unknown_policy_problem([args.policy])
+    if unknown:
+        raise UsageError(f"--policy: {unknown}")
     if args.seed is not None and args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
     if args.store == "memory" and args.store_dir is not None:

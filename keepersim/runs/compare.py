@@ -35,7 +35,6 @@ from keepersim.report.compare import (
 )
 from keepersim.runs.engines import execute_runs, get_default_jobs
 from keepersim.runs.sources import (
-    BASELINES,
     CompareError,
     ScenarioSource,
     order_policies,
@@ -45,9 +44,9 @@ from keepersim.runs.task import RunTask, make_task
 from keepersim.sim.devshard_path import get_selection_path_words
 from keepersim.sim.run_genesis import build_params, compute_run_mechanisms
 from keepersim.sim.scenario import Scenario, ScenarioError
+from keepersim.types.policies import is_baseline
 
 __all__ = [
-    "BASELINES",
     "REPORT_VERSION",
     "SPEC_RUN_KEYS",
     "CompareError",
@@ -135,7 +134,7 @@ def run_compare(
         )
         for src in sources
         for policy in ordered
-        if policy not in BASELINES
+        if not is_baseline(policy)
     }
     return ComparedRuns(
         scenarios=[src.label for src in sources],

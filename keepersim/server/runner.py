@@ -335,10 +335,12 @@ def open_scenario_chain(
     """A chain with the scenario's genesis, as ``keepersim simulate`` builds it (in memory
     unless ``path``, which must be an empty folder)."""
     from keepersim.sim.oracle import get_policy_override
-    from keepersim.sim.run_genesis import build_genesis, build_params, get_known_policies
+    from keepersim.sim.run_genesis import build_genesis, build_params
+    from keepersim.types.policies import get_unknown_policy_problem
 
-    if policy not in get_known_policies():
-        raise RunnerError(f"unknown policy {policy!r}; known: {', '.join(get_known_policies())}")
+    unknown = get_unknown_policy_problem([policy])
+    if unknown:
+        raise RunnerError(unknown)
     if scenario.devshard is not None:
         raise RunnerError(
             f"scenario {scenario.name!r} has a 'devshard' key: the server runs the classic path "

@@ -27,16 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from keepersim.keeper.policies import BUILTIN_POLICIES
 from keepersim.keeper.selection import (
     get_selection_rule,
 )
 from keepersim.module.genesis import compute_genesis
-from keepersim.sim.devshard_path import (
-    DEVSHARD_LIMITER_POLICY,
-)
 from keepersim.sim.oracle import (
-    ORACLE_POLICY_NAME,
     get_chain_policy_name,
 )
 from keepersim.sim.scenario import Scenario
@@ -55,13 +50,7 @@ from keepersim.types.params import (
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
-
-
-def get_known_policies() -> list[str]:
-    """Policies a run can use: every registered built-in plus the ``oracle`` baseline and
-    ``devshard-limiter`` (the gateway's limiter on the devshard path; its chain runs ``none``,
-    :mod:`keepersim.sim.devshard_path`)."""
-    return sorted({*BUILTIN_POLICIES, ORACLE_POLICY_NAME, DEVSHARD_LIMITER_POLICY})
+from keepersim.types.policies import NO_POLICY, RUN_POLICIES
 
 
 def build_scenario_params(scenario: Scenario, policy: str) -> ModuleParams:
@@ -115,7 +104,7 @@ def compute_run_mechanisms(
     (the policies whose runs deactivate by SPRT, with its params)."""
     built = {
         policy: build_params(scenario, policy, reputation_weighting=reputation_weighting)
-        for policy in get_known_policies()
+        for policy in RUN_POLICIES
     }
     sprt_on = [policy for policy, p in built.items() if p.extension_params.sprt_enabled]
     sprt = "off"
@@ -130,7 +119,7 @@ def compute_run_mechanisms(
             )
         )
         sprt = f"off except in {', '.join(sprt_on)} runs ({values})"
-    return {"selection": get_selection_rule(built["none"].extension_params), "sprt": sprt}
+    return {"selection": get_selection_rule(built[NO_POLICY].extension_params), "sprt": sprt}
 
 
 def compute_selection_history(

@@ -32,7 +32,6 @@ from keepersim.keeper.selection import (
 )
 from keepersim.outputs import make_run_folder
 from keepersim.sim.devshard_path import (
-    DEVSHARD_LIMITER_POLICY,
     DevshardPath,
 )
 from keepersim.sim.governance import check_governance_schedule
@@ -59,7 +58,6 @@ from keepersim.sim.run_genesis import (
     build_genesis,
     build_params,
     compute_selection_history,
-    get_known_policies,
 )
 from keepersim.sim.run_result import RunResult
 from keepersim.sim.scenario import Scenario
@@ -88,6 +86,7 @@ from keepersim.types.messages import (
     ValidationWeight,
 )
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.policies import DEVSHARD_LIMITER, get_unknown_policy_problem
 
 # Commits between two write-backs of a run's state cache (keepersim.store.cache): the backend
 # sees one batch instead of one per block. A resumable run (a store folder) writes back every
@@ -172,10 +171,9 @@ def run_scenario(
     called after each block (tests, live inspection). ``reputation_weighting``: see
     :func:`build_params`; the result's ``selection`` names the rule (and any governance change).
     """
-    if policy not in get_known_policies():
-        raise SimulationError(
-            f"unknown policy {policy!r}; known: {', '.join(get_known_policies())}"
-        )
+    unknown = get_unknown_policy_problem([policy])
+    if unknown:
+        raise SimulationError(unknown)
     if store not in STORE_KINDS:
         raise SimulationError(f"unknown store {store!r}; one of {', '.join(STORE_KINDS)}")
     if store == "memory" and store_dir is not None:
@@ -199,9 +197,7 @@ def run_scenario(
                 "the devshard path (scenario key 'devshard') cannot run resumably yet: its "
                 "gateway state is not checkpointed; run without --store-dir"
             )
-        devshard = DevshardPath(
-            scenario.devshard, run_seed, limiter=policy == DEVSHARD_LIMITER_POLICY
-        )
+        devshard = DevshardPath(scenario.devshard, run_seed, limiter=policy == DEVSHARD_LIMITER)
     genesis = build_genesis(scenario, initial)
     override = get_policy_override(policy, scenario)
 

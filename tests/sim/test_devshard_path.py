@@ -20,10 +20,10 @@ from keepersim.sim import run_loop
 from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, is_devshard_request
 from keepersim.sim.devshard_spec import DevshardSpec
 from keepersim.sim.run_errors import SimulationError
-from keepersim.sim.run_genesis import get_known_policies
 from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario, dump_scenario, parse_scenario
 from keepersim.sim.suite import get_builtin_scenario
+from keepersim.types.policies import RUN_POLICIES
 
 
 def _fleet(
@@ -62,7 +62,7 @@ def _assigned(metrics: dict[str, Any], address: str) -> int:
 
 
 def test_devshard_limiter_is_a_known_policy_and_none_on_classic_traffic() -> None:
-    assert DEVSHARD_LIMITER_POLICY in get_known_policies()
+    assert DEVSHARD_LIMITER_POLICY in RUN_POLICIES
     s = dataclasses.replace(get_builtin_scenario("sparse"), blocks=1500)
     a = run_scenario(s, "none", store="memory")
     b = run_scenario(s, DEVSHARD_LIMITER_POLICY, store="memory")
