@@ -25,10 +25,18 @@ from keepersim.export.fetch import (
     ExportFetchError,
     Fetcher,
 )
-from keepersim.types.rest_routes import (
-    DEFAULT_PAGE_LIMIT,
-    MAX_PAGE_LIMIT,
-)
+from keepersim.types.rest_routes import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
+
+__all__ = [
+    "GRPC_UNIMPLEMENTED",
+    "ExportError",
+    "ExportOptions",
+    "ExportResult",
+    "ExportResultLike",
+    "FetchCounted",
+    "parse_epoch_range",
+    "run_fetcher",
+]
 
 #: google.golang.org/grpc/codes Unimplemented: the gateway's answer to an unknown route.
 GRPC_UNIMPLEMENTED = 12

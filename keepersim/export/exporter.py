@@ -91,11 +91,7 @@ from keepersim.export.export_run import (
     ExportResult,
     run_fetcher,
 )
-from keepersim.export.fetch import (
-    ExportFetchError,
-    Fetcher,
-    JsonResponse,
-)
+from keepersim.export.fetch import ExportFetchError, Fetcher, JsonResponse
 from keepersim.export.progress_file import ExportProgress, format_epoch_ranges, get_summary_epochs
 from keepersim.export.result_figures import fill_export_result
 from keepersim.export.trace_assembly import assemble_trace

@@ -11,6 +11,13 @@ from typing import Any
 from keepersim.export.export_run import ExportError
 from keepersim.outputs import write_text_atomic
 
+__all__ = [
+    "PROGRESS_VERSION",
+    "ExportProgress",
+    "format_epoch_ranges",
+    "get_summary_epochs",
+]
+
 PROGRESS_VERSION = 3  # 3: pinned height, per-epoch members, summaries_unavailable
 
 

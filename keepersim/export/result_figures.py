@@ -8,6 +8,10 @@ from typing import Any
 from keepersim.export.export_run import ExportResult
 from keepersim.export.progress_file import get_summary_epochs
 
+__all__ = [
+    "fill_export_result",
+]
+
 
 def fill_export_result(result: ExportResult, data: dict[str, Any], epochs: tuple[int, int]) -> None:
     """The snapshot's and the listings' figures of the progress ``data``: summaries, pages per

@@ -11,10 +11,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from keepersim.export.chain_api import (
-    EpochMembers,
-    compute_epoch_participants,
-)
+from keepersim.export.chain_api import EpochMembers, compute_epoch_participants
 from keepersim.export.export_run import ExportError, ExportResult
 from keepersim.export.trace_io import TraceWriter
 from keepersim.outputs import get_atomic_path
@@ -27,6 +24,13 @@ from keepersim.types.messages import (
 )
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
 from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
+
+__all__ = [
+    "assemble_trace",
+    "compute_group_weights",
+    "read_messages",
+    "read_part",
+]
 
 M = TypeVar("M", bound=Message)
 

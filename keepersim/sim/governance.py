@@ -12,20 +12,19 @@ from keepersim.limits import MAX_GOVERNANCE_ENTRIES
 from keepersim.sim.run_errors import GovernanceError
 from keepersim.types.chain_decimal import compute_chain_decimal
 from keepersim.types.chain_params_json import compute_module_params_json, parse_module_params_json
-from keepersim.types.errors import (
-    ChainJsonError,
-    InvalidParamsError,
-)
-from keepersim.types.params import (
-    validate_params,
-)
-from keepersim.types.pb.inference.inference.tx_pb2 import (
-    MsgUpdateParams,
-)
+from keepersim.types.errors import ChainJsonError, InvalidParamsError
+from keepersim.types.params import validate_params
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgUpdateParams
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
-from keepersim.types.pb.keepersim.v1.tx_pb2 import (
-    MsgUpdateExtensionParams,
-)
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
+
+__all__ = [
+    "GOVERNANCE_HELP",
+    "check_governance_schedule",
+    "compute_governance_txs",
+    "compute_params_with_changes",
+    "parse_governance",
+]
 
 GOVERNANCE_HELP = """\
 A governance schedule is a JSON list; each entry is sent from the governance authority in block

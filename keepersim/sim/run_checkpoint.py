@@ -11,15 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keepersim.chain import (
-    BlockResult,
-    Chain,
-    open_chain,
-)
+from keepersim.chain import BlockResult, Chain, open_chain
 from keepersim.keeper.policies import PolicyFactory
-from keepersim.sim.metrics import (
-    MetricsCollector,
-)
+from keepersim.sim.metrics import MetricsCollector
 from keepersim.sim.scenario import Scenario, format_scenario_json
 from keepersim.sim.stepper import ScenarioStepper
 from keepersim.store.checkpoint import (
@@ -34,11 +28,17 @@ from keepersim.store.checkpoint import (
 )
 from keepersim.store.committed import RUN_META_PREFIX
 from keepersim.trace.writer import TraceWriter
-from keepersim.types.params import (
-    params_to_dict,
-)
+from keepersim.types.params import params_to_dict
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
+
+__all__ = [
+    "InFlight",
+    "RunCheckpoint",
+    "compute_run_fingerprint",
+    "get_trace_pending",
+    "read_run_checkpoint",
+]
 
 
 @dataclass(slots=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from keepersim.types.errors import (
-    KeepersimError,
-)
+from keepersim.types.errors import KeepersimError
+
+__all__ = [
+    "GovernanceError",
+    "SimulationError",
+]
 
 
 class SimulationError(KeepersimError):

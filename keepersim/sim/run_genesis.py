@@ -27,19 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from keepersim.keeper.selection import (
-    get_selection_rule,
-)
+from keepersim.keeper.selection import get_selection_rule
 from keepersim.module.genesis import compute_genesis
-from keepersim.sim.oracle import (
-    get_chain_policy_name,
-)
+from keepersim.sim.oracle import get_chain_policy_name
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.scenario_extras import compute_params_patch
-from keepersim.types.messages import (
-    MLNodeInfo,
-    Participant,
-)
+from keepersim.types.messages import MLNodeInfo, Participant
 from keepersim.types.params import (
     get_decimal_value,
     get_default_params,
@@ -51,6 +44,14 @@ from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 from keepersim.types.policies import NO_POLICY, RUN_POLICIES
+
+__all__ = [
+    "build_genesis",
+    "build_params",
+    "build_scenario_params",
+    "compute_run_mechanisms",
+    "compute_selection_history",
+]
 
 
 def build_scenario_params(scenario: Scenario, policy: str) -> ModuleParams:

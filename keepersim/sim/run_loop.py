@@ -16,24 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from keepersim.chain import (
-    STORE_KINDS,
-    Chain,
-    Selection,
-    StoreKind,
-    StoreNotEmptyError,
-    open_chain,
-)
+from keepersim.chain import STORE_KINDS, Chain, Selection, StoreKind, StoreNotEmptyError, open_chain
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.selection import (
-    SelectionTable,
-    compute_weight_factors,
-    get_kept_out,
-)
+from keepersim.keeper.selection import SelectionTable, compute_weight_factors, get_kept_out
 from keepersim.outputs import make_run_folder
-from keepersim.sim.devshard_path import (
-    DevshardPath,
-)
+from keepersim.sim.devshard_path import DevshardPath
 from keepersim.sim.governance import check_governance_schedule
 from keepersim.sim.metrics import (
     DECLINED,
@@ -42,10 +29,7 @@ from keepersim.sim.metrics import (
     FINISHED,
     MetricsCollector,
 )
-from keepersim.sim.oracle import (
-    HEALTHY_MISS_THRESHOLD,
-    get_policy_override,
-)
+from keepersim.sim.oracle import HEALTHY_MISS_THRESHOLD, get_policy_override
 from keepersim.sim.run_checkpoint import (
     InFlight,
     RunCheckpoint,
@@ -54,23 +38,13 @@ from keepersim.sim.run_checkpoint import (
     read_run_checkpoint,
 )
 from keepersim.sim.run_errors import SimulationError
-from keepersim.sim.run_genesis import (
-    build_genesis,
-    build_params,
-    compute_selection_history,
-)
+from keepersim.sim.run_genesis import build_genesis, build_params, compute_selection_history
 from keepersim.sim.run_result import RunResult
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.stepper import ScenarioStepper
-from keepersim.store.checkpoint import (
-    DictJournal,
-    ResumeError,
-)
+from keepersim.store.checkpoint import DictJournal, ResumeError
 from keepersim.trace.writer import TraceWriter, get_epoch_declines
-from keepersim.types.errors import (
-    InvalidParamsError,
-    NoExecutorsError,
-)
+from keepersim.types.errors import InvalidParamsError, NoExecutorsError
 from keepersim.types.events import (
     EpochSettled,
     HealthTransition,
@@ -80,13 +54,17 @@ from keepersim.types.events import (
     ParamsUpdated,
     ParticipantDeactivated,
 )
-from keepersim.types.messages import (
-    STARTED,
-    Inference,
-    ValidationWeight,
-)
+from keepersim.types.messages import STARTED, Inference, ValidationWeight
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.policies import DEVSHARD_LIMITER, get_unknown_policy_problem
+
+__all__ = [
+    "WRITE_EVERY",
+    "compute_selection_view",
+    "get_group_weights",
+    "get_model_tables",
+    "run_scenario",
+]
 
 # Commits between two write-backs of a run's state cache (keepersim.store.cache): the backend
 # sees one batch instead of one per block. A resumable run (a store folder) writes back every

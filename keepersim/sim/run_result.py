@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = [
+    "RunResult",
+]
+
 
 @dataclass
 class RunResult:

@@ -42,11 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from keepersim.inputs import (
-    InputError,
-    get_json_type,
-    read_json_input,
-)
+from keepersim.inputs import InputError, get_json_type, read_json_input
 from keepersim.limits import (
     MAX_ARRIVALS_PER_BLOCK,
     MAX_BLOCKS,

@@ -15,11 +15,7 @@ from typing import Any, Final
 
 import jsonschema
 
-from keepersim.inputs import (
-    find_duplicate_keys,
-    format_json_path,
-    get_json_type,
-)
+from keepersim.inputs import find_duplicate_keys, format_json_path, get_json_type
 from keepersim.limits import (
     MAX_ARRIVALS_PER_BLOCK,
     MAX_BLOCKS,
@@ -31,6 +27,17 @@ from keepersim.limits import (
     MAX_SEED,
 )
 from keepersim.sim.scenario_extras import get_extra_problems
+
+__all__ = [
+    "SCENARIO_LIMITS",
+    "ScenarioError",
+    "compute_expected_requests_problem",
+    "get_schema",
+    "get_schema_path",
+    "is_bool",
+    "process_duplicate_keys",
+    "process_scenario_problems",
+]
 
 _SCHEMA_FILE: Final = "scenario.schema.json"
 _MAX_LISTED_PROBLEMS: Final = 50

@@ -65,36 +65,28 @@ from typing import Any
 
 import numpy as np
 
-from keepersim.chain import (
-    BlockResult,
-    Chain,
-    Selection,
-)
+from keepersim.chain import BlockResult, Chain, Selection
 from keepersim.gateway.signals import OutcomeClass
-from keepersim.sim.devshard_path import (
-    DevshardDispatch,
-    DevshardPath,
-)
+from keepersim.sim.devshard_path import DevshardDispatch, DevshardPath
 from keepersim.sim.governance import compute_governance_txs
 from keepersim.sim.run_errors import SimulationError
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.scenario_extras import compute_arrival_factors
 from keepersim.trace.format import DECLINE_REASON
-from keepersim.types.errors import (
-    NoExecutorsError,
-)
-from keepersim.types.params import (
-    GOV_AUTHORITY,
-)
-from keepersim.types.pb.inference.inference.tx_pb2 import (
-    MsgFinishInference,
-    MsgStartInference,
-)
+from keepersim.types.errors import NoExecutorsError
+from keepersim.types.params import GOV_AUTHORITY
+from keepersim.types.pb.inference.inference.tx_pb2 import MsgFinishInference, MsgStartInference
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
-from keepersim.types.pb.keepersim.v1.tx_pb2 import (
-    MsgDeclineInference,
-    MsgExcludeParticipant,
-)
+from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference, MsgExcludeParticipant
+
+__all__ = [
+    "REQUESTER",
+    "ScenarioStepper",
+    "SelectionHook",
+    "StartHook",
+    "draw_outcome",
+    "get_request_id",
+]
 
 #: The account that sends every MsgStartInference (the simulated transfer agent).
 REQUESTER = "keepersim-requester"

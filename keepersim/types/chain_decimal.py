@@ -17,6 +17,16 @@ import decimal
 
 from keepersim.types.pb.inference.inference.params_pb2 import Decimal
 
+__all__ = [
+    "LEGACY_MAX_DEC_BIT_LEN",
+    "LEGACY_PRECISION",
+    "compute_chain_decimal",
+    "compute_legacy_dec",
+    "get_chain_decimal_value",
+    "get_legacy_dec_string",
+    "get_shopspring_string",
+]
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # cosmossdk.io/math v1.5.3 LegacyDec: 18 decimals; maxDecBitLen = MaxBitLen + decimalTruncateBits.

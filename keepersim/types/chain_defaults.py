@@ -21,6 +21,14 @@ from google.protobuf import json_format
 
 from keepersim.types.pb.inference.inference.params_pb2 import Params
 
+__all__ = [
+    "KIMI_MODEL_ID",
+    "MINIMAX_MODEL_ID",
+    "QWEN_MODEL_ID",
+    "get_chain_default_params",
+    "get_chain_mainnet_params",
+]
+
 QWEN_MODEL_ID = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"  # app/upgrades/v0_2_8, v0_2_13
 KIMI_MODEL_ID = "moonshotai/Kimi-K2.6"  # app/upgrades/v0_2_12/upgrades.go:37
 MINIMAX_MODEL_ID = "MiniMaxAI/MiniMax-M2.7"  # app/upgrades/v0_2_13/upgrades.go:101

@@ -25,6 +25,17 @@ from keepersim.types.pb.inference.inference.params_pb2 import (
     ValidationParams,
 )
 
+__all__ = [
+    "GO_NIL_DEREFERENCE",
+    "LEGACY_ONE",
+    "check_decimal",
+    "fail",
+    "get_go_quoted",
+    "get_hex_error",
+    "is_set",
+    "require_decimals",
+]
+
 GO_NIL_DEREFERENCE = "runtime error: invalid memory address or nil pointer dereference"
 LEGACY_ONE = 10**LEGACY_PRECISION  # 1 as a LegacyDec's scaled integer
 
