@@ -40,7 +40,7 @@ from keepersim.proposal.compare import (
 from keepersim.proposal.load import Proposal, check_proposed_params, load_proposal
 from keepersim.runs.sources import resolve_scenarios
 from keepersim.runs.task import RunTask, run_task
-from keepersim.sim.driver import build_genesis, build_params
+from keepersim.sim.run_genesis import build_genesis, build_params
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.suite import get_builtin_scenario
 from keepersim.types.params import get_default_params, params_from_dict

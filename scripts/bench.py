@@ -323,7 +323,7 @@ def bench_simulation(args: argparse.Namespace, out: dict[str, Any]) -> dict[str,
     inferences per CPU-second, and CPU per inference in raw-put units."""
     import dataclasses
 
-    from keepersim.sim.driver import run_scenario
+    from keepersim.runs.task import make_task, run_task
     from keepersim.sim.suite import get_builtin_scenario
 
     scenario = get_builtin_scenario("mainnet_like", 1)
@@ -333,7 +333,7 @@ def bench_simulation(args: argparse.Namespace, out: dict[str, Any]) -> dict[str,
     unit = out["raw_put"]["seconds_per_put"]
     for store in ("memory", "leveldb"):
         c0 = time.process_time()
-        result = run_scenario(scenario, "gonka", store=store).to_dict()
+        result = run_task(make_task(scenario, "gonka", scenario.seed, store=store))
         cpu = time.process_time() - c0
         hashes.add(result["app_hash"])
         res[store] = {
@@ -351,10 +351,11 @@ def run_replay_child(trace: str, store_dir: str, policies: str) -> dict[str, Any
 
     code = (
         "import json, resource, sys, time\n"
-        "from keepersim.replay.as_recorded import replay_as_recorded\n"
+        "from keepersim.runs.task import run_task\n"
+        "from keepersim.runs.traces import make_trace_task\n"
         "t0, c0 = time.perf_counter(), time.process_time()\n"
-        "r = replay_as_recorded(sys.argv[1], policies=sys.argv[3].split(','), store='leveldb',"
-        " store_dir=sys.argv[2]).to_dict()\n"
+        "r = run_task(make_trace_task(sys.argv[1], 'as-recorded', sys.argv[3].split(','),"
+        " store='leveldb', store_dir=sys.argv[2]))\n"
         "print(json.dumps({'seconds': time.perf_counter() - t0,"
         " 'cpu_seconds': time.process_time() - c0,"
         " 'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,"
@@ -399,7 +400,7 @@ def bench_replay(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any
 @bench("http")
 def bench_http(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
     """get_random_executor over HTTP (16 clients, chain advancing) and export throughput."""
-    from keepersim.server.bench import (
+    from bench_server import (
         bench_export,
         bench_random_executor,
         make_demo_scenario,
@@ -434,9 +435,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.policies is None:
-        from keepersim.keeper.policies import BUILTIN_POLICIES
+        from keepersim.types.policies import POLICY_NAMES
 
-        args.policies = sorted(BUILTIN_POLICIES)
+        args.policies = sorted(POLICY_NAMES)
     out: dict[str, Any] = {"python": sys.version.split()[0], "quick": args.quick}
     wanted = args.only or list(BENCHES)
     for name, fn in BENCHES.items():

@@ -70,7 +70,7 @@ def _write_json(path: Path, data: Any) -> None:
 def run_simulate(
     name: str, seed: int, policy: str, blocks: int | None, trace: str | None, out: str
 ) -> dict[str, Any]:
-    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.run_loop import run_scenario
 
     started = time.process_time()
     result = run_scenario(

@@ -36,17 +36,13 @@ if str(ROOT) not in sys.path:  # this checkout's keepersim, whatever PYTHONPATH 
     sys.path.insert(0, str(ROOT))
 
 from keepersim.chain import Chain  # noqa: E402
-from keepersim.sim.driver import (  # noqa: E402
-    build_params,
-    compute_params_with_changes,
-    compute_selection_view,
-    get_known_policies,
-    get_model_tables,
-    run_scenario,
-)
+from keepersim.sim.governance import compute_params_with_changes  # noqa: E402
 from keepersim.sim.oracle import is_truly_healthy  # noqa: E402
+from keepersim.sim.run_genesis import build_params  # noqa: E402
+from keepersim.sim.run_loop import compute_selection_view, get_model_tables, run_scenario  # noqa: E402
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios  # noqa: E402
 from keepersim.types.errors import KeepersimError  # noqa: E402
+from keepersim.types.policies import get_unknown_policy_problem  # noqa: E402
 
 
 def compute_breakdown(
@@ -162,9 +158,9 @@ def main() -> int:
         known = ", ".join(list_builtin_scenarios())
         print(f"scenario: unknown {args.scenario!r} (built-ins: {known})", file=sys.stderr)
         return 2
-    if args.policy not in get_known_policies():
-        known = ", ".join(get_known_policies())
-        print(f"policy: unknown {args.policy!r} (one of {known})", file=sys.stderr)
+    unknown = get_unknown_policy_problem([args.policy])
+    if unknown:
+        print(f"policy: {unknown}", file=sys.stderr)
         return 2
     if args.every < 1:
         print(f"--every: expected a positive integer, got {args.every}", file=sys.stderr)

@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:  # import this checkout's keepersim, whatever PYTH
 import numpy as np  # noqa: E402
 
 from keepersim.outputs import OutputPathError, check_output_file, write_json_atomic  # noqa: E402
-from keepersim.sim.driver import get_known_policies  # noqa: E402
+from keepersim.types.policies import DEVSHARD_LIMITER, RUN_POLICIES  # noqa: E402
 
 FORMAT = "keepersim-golden/1"
 DEFAULT_GOLDEN = ROOT / "tests" / "golden" / "builtin-seed1.json"
@@ -50,7 +50,7 @@ STORE: Final = "memory"
 #: Every policy a run can use (the chain's registry plus the oracle baseline), less
 #: ``devshard-limiter``: the built-in scenarios are classic traffic, where it is ``none``
 #: exactly (tests/sim/test_devshard_path.py checks the app hashes are equal).
-POLICIES: Final = tuple(p for p in get_known_policies() if p != "devshard-limiter")
+POLICIES: Final = tuple(p for p in RUN_POLICIES if p != DEVSHARD_LIMITER)
 # Time-based (wall clock) or environment-dependent: never part of a run's identity.
 DROPPED_FIELDS = ("wall_seconds", "inferences_per_second", "blocks_per_second", "trace_path")
 NOTE = (

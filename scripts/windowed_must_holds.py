@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # this checkout's keepersim, whatever PYTHONPATH says
     sys.path.insert(0, str(ROOT))
 
-from keepersim.types.policies import POLICY_NAMES  # noqa: E402
+from keepersim.types.policies import NO_POLICY, ORACLE, POLICY_NAMES  # noqa: E402
 
 #: The table's columns: no policy, the chain's policies in registry order, the oracle.
-POLICIES = ("none", *(p for p in POLICY_NAMES if p != "none"), "oracle")
+POLICIES = (NO_POLICY, *(p for p in POLICY_NAMES if p != NO_POLICY), ORACLE)
 #: What a row must carry (a keepersim sweep's runs.csv has them all).
 REQUIRED_COLUMNS = ("scenario", "policy", "seed", "misses", "miss_rate")
 CAPACITY_MISS_SCENARIOS = ("overload",)  # overflow is a miss (overload_pushback declines)

@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from keepersim.sim.driver import get_known_policies, run_scenario
 from keepersim.sim.generate import generate_scenario
+from keepersim.sim.run_loop import run_scenario
+from keepersim.types.policies import RUN_POLICIES
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "gas-small.json"
 RECORD = os.environ.get("KEEPERSIM_RECORD_GAS_GOLDEN") == "1"
-POLICIES = tuple(get_known_policies())
+POLICIES = RUN_POLICIES
 
 
 def _scenario() -> Any:

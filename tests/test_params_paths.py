@@ -18,14 +18,15 @@ from keepersim.proposal.load import (
     compute_proposed_params,
     load_proposal,
 )
-from keepersim.sim.driver import GovernanceError, parse_governance
+from keepersim.sim.governance import parse_governance
+from keepersim.sim.run_errors import GovernanceError
 from keepersim.sim.scenario import format_scenario_json, parse_scenario
 from keepersim.trace.format import TRACE_VERSION
 from keepersim.trace.integrity import append_closing_record
 from keepersim.trace.reader import iterate_trace
 from keepersim.trace.records import ParamsRecord
 from keepersim.types.bech32 import GOV_AUTHORITY
-from keepersim.types.chain_params import get_chain_default_params
+from keepersim.types.chain_defaults import get_chain_default_params
 from keepersim.types.params import (
     PRESETS,
     get_default_extension_params,

@@ -95,17 +95,15 @@ def run_compare(args: argparse.Namespace) -> int:
     import time
 
     from keepersim.runs.compare import compare
-    from keepersim.sim.driver import get_known_policies
+    from keepersim.types.policies import RUN_POLICIES, get_unknown_policy_problem
 
     # parse_name_list: a non-empty list without empty names
     policies = (
-        get_known_policies() if args.policies is None or args.policies == ["all"] else args.policies
+        list(RUN_POLICIES) if args.policies is None or args.policies == ["all"] else args.policies
     )
-    unknown = [p for p in policies if p not in get_known_policies()]
+    unknown = get_unknown_policy_problem(policies)
     if unknown:
-        raise UsageError(
-            f"--policies: unknown policy {unknown[0]!r}; known: {', '.join(get_known_policies())}"
-        )
+        raise UsageError(f"--policies: {unknown}")
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     if args.jobs is not None and args.jobs < 1:

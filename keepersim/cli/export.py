@@ -118,12 +118,8 @@ def add_export_command(subparsers: Any) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     require_extra("export", "keepersim export")
-    from keepersim.export.exporter import (
-        ExportError,
-        ExportOptions,
-        export_trace,
-        parse_epoch_range,
-    )
+    from keepersim.export.export_run import ExportError, ExportOptions, parse_epoch_range
+    from keepersim.export.exporter import export_trace
 
     try:
         epochs = parse_epoch_range(args.epochs)
@@ -169,7 +165,7 @@ def run_export(args: argparse.Namespace) -> int:
 def _run_aggregate(args: argparse.Namespace, epochs: tuple[int, int], options: Any) -> int:
     """``--aggregate``: the epoch folders (keepersim.export.aggregate)."""
     from keepersim.export.aggregate import export_aggregates
-    from keepersim.export.exporter import ExportError
+    from keepersim.export.export_run import ExportError
 
     check_output_folder(args.out, "--out")
     a, b = epochs

@@ -7,7 +7,7 @@ without its closing record: cut, or its run did not finish) (a malformed trace l
 policy) raises one of :func:`keepersim.cli.common.get_input_errors`, exit status 2. Heavy modules
 are imported inside the handler, so registering the command costs nothing.
 
-The governance file is the simulator's format (``keepersim.sim.driver.parse_governance``), each
+The governance file is the simulator's format (``keepersim.sim.governance.parse_governance``), each
 entry resolved against the trace's first params. Replays run as trace tasks on the runs engine
 (:mod:`keepersim.runs.traces`): as-recorded one task (its policies in lockstep), what-if one
 task per policy (``--jobs`` workers).
@@ -137,18 +137,15 @@ def add_replay_command(subparsers: Any) -> argparse.ArgumentParser:
 def _parse_policies(value: str | list[str]) -> list[str]:
     """The --policies list (already checked by parse_name_list when it came from argparse)."""
     from keepersim.replay.common import ReplayError
-    from keepersim.types.policies import POLICY_NAMES
+    from keepersim.types.policies import get_unknown_policy_problem
 
     try:
         names = value if isinstance(value, list) else parse_name_list(value)
     except argparse.ArgumentTypeError as exc:
         raise ReplayError(f"--policies: {exc}") from None
-    unknown = [name for name in names if name not in POLICY_NAMES]
+    unknown = get_unknown_policy_problem(names, on_chain=True)
     if unknown:
-        raise ReplayError(
-            f"--policies: unknown policy {unknown[0]!r}; expected names from "
-            f"{', '.join(POLICY_NAMES)}"
-        )
+        raise ReplayError(f"--policies: {unknown}")
     return names
 
 
@@ -178,7 +175,7 @@ def _read_base_params(trace: str, skip_bad: bool, allow_partial: bool) -> Module
 
 def load_governance_file(path: str, base: ModuleParams) -> list[tuple[int, ModuleParams]]:
     """A governance schedule file in the simulator's format, resolved against ``base``."""
-    from keepersim.sim.driver import parse_governance
+    from keepersim.sim.governance import parse_governance
 
     return parse_governance(read_json(path, "governance file"), base, source=path)
 

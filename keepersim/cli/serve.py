@@ -132,11 +132,11 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(f"--genesis does not go with --{mode} (it builds its own)")
     rate = args.block_rate
     if mode == "scenario":
-        from keepersim.sim.driver import get_known_policies
+        from keepersim.types.policies import get_unknown_policy_problem
 
-        if args.policy not in get_known_policies():
-            known = ", ".join(get_known_policies())
-            raise UsageError(f"--policy: unknown policy {args.policy!r}; known: {known}")
+        unknown = get_unknown_policy_problem([args.policy])
+        if unknown:
+            raise UsageError(f"--policy: {unknown}")
         scenario, seed = load_scenario_arg(args.scenario, args.seed)
         chain = open_scenario_chain(
             scenario, args.policy, path=args.chain, reputation_weighting=args.reputation_weighting

@@ -28,7 +28,7 @@ __all__ = ["add_simulate_command", "run_simulate"]
 
 
 def add_simulate_command(subparsers: Any) -> None:
-    from keepersim.sim.driver import GOVERNANCE_HELP
+    from keepersim.sim.governance import GOVERNANCE_HELP
 
     parser = subparsers.add_parser(
         "simulate",
@@ -69,13 +69,14 @@ def add_simulate_command(subparsers: Any) -> None:
 def run_simulate(args: argparse.Namespace) -> int:
     from keepersim.runs.engines import execute_runs
     from keepersim.runs.task import make_task
-    from keepersim.sim.driver import build_params, get_known_policies, parse_governance
+    from keepersim.sim.governance import parse_governance
+    from keepersim.sim.run_genesis import build_params
     from keepersim.types.params import params_to_dict
+    from keepersim.types.policies import get_unknown_policy_problem
 
-    if args.policy not in get_known_policies():
-        raise UsageError(
-            f"--policy: unknown policy {args.policy!r}; known: {', '.join(get_known_policies())}"
-        )
+    unknown = get_unknown_policy_problem([args.policy])
+    if unknown:
+        raise UsageError(f"--policy: {unknown}")
     if args.seed is not None and args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
     if args.store == "memory" and args.store_dir is not None:

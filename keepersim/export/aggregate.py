@@ -41,7 +41,7 @@ import httpx
 
 from keepersim.export.backoff import BackoffGate
 from keepersim.export.chain_api import find_api_base, get_response_height
-from keepersim.export.exporter import GRPC_UNIMPLEMENTED, ExportError, ExportOptions, run_fetcher
+from keepersim.export.export_run import GRPC_UNIMPLEMENTED, ExportError, ExportOptions, run_fetcher
 from keepersim.export.fetch import ExportFetchError, Fetcher, JsonResponse
 from keepersim.outputs import remove_stale_temporaries, write_text_atomic
 from keepersim.types.epoch_layout import (

@@ -67,44 +67,36 @@ import os
 import re
 import shutil
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar
 
 import httpx
-from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from keepersim.export.backoff import (
-    DEFAULT_BACKOFF_BASE_SECONDS,
-    DEFAULT_BACKOFF_CAP_SECONDS,
-    DEFAULT_JITTER,
-    BackoffGate,
-)
+from keepersim.export.backoff import BackoffGate
 from keepersim.export.chain_api import (
-    EpochMembers,
     compute_earliest_exportable_epoch,
     compute_epoch_members,
-    compute_epoch_participants,
     compute_pruned_epochs,
     find_api_base,
     get_response_height,
 )
-from keepersim.export.fetch import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_TIMEOUT_SECONDS,
-    ExportFetchError,
-    Fetcher,
-    JsonResponse,
+from keepersim.export.export_run import (
+    GRPC_UNIMPLEMENTED,
+    ExportError,
+    ExportOptions,
+    ExportResult,
+    run_fetcher,
 )
-from keepersim.export.trace_io import TraceWriter, message_to_json
-from keepersim.outputs import get_atomic_path, write_text_atomic
+from keepersim.export.fetch import ExportFetchError, Fetcher, JsonResponse
+from keepersim.export.progress_file import ExportProgress, format_epoch_ranges, get_summary_epochs
+from keepersim.export.result_figures import fill_export_result
+from keepersim.export.trace_assembly import assemble_trace
+from keepersim.export.trace_io import message_to_json
+from keepersim.outputs import write_text_atomic
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.chain_params_json import parse_chain_params
 from keepersim.types.errors import ChainJsonError
@@ -115,14 +107,12 @@ from keepersim.types.messages import (
     Inference,
     Params,
     Participant,
-    ValidationWeight,
 )
 from keepersim.types.params import get_default_extension_params
-from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, ModuleParams
-from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines, ParticipantNodes
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
+from keepersim.types.pb.keepersim.v1.state_pb2 import EpochDeclines
 from keepersim.types.rest_routes import (
     DECLINES,
-    DEFAULT_PAGE_LIMIT,
     EPOCH_GROUP_DATA,
     EPOCH_INFO,
     EPOCH_PERFORMANCE_SUMMARY,
@@ -130,7 +120,6 @@ from keepersim.types.rest_routes import (
     EXTENSION_PARAMS,
     HEIGHT_REQUEST_HEADER,
     INFERENCE_ALL,
-    MAX_PAGE_LIMIT,
     NODE_INFO,
     PARTICIPANT_ALL,
     compute_route_path,
@@ -138,161 +127,20 @@ from keepersim.types.rest_routes import (
 
 __all__ = [
     "DEFAULT_CHAIN_ID",
-    "DEFAULT_PAGE_LIMIT",
-    "ExportError",
-    "ExportOptions",
-    "ExportResult",
+    "KEEPERSIM_APP_NAME",
     "export_trace",
-    "parse_epoch_range",
 ]
 
 #: ``node_info.application_version.app_name`` of ``keepersim serve``.
 KEEPERSIM_APP_NAME = "keepersim"
 #: The trace's chain id when the node serves no node_info and ``--chain-id`` is not given.
 DEFAULT_CHAIN_ID = "unknown-chain"
-#: google.golang.org/grpc/codes Unimplemented: the gateway's answer to an unknown route.
-GRPC_UNIMPLEMENTED = 12
 #: The deprecated payload fields (inference.proto 4, 6, 31), empty since v0.2.6.
 PAYLOAD_FIELDS = ("prompt_payload", "response_payload", "original_prompt")
-PROGRESS_VERSION = 3  # 3: pinned height, per-epoch members, summaries_unavailable
 
 M = TypeVar("M", bound=Message)
 _LIST_INDEX = re.compile(r"\[\d+\]")
 UnitHook = Callable[[str, str], None]
-
-
-class ExportResultLike(Protocol):
-    """An export's result (:class:`ExportResult`, or ``--aggregate``'s)."""
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-class ExportError(Exception):
-    """The export stopped; the message names the URL when a fetch failed. ``result`` holds the
-    counters so far (the progress file keeps what was done, for a rerun)."""
-
-    def __init__(self, message: str, result: ExportResultLike | None = None) -> None:
-        super().__init__(message)
-        self.result = result
-
-
-@dataclass(frozen=True, slots=True)
-class ExportOptions:
-    concurrency: int = DEFAULT_CONCURRENCY
-    timeout: float = DEFAULT_TIMEOUT_SECONDS
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    backoff_base: float = DEFAULT_BACKOFF_BASE_SECONDS
-    backoff_cap: float = DEFAULT_BACKOFF_CAP_SECONDS
-    page_limit: int = DEFAULT_PAGE_LIMIT
-    progress: bool = False
-    restart: bool = False
-    #: the trace's chain id when the node serves no node_info
-    chain_id: str | None = None
-    #: the height to pin the snapshot to (default: the node's latest)
-    height: int | None = None
-    jitter: float = DEFAULT_JITTER
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        if not 1 <= self.page_limit <= MAX_PAGE_LIMIT:
-            raise ValueError(f"page limit must be in [1, {MAX_PAGE_LIMIT}], got {self.page_limit}")
-        if self.height is not None and self.height < 1:
-            raise ValueError(f"--height must be >= 1, got {self.height}")
-
-
-@dataclass
-class ExportResult:
-    node: str
-    out: str
-    epochs: tuple[int, int]
-    chain_id: str = ""
-    chain_id_source: str = ""
-    first_height: int = 0
-    last_height: int = 0
-    pinned_height: int = 0
-    summaries_available: bool = True
-    pages_per_epoch: dict[str, dict[str, int]] = field(default_factory=dict)
-    shared_pages: dict[str, int] = field(default_factory=dict)
-    requests_by_route: dict[str, int] = field(default_factory=dict)
-    reputations: dict[str, dict[str, int]] = field(default_factory=dict)
-    excluded: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    members_not_listed: list[str] = field(default_factory=list)
-    payloads_dropped: int = 0
-    summaries_omitted: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    fetch_requests: int = 0
-    fetch_retries: int = 0
-    fetch_errors: int = 0
-    fetch_bad_bodies: int = 0
-    fatal_errors: int = 0
-    gave_up: int = 0
-    fetch_backoff_pauses: int = 0
-    pages_fetched: int = 0
-    units_resumed: int = 0
-    records: dict[str, int] = field(default_factory=dict)
-    records_written: int = 0
-    skipped_inferences: int = 0
-    unknown_fields: dict[str, list[str]] = field(default_factory=dict)
-    duration_seconds: float = 0.0
-    ok: bool = False
-    error: str | None = None
-
-    @property
-    def records_per_second(self) -> float:
-        return self.records_written / self.duration_seconds if self.duration_seconds else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "out": self.out,
-            "epochs": list(self.epochs),
-            "chain_id": self.chain_id,
-            "chain_id_source": self.chain_id_source,
-            "first_height": self.first_height,
-            "last_height": self.last_height,
-            "pinned_height": self.pinned_height,
-            "summaries_available": self.summaries_available,
-            "pages_per_epoch": self.pages_per_epoch,
-            "shared_pages": dict(self.shared_pages),
-            "requests_by_route": dict(sorted(self.requests_by_route.items())),
-            "reputations": self.reputations,
-            "excluded": self.excluded,
-            "members_not_listed": list(self.members_not_listed),
-            "payloads_dropped": self.payloads_dropped,
-            "summaries_omitted": dict(self.summaries_omitted),
-            "notes": list(self.notes),
-            "fetches": self.fetch_requests,
-            "fetch_retries": self.fetch_retries,
-            "fetch_errors": self.fetch_errors,
-            "fetch_bad_bodies": self.fetch_bad_bodies,
-            "fatal_errors": self.fatal_errors,
-            "gave_up": self.gave_up,
-            "fetch_backoff_pauses": self.fetch_backoff_pauses,
-            "pages_fetched": self.pages_fetched,
-            "units_resumed": self.units_resumed,
-            "records": dict(self.records),
-            "records_written": self.records_written,
-            "skipped_inferences": self.skipped_inferences,
-            "unknown_fields": {k: sorted(v) for k, v in self.unknown_fields.items()},
-            "duration_seconds": round(self.duration_seconds, 6),
-            "records_per_second": round(self.records_per_second, 3),
-            "ok": self.ok,
-            "error": self.error,
-        }
-
-
-def parse_epoch_range(text: str) -> tuple[int, int]:
-    """``"A-B"`` or ``"A"`` -> (A, B); raises ValueError naming the problem."""
-    first, sep, last = text.strip().partition("-")
-    try:
-        a = int(first)
-        b = int(last) if sep else a
-    except ValueError:
-        raise ValueError(f"--epochs: expected A-B (e.g. 3-5) or A, got {text!r}") from None
-    if a < 0 or b < a:
-        raise ValueError(f"--epochs: need 0 <= A <= B, got {text!r}")
-    return a, b
 
 
 def _dumps(obj: Any) -> str:
@@ -307,89 +155,6 @@ def _drop_payloads(inference: Inference) -> int:
             setattr(inference, name, "")
             dropped += 1
     return dropped
-
-
-def _get_summary_epochs(epochs: tuple[int, int], latest_epoch: int) -> list[int]:
-    """The epochs whose summaries a trace of ``epochs`` holds: the settled ones, except the
-    first of a trace that starts mid-chain (its stats count the previous epoch's inferences
-    that resolved in it, and those are not in the trace)."""
-    a, b = epochs
-    return [e for e in range(a, b + 1) if e < latest_epoch and (e == 0 or e > a)]
-
-
-def _ranges(epochs: list[int]) -> str:
-    """``[1, 2, 3]`` -> ``"1-3"``, ``[4]`` -> ``"4"`` (epochs are consecutive here)."""
-    return str(epochs[0]) if len(epochs) == 1 else f"{epochs[0]}-{epochs[-1]}"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    write_text_atomic(path, text)
-
-
-# --------------------------------------------------------------------------------------------
-# Progress state
-# --------------------------------------------------------------------------------------------
-
-
-class _Progress:
-    """``OUT.progress.json``: the snapshot and the finished units (thread-safe)."""
-
-    def __init__(self, path: Path, data: dict[str, Any]) -> None:
-        self.path = path
-        self.data = data
-        self.lock = threading.Lock()
-
-    @classmethod
-    def load_or_create(
-        cls, path: Path, node: str, epochs: tuple[int, int], restart: bool
-    ) -> tuple[_Progress, bool]:
-        if path.exists() and not restart:
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ExportError(
-                    f"cannot read progress file {path}: {exc}; rerun with --restart"
-                ) from exc
-            if data.get("version") != PROGRESS_VERSION:
-                raise ExportError(f"{path}: unknown progress version; rerun with --restart")
-            if data.get("node") != node or tuple(data.get("epochs", ())) != epochs:
-                raise ExportError(
-                    f"{path} belongs to another export (node {data.get('node')!r}, epochs "
-                    f"{data.get('epochs')}); rerun with --restart to start over"
-                )
-            return cls(path, data), True
-        data = {
-            "version": PROGRESS_VERSION,
-            "node": node,
-            "epochs": list(epochs),
-            "snapshot": None,
-            "listings": {
-                "participants": {"pages": [], "complete": False},
-                "inferences": {"pages": [], "complete": False},
-            },
-            "summaries": {},
-            "summaries_unavailable": False,
-            "unknown_fields": {},
-            "skipped_inferences": 0,
-            "payloads_dropped": 0,
-        }
-        progress = cls(path, data)
-        progress.save()
-        return progress, False
-
-    def save(self) -> None:
-        _write_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
-
-    def count_done(self) -> int:
-        with self.lock:
-            listings = self.data["listings"]
-            pages = sum(len(v["pages"]) for v in listings.values())
-            return pages + len(self.data["summaries"]) + (1 if self.data["snapshot"] else 0)
-
-
-# --------------------------------------------------------------------------------------------
-# The exporter
-# --------------------------------------------------------------------------------------------
 
 
 class _Exporter:
@@ -583,7 +348,7 @@ class _Exporter:
                 earliest = compute_earliest_exportable_epoch(latest, threshold)
                 raise ExportError(
                     f"epochs {a}-{b}: the node has pruned the inferences of epoch"
-                    f"{'s' if len(pruned) > 1 else ''} {_ranges(pruned)} "
+                    f"{'s' if len(pruned) > 1 else ''} {format_epoch_ranges(pruned)} "
                     f"(epoch_params.inference_pruning_epoch_threshold {threshold}, latest epoch "
                     f"{latest}); the earliest exportable epoch is {earliest}; "
                     f"`keepersim export --aggregate --epochs {a}-{b}` writes what the node "
@@ -704,7 +469,7 @@ class _Exporter:
                 per_epoch[str(inference.epoch_id)] += 1
                 lines.append(_dumps(message_to_json(inference)))
             file_name = f"{name}-{index:06d}.jsonl"
-            _write_atomic(self.parts / file_name, "".join(line + "\n" for line in lines))
+            write_text_atomic(self.parts / file_name, "".join(line + "\n" for line in lines))
             page = {
                 "key": key,
                 "next_key": next_key,
@@ -735,7 +500,7 @@ class _Exporter:
     def run_summaries(self) -> None:
         """Each settled epoch's summaries, in epoch order; an older node without the route
         (501, gRPC code 12) stops them: the trace is written without summaries."""
-        for epoch in _get_summary_epochs(self.epochs, self.snapshot["latest_epoch"]):
+        for epoch in get_summary_epochs(self.epochs, self.snapshot["latest_epoch"]):
             with self.progress.lock:
                 if str(epoch) in self.progress.data["summaries"]:
                     continue
@@ -770,7 +535,7 @@ class _Exporter:
                 message_to_json(d) for d in self.get_declines(epoch, parsed)
             ]
         file_name = f"summary-{epoch:06d}.json"
-        _write_atomic(self.parts / file_name, _dumps(record) + "\n")
+        write_text_atomic(self.parts / file_name, _dumps(record) + "\n")
 
         def update(data: dict[str, Any]) -> None:
             data["summaries"][str(epoch)] = {"file": file_name, "records": len(parsed)}
@@ -797,108 +562,10 @@ class _Exporter:
             for s in summaries
         ]
 
-    # assembly ------------------------------------------------------------------------------
-
-    def read_part(self, file_name: str) -> Iterator[str]:
-        path = self.parts / file_name
-        try:
-            with open(path, encoding="utf-8") as handle:
-                for line in handle:
-                    if line.strip():
-                        yield line.rstrip("\n")
-        except FileNotFoundError:
-            raise ExportError(
-                f"part file {path} named by {self.progress_path} is missing; rerun with --restart"
-            ) from None
-
-    def read_messages(self, file_name: str, cls: type[M]) -> Iterator[M]:
-        for line in self.read_part(file_name):
-            yield json_format.ParseDict(json.loads(line), cls())
-
-    def assemble(self, result: ExportResult) -> None:
-        """Write the trace through the trace writer: params at epoch A's formation height, a
-        participants line per epoch (members of its group, the group's weights, their models
-        and ML nodes) at its formation height, each settled epoch's summaries at the next
-        epoch's formation height, and the inferences."""
-        snap = self.snapshot
-        data = self.progress.data
-        a, b = self.epochs
-        listed: list[Participant] = []
-        for page in data["listings"]["participants"]["pages"]:
-            listed.extend(self.read_messages(page["file"], Participant))
-        inferences: list[Inference] = []
-        for page in data["listings"]["inferences"]["pages"]:
-            inferences.extend(self.read_messages(page["file"], Inference))
-        params = ModuleParams(
-            params=json_format.ParseDict(snap["params"], Params()),
-            extension_params=json_format.ParseDict(snap["extension_params"], ExtensionParams()),
-        )
-        counts = {"params": 1, "participants": 0, "inferences": len(inferences)}
-        summaries_written = 0
-        missing: list[str] = []
-        with get_atomic_path(self.out) as tmp:
-            writer = TraceWriter(
-                tmp,
-                chain_id=snap["chain_id"],
-                first_height=snap["first_height"],
-                last_height=snap["last_height"],
-                policy=snap["policy"] or None,
-                source="export",
-            )
-            try:
-                writer.add_params(snap["epochs"][str(a)]["formed_at"], params)
-                for epoch in range(a, b + 1):
-                    members = snap["members"][str(epoch)]
-                    epoch_members = EpochMembers(
-                        weights={k: int(v) for k, v in members["weights"].items()},
-                        reputations={k: int(v) for k, v in members["reputations"].items()},
-                        nodes=[
-                            json_format.ParseDict(n, ParticipantNodes()) for n in members["nodes"]
-                        ],
-                    )
-                    participants, lacking = compute_epoch_participants(listed, epoch_members)
-                    missing.extend(lacking)
-                    listed_addresses = {p.address for p in participants}
-                    nodes = [n for n in epoch_members.nodes if n.address in listed_addresses]
-                    writer.add_participants(
-                        epoch,
-                        snap["epochs"][str(epoch)]["formed_at"],
-                        participants,
-                        nodes,
-                        compute_group_weights(epoch_members, participants, nodes),
-                    )
-                    counts["participants"] += len(participants)
-                for epoch_text, unit in sorted(
-                    data["summaries"].items(), key=lambda kv: int(kv[0])
-                ):
-                    epoch = int(epoch_text)
-                    (line,) = [json.loads(x) for x in self.read_part(unit["file"])]
-                    summaries = [
-                        json_format.ParseDict(s, EpochPerformanceSummary())
-                        for s in line["summaries"]
-                    ]
-                    declines = None
-                    if "epoch_declines" in line:
-                        declines = [
-                            json_format.ParseDict(d, EpochDeclines())
-                            for d in line["epoch_declines"]
-                        ]
-                    height = snap["epochs"][str(epoch + 1)]["formed_at"]
-                    writer.add_epoch_summary(epoch, height, summaries, declines)
-                    summaries_written += len(summaries)
-                writer.close(in_flight=inferences)
-            except BaseException:
-                writer.abort()
-                raise
-            result.records_written = writer.lines
-        counts["epoch_summaries"] = summaries_written
-        result.records = counts
-        result.members_not_listed = sorted(set(missing))
-
     # main ------------------------------------------------------------------------------------
 
     def run(self, result: ExportResult) -> None:
-        self.progress, resumed = _Progress.load_or_create(
+        self.progress, resumed = ExportProgress.load_or_create(
             self.progress_path, self.node, self.epochs, self.options.restart
         )
         if self.options.restart or not resumed:
@@ -952,150 +619,25 @@ class _Exporter:
                     exc = failed[0].exception()
                     assert exc is not None
                     raise exc
-            self.assemble(result)
+            assemble_trace(
+                self.out,
+                self.parts,
+                self.progress_path,
+                self.snapshot,
+                self.progress.data,
+                self.epochs,
+                result,
+            )
         finally:
             self.bar.close()
         self.progress_path.unlink(missing_ok=True)
         shutil.rmtree(self.parts, ignore_errors=True)
 
     def fill_result(self, result: ExportResult) -> None:
-        """The snapshot's and the listings' figures: summaries, pages per epoch, notes."""
+        """The figures of the progress so far (none before it was opened)."""
         progress = getattr(self, "progress", None)
-        if progress is None:
-            return
-        data = progress.data
-        result.skipped_inferences = int(data.get("skipped_inferences", 0))
-        result.payloads_dropped = int(data.get("payloads_dropped", 0))
-        result.unknown_fields = {k: list(v) for k, v in data.get("unknown_fields", {}).items()}
-        snap = data.get("snapshot")
-        if not snap:
-            return
-        a, b = self.epochs
-        settled = _get_summary_epochs(self.epochs, snap["latest_epoch"])
-        result.chain_id_source = snap["chain_id_source"]
-        result.summaries_available = not data["summaries_unavailable"]
-        inference_pages = data["listings"]["inferences"]["pages"]
-        participant_pages = data["listings"]["participants"]["pages"]
-        per_epoch: dict[str, dict[str, int]] = {}
-        for epoch in range(a, b + 1):
-            key = str(epoch)
-            per_epoch[key] = {
-                "epoch_group_data": int(snap["members"][key]["group_requests"]),
-                "epoch_performance_summary": 1 if key in data["summaries"] else 0,
-                "excluded_participants": 1 if epoch > 0 else 0,
-                "inference_pages_with_records": sum(
-                    1 for p in inference_pages if p.get("epochs", {}).get(key)
-                ),
-                "inferences": sum(int(p.get("epochs", {}).get(key, 0)) for p in inference_pages),
-            }
-        result.pages_per_epoch = per_epoch
-        result.shared_pages = {
-            "inference": len(inference_pages),
-            "participant": len(participant_pages),
-        }
-        notes = [
-            "the inference listing has no epoch filter and is keyed by inference id: it was "
-            f"paged whole once for epochs {a}-{b} ({len(inference_pages)} pages, shared) and "
-            "filtered on epoch_id",
-            "the gateway has no field mask, so inference pages arrive whole; prompt_payload, "
-            "response_payload and original_prompt are empty on v0.2.14 nodes (not stored since "
-            "v0.2.6) and are left empty in the trace",
-            f"every query of the snapshot was pinned to height {snap['pin_height']} "
-            f"(x-cosmos-block-height); participants are the node's at that height",
-        ]
-        if data["summaries_unavailable"]:
-            notes.append(
-                "the node has no epoch_performance_summary/{epoch_index} route (501, gRPC code "
-                "12: a node older than v0.2.6): the trace has no epoch_summary lines, so a "
-                "replay compares inference outcomes only"
-            )
-        elif not settled:
-            notes.append(f"no epoch_summary lines: no epoch of {a}-{b} is settled and complete")
-        if a > 0 and a < snap["latest_epoch"]:
-            result.summaries_omitted = {
-                str(a): f"counts the outcomes of epoch {a - 1}'s inferences that resolved in "
-                f"epoch {a}, which are outside the trace (a replay would report them as "
-                "mismatches)"
-            }
-            notes.append(f"epoch {a}'s summary is not written: {result.summaries_omitted[str(a)]}")
-        if snap["chain_id_source"] != "node_info":
-            notes.append(
-                f"the node serves no node_info: chain id {snap['chain_id']!r} "
-                f"(from {snap['chain_id_source']})"
-            )
-        if not snap["keepersim_node"]:
-            notes.append(
-                "a chain node: extension_params are keepersim's defaults and declines are not "
-                "recorded; reputations (per epoch, from the groups) are in the participants lines' "
-                "validation_weights and in this result"
-            )
-        result.notes = notes
-        result.excluded = {
-            e: snap["members"][e].get("excluded", []) for e in sorted(snap["members"], key=int)
-        }
-        result.reputations = {
-            e: dict(sorted(snap["members"][e]["reputations"].items()))
-            for e in sorted(snap["members"], key=int)
-        }
-
-
-class FetchCounted(Protocol):
-    """What :func:`run_fetcher` fills: an export's outcome and its fetch counters."""
-
-    fetch_requests: int
-    fetch_retries: int
-    fetch_errors: int
-    fetch_bad_bodies: int
-    fatal_errors: int
-    gave_up: int
-    fetch_backoff_pauses: int
-    duration_seconds: float
-    ok: bool
-    error: str | None
-
-
-@contextmanager
-def run_fetcher(
-    result: FetchCounted,
-    options: ExportOptions,
-    client: httpx.Client | None = None,
-    gate: BackoffGate | None = None,
-) -> Iterator[Fetcher]:
-    """The one fetcher of an export run (trace or ``--aggregate``): its client (owned unless
-    injected) and back-off gate; on exit the fetch counters and duration are copied into
-    ``result`` whatever happened, and a failed fetch becomes :class:`ExportError` carrying it."""
-    if gate is None:
-        gate = BackoffGate(options.backoff_base, options.backoff_cap, jitter=options.jitter)
-    own_client = client is None
-    if client is None:
-        limits = httpx.Limits(
-            max_connections=options.concurrency * 2, max_keepalive_connections=options.concurrency
-        )
-        client = httpx.Client(limits=limits)
-    fetcher = Fetcher(client, gate=gate, timeout=options.timeout, max_attempts=options.max_attempts)
-    started = time.perf_counter()
-    try:
-        yield fetcher
-        result.ok = True
-    except ExportFetchError as exc:
-        result.error = str(exc)
-        raise ExportError(f"export stopped: {exc}", cast(ExportResultLike, result)) from exc
-    except ExportError as exc:
-        result.error = str(exc)
-        exc.result = cast(ExportResultLike, result)
-        raise
-    finally:
-        result.duration_seconds = time.perf_counter() - started
-        stats = fetcher.stats()
-        result.fetch_requests = stats.requests
-        result.fetch_retries = stats.retries
-        result.fetch_errors = stats.errors
-        result.fetch_bad_bodies = stats.bad_bodies
-        result.fatal_errors = stats.fatal_errors
-        result.gave_up = stats.gave_up
-        result.fetch_backoff_pauses = stats.backoff_pauses
-        if own_client:
-            client.close()
+        if progress is not None:
+            fill_export_result(result, progress.data, self.epochs)
 
 
 def export_trace(
@@ -1130,21 +672,3 @@ def export_trace(
             result.requests_by_route = dict(exporter.requests_by_route)
             exporter.fill_result(result)
     return result
-
-
-def compute_group_weights(
-    members: EpochMembers, participants: list[Participant], nodes: list[ParticipantNodes]
-) -> list[ValidationWeight]:
-    """The epoch group's members among ``participants`` as the chain's ValidationWeight: the
-    group's weight and reputation, and the member's ML nodes."""
-    ml_nodes = {n.address: n.ml_nodes for n in nodes}
-    return [
-        ValidationWeight(
-            member_address=p.address,
-            weight=members.weights[p.address],
-            reputation=members.reputations.get(p.address, 0),
-            ml_nodes=ml_nodes.get(p.address, ()),
-        )
-        for p in participants
-        if p.address in members.weights
-    ]

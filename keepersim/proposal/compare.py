@@ -23,7 +23,7 @@ from keepersim.proposal.load import Proposal, ProposalError, check_proposed_para
 from keepersim.report.stats import compute_t_interval, mean_or_none
 from keepersim.runs import RunTask, execute_runs
 from keepersim.runs.sources import ScenarioSource, resolve_scenarios
-from keepersim.sim.driver import build_params
+from keepersim.sim.run_genesis import build_params
 from keepersim.sim.scenario import Scenario, dump_scenario
 from keepersim.types.params import get_default_params, params_to_dict
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams

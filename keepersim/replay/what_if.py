@@ -106,7 +106,7 @@ def get_policy_prologue(prologue: Prologue, policy: str) -> Prologue:
 def apply_run_mechanisms(msg: Message, policy: str) -> Message:
     """A scheduled params message with ``policy``'s mechanisms: the ``sprt`` policy is the
     chain's SPRT deactivation alone, so a what-if of it turns ``sprt_enabled`` on, as
-    ``simulate``'s sprt runs do (:func:`keepersim.sim.driver.build_params`); other policies keep
+    ``simulate``'s sprt runs do (:func:`keepersim.sim.run_genesis.build_params`); other policies keep
     the recorded setting."""
     if policy == "sprt" and isinstance(msg, MsgUpdateExtensionParams):
         msg.extension_params.sprt_enabled = True

@@ -27,6 +27,7 @@ from keepersim.report.stats import (
 )
 from keepersim.report.tables import format_baselines_line, format_summary_table
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.policies import NO_POLICY, ORACLE, is_baseline
 
 __all__ = [
     "REPORT_VERSION",
@@ -60,7 +61,7 @@ class ComparedRuns:
 
     ``scenarios``: the labels; ``policies``: in table order, baselines included; ``records``: one
     run record per (scenario, seed, policy); ``mechanisms``: what every run has besides its
-    policy (:func:`~keepersim.sim.driver.compute_run_mechanisms`); ``policy_params``: the params
+    policy (:func:`~keepersim.sim.run_genesis.compute_run_mechanisms`); ``policy_params``: the params
     each non-baseline policy ran with, by (label, policy), for the inaction notes."""
 
     scenarios: list[str]
@@ -175,9 +176,9 @@ def _add_inaction(
     """``acted`` and ``inaction`` (the reason in words, or None) of a summary row; ``params``:
     the policy's (None for a baseline)."""
     policy = row["policy"]
-    acted, note = policy != "none", None
+    acted, note = policy != NO_POLICY, None
     if params is not None:
-        base = [r for r in scenario_records if r["policy"] == "none"]
+        base = [r for r in scenario_records if r["policy"] == NO_POLICY]
         acted, note = compute_inaction_note(policy, mine, base, params)
     row["acted"] = acted
     row["inaction"] = note
@@ -195,14 +196,12 @@ def _add_pairing(records: list[dict[str, Any]]) -> None:
     """Per run: oracle_efficiency and misses_avoided against the same seed's baselines, and
     the gas it adds over ``none`` on that seed (gas_over_none, gas_per_inference_over_none)."""
     base: dict[tuple[str, int, str], dict[str, Any]] = {
-        (r["scenario"], r["seed"], r["policy"]): r
-        for r in records
-        if r["policy"] in ("none", "oracle")
+        (r["scenario"], r["seed"], r["policy"]): r for r in records if is_baseline(r["policy"])
     }
     for r in records:
-        none = base[(r["scenario"], r["seed"], "none")]
+        none = base[(r["scenario"], r["seed"], NO_POLICY)]
         m_none = none["misses"]
-        m_oracle = base[(r["scenario"], r["seed"], "oracle")]["misses"]
+        m_oracle = base[(r["scenario"], r["seed"], ORACLE)]["misses"]
         r["oracle_efficiency"] = compute_oracle_efficiency(m_none, r["misses"], m_oracle)
         r["misses_avoided"] = m_none - r["misses"]
         r["gas_over_none"] = compute_difference(r.get("gas_total"), none.get("gas_total"))

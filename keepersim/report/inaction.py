@@ -17,11 +17,12 @@ from typing import Any
 
 from keepersim.types.params import get_cb_settings, get_decimal_value
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.policies import BASELINES, NO_POLICY
 
 __all__ = ["compute_inaction_note", "get_inaction_reason", "is_policy_idle"]
 
 #: The baselines never get a note: ``none`` never acts by design, ``oracle`` is the yardstick.
-_NO_NOTE = frozenset({"none", "oracle"})
+_NO_NOTE = frozenset(BASELINES)
 
 
 def get_inaction_reason(policy: str, params: ModuleParams) -> tuple[str, str]:
@@ -85,7 +86,7 @@ def compute_inaction_note(
     the rule that never fired, or, when it acted on some seed without changing a miss count,
     how little it did."""
     if policy in _NO_NOTE or not records:
-        return policy != "none", None
+        return policy != NO_POLICY, None
     base = {r["seed"]: r for r in none_records}
     pairs = [(r, base[r["seed"]]) for r in records if r["seed"] in base]
     if len(pairs) < len(records):

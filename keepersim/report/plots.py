@@ -27,6 +27,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from keepersim.types.policies import is_baseline  # noqa: E402
+
 __all__ = [
     "plot_excluded_timeline",
     "plot_miss_rates",
@@ -92,7 +94,7 @@ def plot_miss_rates(report: dict[str, Any], folder: Path) -> list[Path]:
             for r in rows
         ]
         fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(policies) + 2), 4))
-        colors = ["#888888" if p in ("none", "oracle") else "#3a6ea5" for p in policies]
+        colors = ["#888888" if is_baseline(p) else "#3a6ea5" for p in policies]
         ax.bar(policies, means, yerr=_errors(means, lows, highs), capsize=4, color=colors)
         ax.set_ylabel("miss rate (%)")
         ax.set_title(f"{scenario}: miss rate per policy (mean, 95% CI over seeds)")
@@ -103,7 +105,7 @@ def plot_miss_rates(report: dict[str, Any], folder: Path) -> list[Path]:
 
 def plot_oracle_efficiency(report: dict[str, Any], folder: Path) -> list[Path]:
     scenarios = _scenarios(report)
-    policies = [p for p in _policies(report) if p not in ("none", "oracle")] or _policies(report)
+    policies = [p for p in _policies(report) if not is_baseline(p)] or _policies(report)
     width = 0.8 / max(1, len(policies))
     fig, ax = plt.subplots(
         figsize=(max(6.0, 1.2 * len(scenarios) * max(1, len(policies)) / 2 + 3), 4.5)
@@ -201,7 +203,7 @@ def _plot_timeline(
             )
         for policy in _policies(report):
             xs, ys, partial = _timeline(_runs(report, scenario, policy), key)
-            style = "--" if policy in ("none", "oracle") else "-"
+            style = "--" if is_baseline(policy) else "-"
             full = [i for i, p in enumerate(partial) if not p]
             (line,) = ax.plot(
                 [xs[i] for i in full], [ys[i] for i in full], style, linewidth=1.2, label=policy

@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from keepersim.report.plots import _save, safe_name  # noqa: E402
 from keepersim.report.sweep_summary import compute_short_names  # noqa: E402
+from keepersim.types.policies import is_baseline  # noqa: E402
 
 __all__ = ["MAX_PANELS", "PLOT_METRICS", "write_sweep_plots"]
 
@@ -105,7 +106,7 @@ def _plot_axis(
         for policy in policies:
             chosen = _select(summary, scenario, policy, fixed)
             by_x = {r.get(path, ""): r for r in chosen}
-            style = "--" if policy in ("none", "oracle") else "-"
+            style = "--" if is_baseline(policy) else "-"
             if set(by_x) == {""}:  # a baseline run once for every value: flat
                 r = by_x[""]
                 ys = [scale * _value(r, f"{metric}_mean")] * len(xs)
@@ -201,7 +202,7 @@ def write_sweep_plots(
                 out.append(_plot_axis(summary, folder, scenario, policies, paths, path, metric))
         for x_path, y_path in itertools.combinations(paths, 2):
             for policy in policies:
-                if policy in ("none", "oracle"):
+                if is_baseline(policy):
                     continue
                 for metric in HEATMAP_METRICS:
                     made = _plot_heatmap(summary, folder, scenario, policy, x_path, y_path, metric)

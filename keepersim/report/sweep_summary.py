@@ -21,6 +21,7 @@ from keepersim.report.stats import (
     compute_wilson_interval,
 )
 from keepersim.report.tables import format_table
+from keepersim.types.policies import NO_POLICY, ORACLE
 
 __all__ = [
     "SUMMARY_METRICS",
@@ -92,8 +93,8 @@ def _find_baseline(
 def _efficiency(
     rows: Sequence[dict[str, str]], row: dict[str, str], paths: Sequence[str]
 ) -> float | None:
-    none = _find_baseline(rows, row, "none", paths)
-    oracle = _find_baseline(rows, row, "oracle", paths)
+    none = _find_baseline(rows, row, NO_POLICY, paths)
+    oracle = _find_baseline(rows, row, ORACLE, paths)
     if none is None or oracle is None:
         return None
     values = [_number(r.get("misses")) for r in (none, row, oracle)]

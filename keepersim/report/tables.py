@@ -35,7 +35,7 @@ _SELECTION_WORDS = {
 
 def format_baselines_line(mechanisms: Mapping[str, Any]) -> str:
     """What every run of a comparison has besides its policy, in words, from its ``selection``
-    and ``sprt`` (:func:`keepersim.sim.driver.compute_run_mechanisms`)."""
+    and ``sprt`` (:func:`keepersim.sim.run_genesis.compute_run_mechanisms`)."""
     selection = str(mechanisms["selection"])
     words = _SELECTION_WORDS.get(selection, selection)
     line = (

@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any
 
+from keepersim.chain import StoreKind
 from keepersim.outputs import check_output_folder
 from keepersim.report.compare import (
     REPORT_VERSION,
@@ -34,7 +35,6 @@ from keepersim.report.compare import (
 )
 from keepersim.runs.engines import execute_runs, get_default_jobs
 from keepersim.runs.sources import (
-    BASELINES,
     CompareError,
     ScenarioSource,
     order_policies,
@@ -42,11 +42,11 @@ from keepersim.runs.sources import (
 )
 from keepersim.runs.task import RunTask, make_task
 from keepersim.sim.devshard_path import get_selection_path_words
-from keepersim.sim.driver import StoreKind, build_params, compute_run_mechanisms
+from keepersim.sim.run_genesis import build_params, compute_run_mechanisms
 from keepersim.sim.scenario import Scenario, ScenarioError
+from keepersim.types.policies import is_baseline
 
 __all__ = [
-    "BASELINES",
     "REPORT_VERSION",
     "SPEC_RUN_KEYS",
     "CompareError",
@@ -134,7 +134,7 @@ def run_compare(
         )
         for src in sources
         for policy in ordered
-        if policy not in BASELINES
+        if not is_baseline(policy)
     }
     return ComparedRuns(
         scenarios=[src.label for src in sources],
@@ -173,7 +173,7 @@ def compare(
     stdout; pass ``io.StringIO()`` to silence it). ``reputation_weighting``: every run, baselines
     included, selects by weight x reputation (the fork's PR #8) instead of by weight alone; the
     report's ``config`` states the selection rule and SPRT's use
-    (:func:`~keepersim.sim.driver.compute_run_mechanisms`), the table's first line says it in words.
+    (:func:`~keepersim.sim.run_genesis.compute_run_mechanisms`), the table's first line says it in words.
     ``selection_path``: :data:`~keepersim.sim.devshard_path.SELECTION_PATH_CHOICES` (``both``
     runs each scenario on both paths); ``slot_filter``: the chain's filter at slot sampling
     (``devshard.slot_filter``) in every devshard run.

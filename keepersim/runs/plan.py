@@ -15,9 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from keepersim.chain import StoreKind
 from keepersim.runs.spec import SweepSpec, is_path_for_policy
 from keepersim.runs.task import RunTask
-from keepersim.sim.driver import StoreKind
 
 __all__ = ["PlannedTask", "TaskKey", "format_cell", "get_task_key", "plan_tasks"]
 

@@ -17,19 +17,21 @@ from pathlib import Path
 
 from keepersim.chaindata.fleet import load_epoch_scenarios
 from keepersim.sim.devshard_path import compute_path_scenario, get_path_variants
-from keepersim.sim.driver import get_known_policies
 from keepersim.sim.scenario import Scenario, load_scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
+from keepersim.types.policies import (
+    NO_POLICY,
+    ORACLE,
+    get_unknown_policy_problem,
+    is_baseline,
+)
 
 __all__ = [
-    "BASELINES",
     "CompareError",
     "ScenarioSource",
     "order_policies",
     "resolve_scenarios",
 ]
-
-BASELINES = ("none", "oracle")
 
 
 class CompareError(ValueError):
@@ -115,11 +117,11 @@ def resolve_scenarios(
 
 def order_policies(policies: Sequence[str]) -> list[str]:
     """``none`` first, the given policies in order (duplicates dropped), ``oracle`` last."""
-    known = get_known_policies()
+    unknown = get_unknown_policy_problem(policies)
+    if unknown:
+        raise CompareError(unknown)
     middle: list[str] = []
     for p in policies:
-        if p not in known:
-            raise CompareError(f"unknown policy {p!r}; known: {', '.join(known)}")
-        if p not in BASELINES and p not in middle:
+        if not is_baseline(p) and p not in middle:
             middle.append(p)
-    return ["none", *middle, "oracle"]
+    return [NO_POLICY, *middle, ORACLE]

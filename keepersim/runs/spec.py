@@ -20,16 +20,14 @@ from typing import Any
 
 from keepersim.inputs import InputError, read_json_input
 from keepersim.limits import MAX_SWEEP_GRID_POINTS, MAX_SWEEP_RUNS
-from keepersim.runs.sources import BASELINES, order_policies, resolve_scenarios
-from keepersim.sim.driver import (
-    GovernanceError,
-    build_params,
-    compute_params_with_changes,
-)
+from keepersim.runs.sources import order_policies, resolve_scenarios
+from keepersim.sim.governance import compute_params_with_changes
+from keepersim.sim.run_errors import GovernanceError
+from keepersim.sim.run_genesis import build_params
 from keepersim.sim.scenario import Scenario, ScenarioError, dump_scenario, get_json_type
 from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
-from keepersim.types.policies import CHAIN_POLICIES
+from keepersim.types.policies import BASELINES, POLICY_NAMES, is_baseline
 
 __all__ = [
     "BASELINE_NEUTRAL_PREFIXES",
@@ -114,12 +112,12 @@ def is_path_for_policy(path: str, policy: str) -> bool:
     (``extension_params.health_params.<policy>.``, e.g. ``windowed`` or ``trin_additive``)
     is read by that policy alone; the baselines read what is not baseline-neutral; every other
     path reaches every policy."""
-    if policy in BASELINES:
+    if is_baseline(policy):
         return not is_baseline_neutral(path)
     parts = path.split(".")
     if len(parts) > 3 and parts[:2] == ["extension_params", "health_params"]:
         owner = parts[2].replace("_", "-")
-        return owner == policy or owner not in CHAIN_POLICIES
+        return owner == policy or owner not in POLICY_NAMES
     return True
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from keepersim.chain import StoreKind
 from keepersim.outputs import check_output_folder, write_json_atomic, write_text_atomic
 from keepersim.report.csv_rows import format_csv
 from keepersim.report.sweep_summary import compute_sweep_summary, format_sweep_table
@@ -24,7 +25,6 @@ from keepersim.runs.engines import EngineName, TaskOutcome, run_tasks
 from keepersim.runs.plan import PlannedTask, format_cell, plan_tasks
 from keepersim.runs.results import RunsLog, read_runs
 from keepersim.runs.spec import SpecError, SweepSpec, load_spec
-from keepersim.sim.driver import StoreKind
 from keepersim.store.checkpoint import compute_fingerprint
 
 __all__ = ["SWEEP_VERSION", "SweepError", "SweepResult", "compute_spec_fingerprint", "run_sweep"]

@@ -16,14 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from keepersim.chain import Chain
-from keepersim.sim.driver import (
-    STORE_KINDS,
-    StoreKind,
-    build_params,
-    compute_params_with_changes,
-    run_scenario,
-)
+from keepersim.chain import STORE_KINDS, Chain, StoreKind
+from keepersim.sim.governance import compute_params_with_changes
+from keepersim.sim.run_genesis import build_params
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario, dump_scenario, parse_scenario
 from keepersim.sim.suite import get_builtin_scenario
 from keepersim.types.errors import KeepersimError

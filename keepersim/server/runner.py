@@ -4,7 +4,7 @@
   it times ``deliver_block``, feeds the metrics and calls listeners, one block at a time.
 * :class:`ScenarioRunner` runs a scenario (:mod:`keepersim.sim.scenario`) the way ``keepersim
   simulate`` does, minus governance schedules: it steps the simulator's own block loop
-  (:class:`keepersim.sim.driver.ScenarioStepper`: arrivals, assignment, outcomes, capacity and
+  (:class:`keepersim.sim.stepper.ScenarioStepper`: arrivals, assignment, outcomes, capacity and
   pushback) one block at a time through the sink. Same genesis, same messages in the same order:
   the chain reaches the same app hash as ``simulate`` with the same scenario, policy and seed.
 * :class:`TraceRunner` replays a trace (``docs/trace-format.md``, read with
@@ -334,11 +334,13 @@ def open_scenario_chain(
 ) -> Chain:
     """A chain with the scenario's genesis, as ``keepersim simulate`` builds it (in memory
     unless ``path``, which must be an empty folder)."""
-    from keepersim.sim.driver import build_genesis, build_params, get_known_policies
     from keepersim.sim.oracle import get_policy_override
+    from keepersim.sim.run_genesis import build_genesis, build_params
+    from keepersim.types.policies import get_unknown_policy_problem
 
-    if policy not in get_known_policies():
-        raise RunnerError(f"unknown policy {policy!r}; known: {', '.join(get_known_policies())}")
+    unknown = get_unknown_policy_problem([policy])
+    if unknown:
+        raise RunnerError(unknown)
     if scenario.devshard is not None:
         raise RunnerError(
             f"scenario {scenario.name!r} has a 'devshard' key: the server runs the classic path "
@@ -361,7 +363,7 @@ def open_scenario_chain(
 
 class ScenarioRunner(Runner):
     """Runs a scenario on a chain opened with :func:`open_scenario_chain` (see the module doc):
-    a :class:`keepersim.sim.driver.ScenarioStepper` stepped through the sink."""
+    a :class:`keepersim.sim.stepper.ScenarioStepper` stepped through the sink."""
 
     mode = "scenario"
 
@@ -375,7 +377,7 @@ class ScenarioRunner(Runner):
         block_rate: float | None = None,
     ) -> None:
         super().__init__(sink, block_rate=block_rate)
-        from keepersim.sim.driver import ScenarioStepper
+        from keepersim.sim.stepper import ScenarioStepper
 
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed

@@ -30,7 +30,7 @@ Nonces and the picker
     draw, capacity, pushback); a ghost probe burns the nonce and sends nothing; a request whose
     exclude set covers every available host is dropped (``ErrNoAvailableHost``): unassigned,
     or unserved after a decline. No PoC phase gates the picker (keepersim's PoC is one block
-    long and every participant keeps serving, module docstring of :mod:`keepersim.sim.driver`).
+    long and every participant keeps serving, module docstring of :mod:`keepersim.sim.run_genesis`).
 What the chain records
     Each dispatched nonce is delivered as the chain's ``MsgStartInference`` assigned to the
     slot's host, and ends as a finish, a decline or an expiry: keepersim's stand-in for the
@@ -85,6 +85,7 @@ from keepersim.keeper.devshard.timing import compute_blocks_ceil, compute_timeou
 from keepersim.sim.devshard_spec import MIXED_SHARE, SELECTION_PATH_CHOICES, DevshardSpec
 from keepersim.sim.scenario import Scenario
 from keepersim.types.errors import NoExecutorsError
+from keepersim.types.policies import DEVSHARD_LIMITER
 
 __all__ = [
     "DEFAULT_GROUP_SIZE",
@@ -101,7 +102,7 @@ __all__ = [
 ]
 
 #: The run policy whose devshard traffic passes the gateway's limiter (its chain runs ``none``).
-DEVSHARD_LIMITER_POLICY: Final = "devshard-limiter"
+DEVSHARD_LIMITER_POLICY: Final = DEVSHARD_LIMITER  # the registry's (keepersim.types.policies)
 #: ``DefaultDevshardGroupSize`` (x/inference/types/params.go:102).
 DEFAULT_GROUP_SIZE: Final = 16
 #: ``refusal_timeout``'s default, 60 s (types/params.go:108), until an escrow reads the params.

@@ -1,6 +1,6 @@
 """Run metrics: what one simulation run did, measured per block from the chain itself.
 
-The driver (:mod:`keepersim.sim.driver`) feeds a :class:`MetricsCollector`:
+The run loop (:mod:`keepersim.sim.run_loop`) feeds a :class:`MetricsCollector`:
 
 * once per block ``h``, *before* the block's requests are assigned, the set of participants the
   health machinery keeps out of the selection the requests of block ``h`` are drawn from (the

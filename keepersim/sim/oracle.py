@@ -10,7 +10,7 @@ requests of block ``h`` before delivering it). So the oracle's verdict at query 
 about ``p(H + 1)``: the miss probability of the requests the table will actually assign.
 
 It is not a chain policy (governance can never select it): a run hands its factory to the chain
-as a harness hook, and the params name a real chain policy (:data:`ORACLE_CHAIN_POLICY`)::
+as a harness hook, and the params name a real chain policy (``none``, :func:`get_chain_policy_name`)::
 
     Chain.open(..., policy_override=make_oracle_factory(scenario))
 
@@ -24,13 +24,11 @@ from typing import ClassVar
 
 from keepersim.keeper.policies import PolicyFactory
 from keepersim.keeper.policies.base import NEVER, Health, HealthPolicy, PolicyReader
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY
 from keepersim.sim.scenario import ParticipantSpec, Scenario
+from keepersim.types.policies import NO_POLICY, ORACLE, POLICY_INFO
 
 __all__ = [
     "HEALTHY_MISS_THRESHOLD",
-    "ORACLE_CHAIN_POLICY",
-    "ORACLE_POLICY_NAME",
     "OraclePolicy",
     "get_chain_policy_name",
     "get_policy_override",
@@ -40,9 +38,6 @@ __all__ = [
 
 #: A participant whose true miss probability is at most this counts as healthy (spec value).
 HEALTHY_MISS_THRESHOLD = 0.05
-ORACLE_POLICY_NAME = "oracle"
-#: What the params of an oracle run name: the chain policy that adds no state of its own.
-ORACLE_CHAIN_POLICY = "none"
 
 
 def is_truly_healthy(spec: ParticipantSpec, height: int) -> bool:
@@ -53,7 +48,7 @@ def is_truly_healthy(spec: ParticipantSpec, height: int) -> bool:
 class OraclePolicy(HealthPolicy):
     """Admits exactly the truly healthy participants (see the module docstring)."""
 
-    name: ClassVar[str] = ORACLE_POLICY_NAME
+    name: ClassVar[str] = ORACLE
     prefix: ClassVar[bytes] = b"\x7f"  # never written: the oracle keeps no state
 
     def __init__(self, scenario: Scenario) -> None:
@@ -103,14 +98,15 @@ def make_oracle_factory(scenario: Scenario) -> PolicyFactory:
 
 
 def get_chain_policy_name(policy: str) -> str:
-    """The policy a run's params name: the run's own, or the stand-in (``none``) of a
-    harness-only policy: the oracle, or ``devshard-limiter`` (the gateway's limiter, off-chain:
-    :mod:`keepersim.sim.devshard_path`)."""
-    if policy in (ORACLE_POLICY_NAME, DEVSHARD_LIMITER_POLICY):
-        return ORACLE_CHAIN_POLICY
+    """The policy a run's params name: the run's own, or the stand-in (``none``) of a policy
+    the registry says is not on chain: the oracle, or ``devshard-limiter`` (the gateway's
+    limiter, off-chain: :mod:`keepersim.sim.devshard_path`)."""
+    info = POLICY_INFO.get(policy)
+    if info is not None and not info.on_chain:
+        return NO_POLICY
     return policy
 
 
 def get_policy_override(policy: str, scenario: Scenario) -> PolicyFactory | None:
     """The harness policy a run's chain runs instead of its params' (the oracle), if any."""
-    return make_oracle_factory(scenario) if policy == ORACLE_POLICY_NAME else None
+    return make_oracle_factory(scenario) if policy == ORACLE else None

@@ -4,20 +4,10 @@ Nothing here is keepersim-specific: it is upstream ``inference-chain/x/inference
 (and ``fee_params.go``) ported, so keepersim can hold and check the chain's ``Params`` as the chain
 would.
 
-- ``compute_chain_decimal``: the chain's ``Decimal`` in upstream's shortest form
-  (``DecimalFromFloat``, params.go:1312), from an exact decimal string.
-- ``get_chain_default_params``: upstream ``DefaultParams()`` (params.go:167), loaded from
-  ``keepersim/types/data/chain_default_params.json``. That file is the inner ``params`` object of
-  ``{"params": DefaultParams()}`` as the REST gateway prints it (docs/design/chain-types-v0.2.14.md
-  Appendix C), checked value by value against ``DefaultParams`` and every ``Default*Params`` in
-  params.go at ee730031 (they agree). ``fee_params`` is null: ``DefaultParams`` leaves it nil.
-- ``get_chain_mainnet_params``: the live mainnet params (epochs 247-252, a v0.2.12 node) with the
-  v0.2.13 and v0.2.14 upgrade handlers applied (:mod:`keepersim.types.chain_mainnet`,
-  docs/design/mainnet-preset.md). Until issue 31 it was reconstructed from genesis and the
-  handlers v0.2.4-v0.2.14; the differences from the live params are explained there.
 - ``validate_chain_params``: ``func (p Params) Validate() error`` (params.go:629) and every
   ``Validate`` it calls, in upstream order. ``InvalidParamsError.rule`` is upstream's error text as
-  Go would print it (``errors.Wrap`` prefixes included); ``field`` is the dotted proto path.
+  Go would print it (``errors.Wrap`` prefixes included; :mod:`keepersim.types.chain_params_errors`
+  and :mod:`keepersim.types.chain_decimal` print the values); ``field`` is the dotted proto path.
 
 Checks of upstream that cannot fail here, so have no port:
 - the type assertions ``validateEpoch`` (collateral and dynamic pricing grace_period_end_epoch,
@@ -31,25 +21,30 @@ Checks of upstream that cannot fail here, so have no port:
   ``DynamicPricingParams.Validate`` checks those nils first.
 
 Where upstream dereferences nil and panics (unset ``dynamic_pricing_params``; an unset Decimal in
-``collateral_params``), the port raises with Go's panic text as the rule. Two details follow
-cosmossdk.io/math v1.5.3 ``LegacyNewDecFromStr`` (``maxDecBitLen`` = 256 + 59 bits; the
-"exceeds max precision by %d" count is negative, as upstream prints it). A Decimal whose
-exponent is beyond ±10000 is out of range/precision as upstream says, but its digit string is
-abbreviated in the message (Go would build a string that long).
+``collateral_params``), the port raises with Go's panic text as the rule.
 """
 
 from __future__ import annotations
 
 import decimal
-import json
 from collections.abc import Callable
-from importlib import resources
-from typing import NoReturn
 
-from google.protobuf import json_format
-from google.protobuf.message import Message
-
-from keepersim.types.errors import InvalidParamsError
+from keepersim.types.chain_decimal import (
+    compute_legacy_dec,
+    get_chain_decimal_value,
+    get_legacy_dec_string,
+    get_shopspring_string,
+)
+from keepersim.types.chain_params_errors import (
+    GO_NIL_DEREFERENCE,
+    LEGACY_ONE,
+    check_decimal,
+    fail,
+    get_go_quoted,
+    get_hex_error,
+    is_set,
+    require_decimals,
+)
 from keepersim.types.pb.inference.inference.params_pb2 import (
     BandwidthLimitsParams,
     BitcoinRewardParams,
@@ -67,9 +62,6 @@ from keepersim.types.pb.inference.inference.params_pb2 import (
     ValidationParams,
 )
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
 # Upstream constants (params.go at ee730031).
 LOGPROBS_MODE_PROCESSED = "processed_logprobs"  # params.go:91
 LOGPROBS_MODE_RAW = "raw_logprobs"  # params.go:92
@@ -77,154 +69,6 @@ DYNAMIC_PRICING_ESTIMATED_BLOCK_SECONDS = 5  # params.go:60
 MAX_ROLLING_WINDOW_BLOCKS = 500  # params.go:61
 MAX_MAINTENANCE_BLOCKS_PARAM = 10**15  # params.go:411
 MAX_MIN_GAS_PRICE_NGONKA = 1_000_000  # fee_params.go:21
-# cosmossdk.io/math v1.5.3 LegacyDec: 18 decimals; maxDecBitLen = MaxBitLen + decimalTruncateBits.
-LEGACY_PRECISION = 18
-LEGACY_MAX_DEC_BIT_LEN = 256 + 59
-QWEN_MODEL_ID = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"  # app/upgrades/v0_2_8, v0_2_13
-KIMI_MODEL_ID = "moonshotai/Kimi-K2.6"  # app/upgrades/v0_2_12/upgrades.go:37
-MINIMAX_MODEL_ID = "MiniMaxAI/MiniMax-M2.7"  # app/upgrades/v0_2_13/upgrades.go:101
-GO_NIL_DEREFERENCE = "runtime error: invalid memory address or nil pointer dereference"
-_MAX_SPELLED_EXPONENT = 10_000
-
-_DEFAULT_PARAMS_RESOURCE = ("keepersim.types", "data/chain_default_params.json")
-
-
-def compute_chain_decimal(value: str | int) -> Decimal:
-    """The chain's ``Decimal`` for an exact decimal, in ``DecimalFromFloat``'s shortest form.
-
-    shopspring ``NewFromFloat`` keeps the shortest digit string with no trailing zeros, so 0.98 is
-    {98,-2}, 100 is {1,2} and 0 is {0,0}. Taking a string (never a float) keeps it exact.
-    """
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError(f"chain decimal: expected a decimal string or an int, got {value!r}")
-    try:
-        parsed = (
-            decimal.Decimal(value) if isinstance(value, int) else decimal.Decimal(value.strip())
-        )
-    except decimal.InvalidOperation:
-        raise ValueError(f"chain decimal: {value!r} is not a decimal number") from None
-    if not parsed.is_finite():
-        raise ValueError(f"chain decimal: {value!r} is not a finite number")
-    sign, digit_tuple, exponent = parsed.as_tuple()
-    if not isinstance(exponent, int):  # unreachable for a finite number; keeps mypy exact
-        raise ValueError(f"chain decimal: {value!r} is not a finite number")
-    digits = "".join(map(str, digit_tuple)).lstrip("0")
-    if not digits:
-        return Decimal(value=0, exponent=0)
-    significant = digits.rstrip("0")
-    exponent += len(digits) - len(significant)
-    if len(significant) > 19:  # checked before int(): more digits than any int64 holds
-        raise ValueError(f"chain decimal: {value!r}: {significant} does not fit int64")
-    coefficient = -int(significant) if sign else int(significant)
-    if not INT64_MIN <= coefficient <= INT64_MAX:
-        raise ValueError(f"chain decimal: {value!r}: coefficient {coefficient} does not fit int64")
-    if not INT32_MIN <= exponent <= INT32_MAX:
-        raise ValueError(f"chain decimal: {value!r}: exponent {exponent} does not fit int32")
-    return Decimal(value=coefficient, exponent=exponent)
-
-
-def get_chain_decimal_value(d: Decimal) -> decimal.Decimal:
-    """The exact value ``value × 10^exponent`` (upstream ``ToDecimal``), with no rounding."""
-    digits = tuple(int(c) for c in str(abs(d.value)))
-    return decimal.Decimal((1 if d.value < 0 else 0, digits, d.exponent))
-
-
-def get_chain_default_params() -> Params:
-    """Upstream ``DefaultParams()``: inference-chain/x/inference/types/params.go, function
-    ``DefaultParams`` (line 167), at gonka commit ee730031decedd2428aa56c65084ae5ab33d9192."""
-    package, name = _DEFAULT_PARAMS_RESOURCE
-    text = resources.files(package).joinpath(name).read_text(encoding="utf-8")
-    return json_format.ParseDict(json.loads(text), Params())
-
-
-def get_chain_mainnet_params() -> Params:
-    """Mainnet's Params at v0.2.14: the live params (a v0.2.12 node, epochs 247-252) after the
-    v0.2.13 and v0.2.14 upgrade handlers (:mod:`keepersim.types.chain_mainnet`)."""
-    from keepersim.types.chain_mainnet import get_mainnet_chain_params  # it imports this module
-
-    return get_mainnet_chain_params()
-
-
-# --- Go formatting of the values upstream's messages print ---------------------------------
-
-
-def _get_trimmed(d: Decimal) -> tuple[int, int]:
-    """(coefficient, exponent) with trailing zeros moved into the exponent; 0 is (0, 0)."""
-    value, exponent = d.value, d.exponent
-    if value == 0:
-        return 0, 0
-    while value % 10 == 0:
-        value //= 10
-        exponent += 1
-    return value, exponent
-
-
-def _get_shopspring_string(d: Decimal) -> str:
-    """shopspring ``Decimal.String()`` of ``decimal.New(value, exponent)``."""
-    value, exponent = _get_trimmed(d)
-    sign = "-" if value < 0 else ""
-    digits = str(abs(value))
-    if abs(exponent) > _MAX_SPELLED_EXPONENT:
-        return f"{sign}{digits}e{exponent:+d}"
-    if exponent >= 0:
-        return f"{sign}{digits}{'0' * exponent}" if value else "0"
-    if len(digits) > -exponent:
-        return f"{sign}{digits[:exponent]}.{digits[exponent:]}"
-    return f"{sign}0.{'0' * (-exponent - len(digits))}{digits}"
-
-
-def _get_legacy_dec_string(scaled: int) -> str:
-    """cosmossdk ``LegacyDec.String()``: always 18 decimals."""
-    digits = str(abs(scaled)).rjust(LEGACY_PRECISION + 1, "0")
-    return f"{'-' if scaled < 0 else ''}{digits[:-LEGACY_PRECISION]}.{digits[-LEGACY_PRECISION:]}"
-
-
-def _compute_legacy_dec(d: Decimal) -> tuple[int, str]:
-    """``Decimal.ToLegacyDec()``: (value × 10^18, "") or (0, upstream's error text)."""
-    value, exponent = _get_trimmed(d)
-    text = _get_shopspring_string(d).lstrip("-")
-    if exponent < 0 and -exponent > LEGACY_PRECISION:
-        return 0, (
-            f"value '{text}' exceeds max precision by {LEGACY_PRECISION + exponent} decimal "
-            f"places: max precision {LEGACY_PRECISION}"
-        )
-    if exponent > _MAX_SPELLED_EXPONENT:
-        bits = int(exponent * 3.321928094887362) + abs(value).bit_length()
-        return 0, f"decimal '{text}' out of range; bitLen: got {bits}, max {LEGACY_MAX_DEC_BIT_LEN}"
-    scaled = abs(value) * 10 ** (exponent + LEGACY_PRECISION)
-    if scaled.bit_length() > LEGACY_MAX_DEC_BIT_LEN:
-        return 0, (
-            f"decimal '{text}' out of range; bitLen: got {scaled.bit_length()}, "
-            f"max {LEGACY_MAX_DEC_BIT_LEN}"
-        )
-    return (-scaled if value < 0 else scaled), ""
-
-
-def _get_go_quoted(text: str) -> str:
-    """Go's ``%q`` for ordinary strings (printable text; control characters escaped)."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _get_hex_error(text: str) -> str:
-    """``hex.DecodeString`` error text, or "" when ``text`` is valid hex."""
-    raw = text.encode("utf-8")
-    for byte in raw:
-        if chr(byte) not in "0123456789abcdefABCDEF":
-            shown = chr(byte)
-            tail = f" '{shown}'" if shown.isprintable() else ""
-            return f"encoding/hex: invalid byte: U+{byte:04X}{tail}"
-    if len(raw) % 2:
-        return "encoding/hex: odd length hex string"
-    return ""
-
-
-def _is_set(message: Message, name: str) -> bool:
-    """Whether the sub-message ``name`` is set (non-nil upstream); the name comes from a table."""
-    return message.HasField(name)
-
-
-def _fail(field: str, rule: str, value: object) -> NoReturn:
-    raise InvalidParamsError(field, rule, value)
 
 
 # --- the Validate functions, in upstream's order --------------------------------------------
@@ -241,8 +85,8 @@ def validate_chain_params(params: Params) -> None:
         ("epoch_params", "epoch params cannot be nil"),
         ("poc_params", "poc params cannot be nil"),
     ):
-        if not _is_set(params, name):
-            _fail(name, text, None)
+        if not is_set(params, name):
+            fail(name, text, None)
     _validate_validation_params(params.validation_params)
     _validate_tokenomics_params(params.tokenomics_params)
     _validate_bitcoin_reward_params(params.bitcoin_reward_params)
@@ -250,7 +94,7 @@ def validate_chain_params(params: Params) -> None:
     _validate_collateral_params(params.collateral_params)
     # params.go:664 upstream calls DynamicPricingParams.Validate without a nil check: it panics
     if not params.HasField("dynamic_pricing_params"):
-        _fail("dynamic_pricing_params", GO_NIL_DEREFERENCE, None)
+        fail("dynamic_pricing_params", GO_NIL_DEREFERENCE, None)
     _validate_dynamic_pricing_params(params.dynamic_pricing_params)
     if params.HasField("bandwidth_limits_params"):
         _validate_bandwidth_limits_params(params.bandwidth_limits_params)
@@ -259,13 +103,13 @@ def validate_chain_params(params: Params) -> None:
     if params.HasField("genesis_guardian_params"):
         gg = params.genesis_guardian_params
         if gg.network_maturity_threshold < 0:
-            _fail(
+            fail(
                 "genesis_guardian_params.network_maturity_threshold",
                 "genesis guardian network maturity threshold cannot be negative",
                 gg.network_maturity_threshold,
             )
         if gg.network_maturity_min_height < 0:
-            _fail(
+            fail(
                 "genesis_guardian_params.network_maturity_min_height",
                 "genesis guardian network maturity min height cannot be negative",
                 gg.network_maturity_min_height,
@@ -274,7 +118,7 @@ def validate_chain_params(params: Params) -> None:
     if params.HasField("developer_access_params"):
         height = params.developer_access_params.until_block_height
         if height < 0:
-            _fail(
+            fail(
                 "developer_access_params.until_block_height",
                 "developer access until block height cannot be negative",
                 height,
@@ -283,13 +127,13 @@ def validate_chain_params(params: Params) -> None:
     if params.HasField("participant_access_params"):
         pa = params.participant_access_params
         if pa.new_participant_registration_start_height < 0:
-            _fail(
+            fail(
                 "participant_access_params.new_participant_registration_start_height",
                 "new participant registration start height cannot be negative",
                 pa.new_participant_registration_start_height,
             )
         if pa.participant_allowlist_until_block_height < 0:
-            _fail(
+            fail(
                 "participant_access_params.participant_allowlist_until_block_height",
                 "participant allowlist until block height cannot be negative",
                 pa.participant_allowlist_until_block_height,
@@ -302,9 +146,9 @@ def validate_chain_params(params: Params) -> None:
         # params.go:733 Params.Validate: initial_model_id must name a PoC model
         model_id = params.delegation_params.initial_model_id
         if model_id and all(m.model_id != model_id for m in params.poc_params.models):
-            _fail(
+            fail(
                 "delegation_params.initial_model_id",
-                f"delegation initial_model_id {_get_go_quoted(model_id)} not found in poc_params models",
+                f"delegation initial_model_id {get_go_quoted(model_id)} not found in poc_params models",
                 model_id,
             )
     if params.HasField("fee_params"):
@@ -313,19 +157,9 @@ def validate_chain_params(params: Params) -> None:
         _validate_maintenance_params(params.maintenance_params)
 
 
-def _require_decimals(
-    message: ValidationParams | TokenomicsParams | BitcoinRewardParams | DynamicPricingParams,
-    prefix: str,
-    checks: tuple[tuple[str, str], ...],
-) -> None:
-    for name, text in checks:
-        if not _is_set(message, name):
-            _fail(f"{prefix}.{name}", text, None)
-
-
 def _validate_validation_params(p: ValidationParams) -> None:
     # params.go:790 ValidationParams.Validate: nil Decimals
-    _require_decimals(
+    require_decimals(
         p,
         "validation_params",
         (
@@ -352,22 +186,22 @@ def _validate_validation_params(p: ValidationParams) -> None:
     )
     # params.go:841 ValidationParams.Validate: timestamps
     if p.timestamp_expiration <= 0:
-        _fail(
+        fail(
             "validation_params.timestamp_expiration",
             "timestamp expiration must be positive",
             p.timestamp_expiration,
         )
     if p.timestamp_advance <= 0:
-        _fail(
+        fail(
             "validation_params.timestamp_advance",
             "timestamp advance must be positive",
             p.timestamp_advance,
         )
     # params.go:848 ValidationParams.Validate: logprobs_mode
     if p.logprobs_mode not in (LOGPROBS_MODE_PROCESSED, LOGPROBS_MODE_RAW):
-        _fail(
+        fail(
             "validation_params.logprobs_mode",
-            f"invalid logprobs_mode: {_get_go_quoted(p.logprobs_mode)}, must be "
+            f"invalid logprobs_mode: {get_go_quoted(p.logprobs_mode)}, must be "
             f'"{LOGPROBS_MODE_PROCESSED}" or "{LOGPROBS_MODE_RAW}"',
             p.logprobs_mode,
         )
@@ -375,7 +209,7 @@ def _validate_validation_params(p: ValidationParams) -> None:
 
 def _validate_tokenomics_params(p: TokenomicsParams) -> None:
     # params.go:857 TokenomicsParams.Validate: nil Decimals (vesting checks are type-only)
-    _require_decimals(
+    require_decimals(
         p,
         "tokenomics_params",
         (
@@ -386,25 +220,9 @@ def _validate_tokenomics_params(p: TokenomicsParams) -> None:
     )
 
 
-def _check_decimal(
-    field: str,
-    d: Decimal,
-    wrap: str,
-    rule: Callable[[int], str],
-) -> None:
-    """One ``ToLegacyDec`` check: a conversion error, or ``rule(scaled)`` when it is not ""."""
-    scaled, error = _compute_legacy_dec(d)
-    problem = error or rule(scaled)
-    if problem:
-        _fail(field, f"{wrap}: {problem}" if wrap else problem, get_chain_decimal_value(d))
-
-
-_ONE = 10**LEGACY_PRECISION
-
-
 def _validate_bitcoin_reward_params(p: BitcoinRewardParams) -> None:
     # params.go:902 BitcoinRewardParams.Validate: nil Decimals
-    _require_decimals(
+    require_decimals(
         p,
         "bitcoin_reward_params",
         (
@@ -417,7 +235,7 @@ def _validate_bitcoin_reward_params(p: BitcoinRewardParams) -> None:
 
     # params.go:1112 validateDecayRate
     def decay_rule(scaled: int) -> str:
-        shown = _get_legacy_dec_string(scaled)
+        shown = get_legacy_dec_string(scaled)
         if scaled > 0:
             return f"decay rate must be negative for reward reduction, but is {shown}"
         if scaled < -(10**16):
@@ -432,14 +250,14 @@ def _validate_bitcoin_reward_params(p: BitcoinRewardParams) -> None:
             return f"decay rate does not have exponent defined {shown}"
         return ""
 
-    _check_decimal(
+    check_decimal(
         "bitcoin_reward_params.decay_rate", p.decay_rate, "invalid decay_rate", decay_rule
     )
 
     # params.go:1136 validateBonusFactor
     def bonus_rule(scaled: int) -> str:
         return (
-            f"bonus factor cannot be negative: {_get_legacy_dec_string(scaled)}"
+            f"bonus factor cannot be negative: {get_legacy_dec_string(scaled)}"
             if scaled < 0
             else ""
         )
@@ -449,7 +267,7 @@ def _validate_bitcoin_reward_params(p: BitcoinRewardParams) -> None:
         "full_coverage_bonus_factor",
         "partial_coverage_bonus_factor",
     ):
-        _check_decimal(
+        check_decimal(
             f"bitcoin_reward_params.{name}", getattr(p, name), f"invalid {name}", bonus_rule
         )
 
@@ -503,31 +321,29 @@ def _validate_epoch_params(p: EpochParams) -> None:
     )
     for name, broken, text in checks:
         if broken:
-            _fail(f"epoch_params.{name}", text, getattr(p, name))
+            fail(f"epoch_params.{name}", text, getattr(p, name))
 
 
 def _validate_collateral_params(p: CollateralParams) -> None:
     # params.go:880 CollateralParams.Validate (a nil Decimal panics in ToLegacyDec upstream)
     def fraction(kind: str) -> Callable[[int], str]:
         def rule(scaled: int) -> str:
-            if scaled < 0 or scaled > _ONE:
-                return f"{kind} must be between 0 and 1, but is {_get_legacy_dec_string(scaled)}"
+            if scaled < 0 or scaled > LEGACY_ONE:
+                return f"{kind} must be between 0 and 1, but is {get_legacy_dec_string(scaled)}"
             return ""
 
         return rule
 
     def base_weight_ratio(scaled: int) -> str:  # params.go:1021 validateBaseWeightRatio
         if scaled < 0:
-            return f"base weight ratio cannot be negative: {_get_legacy_dec_string(scaled)}"
-        if scaled > _ONE:
-            return f"base weight ratio cannot be greater than 1: {_get_legacy_dec_string(scaled)}"
+            return f"base weight ratio cannot be negative: {get_legacy_dec_string(scaled)}"
+        if scaled > LEGACY_ONE:
+            return f"base weight ratio cannot be greater than 1: {get_legacy_dec_string(scaled)}"
         return ""
 
     def per_weight_unit(scaled: int) -> str:  # params.go:1041 validateCollateralPerWeightUnit
         if scaled < 0:
-            return (
-                f"collateral per weight unit cannot be negative: {_get_legacy_dec_string(scaled)}"
-            )
+            return f"collateral per weight unit cannot be negative: {get_legacy_dec_string(scaled)}"
         return ""
 
     for name, rule in (
@@ -538,14 +354,14 @@ def _validate_collateral_params(p: CollateralParams) -> None:
         ("collateral_per_weight_unit", per_weight_unit),
     ):
         field = f"collateral_params.{name}"
-        if not _is_set(p, name):
-            _fail(field, GO_NIL_DEREFERENCE, None)
-        _check_decimal(field, getattr(p, name), f"invalid {name}", rule)
+        if not is_set(p, name):
+            fail(field, GO_NIL_DEREFERENCE, None)
+        check_decimal(field, getattr(p, name), f"invalid {name}", rule)
 
 
 def _validate_dynamic_pricing_params(p: DynamicPricingParams) -> None:
     # params.go:940 DynamicPricingParams.Validate: nil Decimals
-    _require_decimals(
+    require_decimals(
         p,
         "dynamic_pricing_params",
         (
@@ -559,19 +375,19 @@ def _validate_dynamic_pricing_params(p: DynamicPricingParams) -> None:
         bound: Decimal = getattr(p, name)
         value = get_chain_decimal_value(bound)
         if value < 0 or value > 1:
-            _fail(
+            fail(
                 f"dynamic_pricing_params.{name}",
                 f"invalid {name}: stability zone bound must be between 0.0 and 1.0, got: "
-                f"{_get_shopspring_string(bound)}",
+                f"{get_shopspring_string(bound)}",
                 value,
             )
     # params.go:1176 validatePriceElasticity
     elasticity = get_chain_decimal_value(p.price_elasticity)
     if elasticity <= 0 or elasticity > 1:
-        _fail(
+        fail(
             "dynamic_pricing_params.price_elasticity",
             "invalid price_elasticity: price elasticity must be between 0.0 and 1.0, got: "
-            f"{_get_shopspring_string(p.price_elasticity)}",
+            f"{get_shopspring_string(p.price_elasticity)}",
             elasticity,
         )
     # params.go:1192 validateUtilizationWindowDuration
@@ -579,9 +395,9 @@ def _validate_dynamic_pricing_params(p: DynamicPricingParams) -> None:
     field = "dynamic_pricing_params.utilization_window_duration"
     wrap = "invalid utilization_window_duration"
     if duration == 0:
-        _fail(field, f"{wrap}: utilization window duration must be greater than 0", duration)
+        fail(field, f"{wrap}: utilization window duration must be greater than 0", duration)
     if duration > 3600:
-        _fail(
+        fail(
             field,
             f"{wrap}: utilization window duration must not exceed 3600 seconds (1 hour), got: "
             f"{duration}",
@@ -589,7 +405,7 @@ def _validate_dynamic_pricing_params(p: DynamicPricingParams) -> None:
         )
     blocks = compute_window_blocks(duration)
     if blocks > MAX_ROLLING_WINDOW_BLOCKS:
-        _fail(
+        fail(
             field,
             f"{wrap}: utilization window duration ({duration} seconds) results in {blocks} blocks, "
             f"which exceeds the maximum of {MAX_ROLLING_WINDOW_BLOCKS} blocks",
@@ -598,7 +414,7 @@ def _validate_dynamic_pricing_params(p: DynamicPricingParams) -> None:
     # params.go:1229 validatePerTokenPrice
     for name in ("min_per_token_price", "base_per_token_price"):
         if getattr(p, name) == 0:
-            _fail(
+            fail(
                 f"dynamic_pricing_params.{name}",
                 f"invalid {name}: per-token price must be greater than 0",
                 0,
@@ -607,10 +423,10 @@ def _validate_dynamic_pricing_params(p: DynamicPricingParams) -> None:
     lower = get_chain_decimal_value(p.stability_zone_lower_bound)
     upper = get_chain_decimal_value(p.stability_zone_upper_bound)
     if lower >= upper:
-        _fail(
+        fail(
             "dynamic_pricing_params.stability_zone_lower_bound",
-            f"stability zone lower bound ({_get_shopspring_string(p.stability_zone_lower_bound)}) "
-            f"must be less than upper bound ({_get_shopspring_string(p.stability_zone_upper_bound)})",
+            f"stability zone lower bound ({get_shopspring_string(p.stability_zone_lower_bound)}) "
+            f"must be less than upper bound ({get_shopspring_string(p.stability_zone_upper_bound)})",
             lower,
         )
 
@@ -624,16 +440,16 @@ def _validate_bandwidth_limits_params(p: BandwidthLimitsParams) -> None:
     # params.go:988 BandwidthLimitsParams.Validate
     for name in ("kb_per_input_token", "kb_per_output_token"):
         if not p.HasField(name):
-            _fail(f"bandwidth_limits_params.{name}", f"{name} cannot be nil", None)
+            fail(f"bandwidth_limits_params.{name}", f"{name} cannot be nil", None)
     # params.go:1212 validateInvalidationsSamplePeriod
     period = p.invalidations_sample_period
     field = "bandwidth_limits_params.invalidations_sample_period"
     wrap = "invalid invalidations_sample_period"
     if period == 0:
-        _fail(field, f"{wrap}: invalidations sample period must be greater than 0", period)
+        fail(field, f"{wrap}: invalidations sample period must be greater than 0", period)
     blocks = compute_window_blocks(period)
     if blocks > MAX_ROLLING_WINDOW_BLOCKS:
-        _fail(
+        fail(
             field,
             f"{wrap}: invalidations sample period ({period} seconds) results in {blocks} blocks, "
             f"which exceeds the maximum of {MAX_ROLLING_WINDOW_BLOCKS} blocks",
@@ -645,7 +461,7 @@ def _validate_poc_params(p: PocParams) -> None:
     # params.go:761 PocParams.Validate
     bps = p.validation_vote_threshold_bps
     if bps != 0 and (bps < 5000 or bps > 10000):
-        _fail(
+        fail(
             "poc_params.validation_vote_threshold_bps",
             "poc_params.validation_vote_threshold_bps must be 0 (default) or in [5000, 10000]",
             bps,
@@ -654,14 +470,14 @@ def _validate_poc_params(p: PocParams) -> None:
     for i, model in enumerate(p.models):
         if model.model_id:
             if model.model_id in seen:
-                _fail(
+                fail(
                     f"poc_params.models[{i}].model_id",
-                    f"poc_params.models contains duplicate model_id {_get_go_quoted(model.model_id)}",
+                    f"poc_params.models contains duplicate model_id {get_go_quoted(model.model_id)}",
                     model.model_id,
                 )
             seen.add(model.model_id)
         if model.seq_len < 0:
-            _fail(
+            fail(
                 f"poc_params.models[{i}].seq_len",
                 "poc_params.models.seq_len cannot be negative",
                 model.seq_len,
@@ -672,62 +488,62 @@ def _validate_devshard_escrow_params(p: DevshardEscrowParams) -> None:
     # params.go:452 DevshardEscrowParams.Validate
     prefix = "devshard_escrow_params"
     if p.min_amount == 0:
-        _fail(f"{prefix}.min_amount", "devshard escrow min_amount must be positive", 0)
+        fail(f"{prefix}.min_amount", "devshard escrow min_amount must be positive", 0)
     if p.max_amount < p.min_amount:
-        _fail(
+        fail(
             f"{prefix}.max_amount",
             f"devshard escrow max_amount ({p.max_amount}) must be >= min_amount ({p.min_amount})",
             p.max_amount,
         )
     if p.group_size == 0:
-        _fail(f"{prefix}.group_size", "devshard escrow group_size must be positive", 0)
+        fail(f"{prefix}.group_size", "devshard escrow group_size must be positive", 0)
     if p.max_nonce == 0:
-        _fail(f"{prefix}.max_nonce", "devshard escrow max_nonce must be positive", 0)
+        fail(f"{prefix}.max_nonce", "devshard escrow max_nonce must be positive", 0)
     # params.go:465 DevshardEscrowParams.Validate: approved_versions
     seen: set[str] = set()
     for i, version in enumerate(p.approved_versions):
         at = f"{prefix}.approved_versions[{i}]"
         for name in ("name", "binary", "sha256"):
             if not getattr(version, name):
-                _fail(f"{at}.{name}", f"{at}: {name} cannot be empty", "")
+                fail(f"{at}.{name}", f"{at}: {name} cannot be empty", "")
         size = len(version.sha256.encode("utf-8"))
         if size != 64:
-            _fail(
+            fail(
                 f"{at}.sha256",
                 f"{at}: sha256 must be 64 hex characters, got {size}",
                 version.sha256,
             )
-        hex_error = _get_hex_error(version.sha256)
+        hex_error = get_hex_error(version.sha256)
         if hex_error:
-            _fail(f"{at}.sha256", f"{at}: sha256 is not valid hex: {hex_error}", version.sha256)
+            fail(f"{at}.sha256", f"{at}: sha256 is not valid hex: {hex_error}", version.sha256)
         if version.name in seen:
-            _fail(
+            fail(
                 f"{at}.name",
-                f"{prefix}.approved_versions: duplicate name {_get_go_quoted(version.name)}",
+                f"{prefix}.approved_versions: duplicate name {get_go_quoted(version.name)}",
                 version.name,
             )
         seen.add(version.name)
     # params.go:487 DevshardEscrowParams.Validate: timeouts, rate, vote factor
     if p.refusal_timeout <= 0:
-        _fail(
+        fail(
             f"{prefix}.refusal_timeout",
             "devshard escrow refusal_timeout must be positive",
             p.refusal_timeout,
         )
     if p.execution_timeout <= 0:
-        _fail(
+        fail(
             f"{prefix}.execution_timeout",
             "devshard escrow execution_timeout must be positive",
             p.execution_timeout,
         )
     if p.validation_rate > 10000:
-        _fail(
+        fail(
             f"{prefix}.validation_rate",
             f"devshard escrow validation_rate ({p.validation_rate}) must be <= 10000 basis points",
             p.validation_rate,
         )
     if p.vote_threshold_factor == 0 or p.vote_threshold_factor > 100:
-        _fail(
+        fail(
             f"{prefix}.vote_threshold_factor",
             f"devshard escrow vote_threshold_factor ({p.vote_threshold_factor}) must be in (0, 100]",
             p.vote_threshold_factor,
@@ -737,13 +553,13 @@ def _validate_devshard_escrow_params(p: DevshardEscrowParams) -> None:
 def _validate_delegation_params(p: DelegationParams) -> None:
     # params.go:709 Params.Validate: delegation params
     if p.deploy_window < 0:
-        _fail(
+        fail(
             "delegation_params.deploy_window",
             "delegation deploy_window cannot be negative",
             p.deploy_window,
         )
     if p.v_min < 0:
-        _fail("delegation_params.v_min", "delegation v_min cannot be negative", p.v_min)
+        fail("delegation_params.v_min", "delegation v_min cannot be negative", p.v_min)
     # params.go:521 validateDecimalFraction: nil and exactly {0,0} pass
     for name in (
         "refusal_penalty",
@@ -758,17 +574,17 @@ def _validate_delegation_params(p: DelegationParams) -> None:
         if d.value == 0 and d.exponent == 0:
             continue
         label = f"delegation {name}"
-        scaled, error = _compute_legacy_dec(d)
+        scaled, error = compute_legacy_dec(d)
         if error:
-            _fail(
+            fail(
                 f"delegation_params.{name}",
                 f"{label}: invalid decimal: {error}",
                 get_chain_decimal_value(d),
             )
-        if scaled < 0 or scaled > _ONE:
-            _fail(
+        if scaled < 0 or scaled > LEGACY_ONE:
+            fail(
                 f"delegation_params.{name}",
-                f"{label} must be between 0 and 1, got {_get_legacy_dec_string(scaled)}",
+                f"{label} must be between 0 and 1, got {get_legacy_dec_string(scaled)}",
                 get_chain_decimal_value(d),
             )
 
@@ -776,7 +592,7 @@ def _validate_delegation_params(p: DelegationParams) -> None:
 def _validate_fee_params(p: FeeParams) -> None:
     # fee_params.go:17 FeeParams.Validate
     if p.min_gas_price_ngonka > MAX_MIN_GAS_PRICE_NGONKA:
-        _fail(
+        fail(
             "fee_params.min_gas_price_ngonka",
             f"min_gas_price_ngonka {p.min_gas_price_ngonka} exceeds safety limit of 1,000,000",
             p.min_gas_price_ngonka,
@@ -789,45 +605,45 @@ def _validate_maintenance_params(p: MaintenanceParams) -> None:
     bound = MAX_MAINTENANCE_BLOCKS_PARAM
     window = p.maintenance_max_window_blocks
     if window == 0:
-        _fail(
+        fail(
             f"{prefix}.maintenance_max_window_blocks",
             "maintenance max window blocks must be positive",
             0,
         )
     if window > bound:
-        _fail(
+        fail(
             f"{prefix}.maintenance_max_window_blocks",
             f"maintenance max window blocks ({window}) exceeds safe upper bound {bound}",
             window,
         )
     lead = p.maintenance_min_schedule_lead_blocks
     if lead > bound:
-        _fail(
+        fail(
             f"{prefix}.maintenance_min_schedule_lead_blocks",
             f"maintenance min schedule lead blocks ({lead}) exceeds safe upper bound {bound}",
             lead,
         )
     cap = p.maintenance_credit_cap_blocks
     if cap == 0:
-        _fail(
+        fail(
             f"{prefix}.maintenance_credit_cap_blocks",
             "maintenance credit cap blocks must be positive",
             0,
         )
     if cap > bound:
-        _fail(
+        fail(
             f"{prefix}.maintenance_credit_cap_blocks",
             f"maintenance credit cap blocks ({cap}) exceeds safe upper bound {bound}",
             cap,
         )
     if p.maintenance_max_concurrent_validators == 0:
-        _fail(
+        fail(
             f"{prefix}.maintenance_max_concurrent_validators",
             "maintenance max concurrent validators must be positive",
             0,
         )
     if p.maintenance_max_concurrent_power_bps > 10000:
-        _fail(
+        fail(
             f"{prefix}.maintenance_max_concurrent_power_bps",
             "maintenance max concurrent power bps cannot exceed 10000",
             p.maintenance_max_concurrent_power_bps,
@@ -835,14 +651,14 @@ def _validate_maintenance_params(p: MaintenanceParams) -> None:
     earn = p.maintenance_credit_earn_per_successful_epoch_blocks
     field = f"{prefix}.maintenance_credit_earn_per_successful_epoch_blocks"
     if earn == 0:
-        _fail(
+        fail(
             field,
             "maintenance credit earn per successful epoch blocks must be positive "
             "(set maintenance_enabled=false to disable maintenance windows)",
             0,
         )
     if earn > cap:
-        _fail(
+        fail(
             field,
             f"maintenance credit earn per successful epoch blocks ({earn}) must not exceed credit "
             f"cap ({cap})",

@@ -19,7 +19,7 @@ Each fill is reported once, one line on stderr naming every field filled and its
 (:func:`warn_filled`), or to the caller's ``on_filled``.
 
 A governance entry's params are a patch merged onto the params in force
-(:func:`keepersim.sim.driver.parse_governance`); there a missing key keeps its value, so the
+(:func:`keepersim.sim.governance.parse_governance`); there a missing key keeps its value, so the
 merged object is read with ``fill_absent=False``.
 """
 
@@ -32,8 +32,8 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from keepersim.types.chain_defaults import get_chain_default_params
 from keepersim.types.chain_json import compute_chain_json, parse_chain_json
-from keepersim.types.chain_params import get_chain_default_params
 from keepersim.types.chain_upgrades import UPGRADE_FIELD_SOURCES, process_upgrades
 from keepersim.types.errors import ChainJsonError
 from keepersim.types.messages import Params

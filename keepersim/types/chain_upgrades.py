@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from keepersim.types.chain_params import (
+from keepersim.types.chain_defaults import (
     KIMI_MODEL_ID,
     MINIMAX_MODEL_ID,
     get_chain_default_params,

@@ -23,12 +23,9 @@ from typing import Any
 from google.protobuf import json_format
 
 from keepersim.types.bech32 import GOV_AUTHORITY as GOV_AUTHORITY  # re-exported
-from keepersim.types.chain_params import (
-    get_chain_decimal_value,
-    get_chain_default_params,
-    get_chain_mainnet_params,
-    validate_chain_params,
-)
+from keepersim.types.chain_decimal import get_chain_decimal_value
+from keepersim.types.chain_defaults import get_chain_default_params, get_chain_mainnet_params
+from keepersim.types.chain_params import validate_chain_params
 from keepersim.types.errors import InvalidParamsError
 from keepersim.types.messages import Decimal, Params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import (

@@ -255,12 +255,12 @@ def _forbid_work() -> None:
     import keepersim.export.exporter
     import keepersim.replay.as_recorded
     import keepersim.runs.compare
-    import keepersim.sim.driver
+    import keepersim.sim.run_loop
 
     def no_work(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the work started before the inputs and outputs were checked")
 
-    keepersim.sim.driver.run_scenario = no_work  # type: ignore[assignment]
+    keepersim.sim.run_loop.run_scenario = no_work  # type: ignore[assignment]
     keepersim.runs.compare.compare = no_work  # type: ignore[assignment]
     keepersim.replay.as_recorded.replay_as_recorded = no_work  # type: ignore[assignment]
     keepersim.export.exporter.export_trace = no_work  # type: ignore[assignment]

@@ -33,9 +33,9 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     import keepersim.export.exporter
     import keepersim.replay.as_recorded
     import keepersim.runs.compare
-    import keepersim.sim.driver
+    import keepersim.sim.run_loop
 
-    monkeypatch.setattr(keepersim.sim.driver, "run_scenario", _no_work)
+    monkeypatch.setattr(keepersim.sim.run_loop, "run_scenario", _no_work)
     monkeypatch.setattr(keepersim.runs.compare, "compare", _no_work)
     monkeypatch.setattr(keepersim.replay.as_recorded, "replay_as_recorded", _no_work)
     monkeypatch.setattr(keepersim.export.exporter, "export_trace", _no_work)

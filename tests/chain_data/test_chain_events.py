@@ -15,7 +15,7 @@ from mainnet_data import MAINNET_DATA as DATA
 from keepersim.chain import Chain
 from keepersim.chaindata.epoch_folder import load_epoch_source
 from keepersim.chaindata.fidelity import MUST_HOLD, compute_epoch_fidelity
-from keepersim.sim.driver import run_scenario
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import ScenarioError, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from google.protobuf.message import Message
 
 import keepersim.types.params as params_module
 from keepersim.chain import Chain
-from keepersim.types.chain_params import compute_chain_decimal
+from keepersim.types.chain_decimal import compute_chain_decimal
 from keepersim.types.errors import BlockError, InvalidParamsError, UnauthorizedError
 from keepersim.types.events import HealthTransition, ParamsUpdated
 from keepersim.types.messages import MsgStartInference, MsgUpdateParams

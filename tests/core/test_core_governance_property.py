@@ -19,7 +19,7 @@ import keepersim.module.abci as abci
 from keepersim.chain import Chain
 from keepersim.keeper.policies import HealthPolicy
 from keepersim.module.params_load import get_loaded_policy
-from keepersim.types.chain_params import compute_chain_decimal
+from keepersim.types.chain_decimal import compute_chain_decimal
 from keepersim.types.events import ParamsRejected
 from keepersim.types.messages import (
     MLNodeInfo,

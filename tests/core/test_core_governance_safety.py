@@ -31,7 +31,7 @@ from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.state_pb2 import ParticipantNodes
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgUpdateExtensionParams
-from keepersim.types.policies import CHAIN_POLICIES, get_shared_prefixes
+from keepersim.types.policies import BASELINES, RUN_POLICIES, get_shared_prefixes
 
 
 def test_gov_module_address_as_cosmos_derives_it() -> None:
@@ -56,9 +56,10 @@ def test_bech32_bip173_vectors() -> None:
 
 def test_registry_is_what_validation_and_loading_use() -> None:
     assert get_registry_problems(BUILTIN_POLICIES) == []
-    assert set(POLICY_NAMES) == set(BUILTIN_POLICIES) == set(CHAIN_POLICIES)
-    assert "oracle" not in POLICY_NAMES
-    assert get_shared_prefixes(CHAIN_POLICIES) == {}
+    assert set(POLICY_NAMES) == set(BUILTIN_POLICIES) < set(RUN_POLICIES)
+    assert "oracle" not in POLICY_NAMES and "oracle" in RUN_POLICIES
+    assert BASELINES == ("none", "oracle")
+    assert get_shared_prefixes({n: c.prefix for n, c in BUILTIN_POLICIES.items()}) == {}
     for name in POLICY_NAMES:
         params = get_default_params()
         params.extension_params.health_params.policy = name

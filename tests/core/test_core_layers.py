@@ -154,8 +154,8 @@ def test_the_checks_find_what_they_look_for() -> None:
         "keepersim.cli": "from keepersim.cli.a import run\n",
         "keepersim.cli.a": "def run():\n    from keepersim.cli.b import x\n",
         "keepersim.cli.b": "from keepersim.cli.a import run\n",
-        "keepersim.cli.c": "from keepersim.sim.driver import _private\n",
-        "keepersim.sim.driver": "from keepersim.sim.scenario import _same_package\n",
+        "keepersim.cli.c": "from keepersim.sim.run_loop import _private\n",
+        "keepersim.sim.run_loop": "from keepersim.sim.scenario import _same_package\n",
         "keepersim.server.x": "import keepersim.cli.a\nfrom keepersim import cli\n",
     }
     assert find_cycle(get_import_graph(made_up, CLI)) == [
@@ -164,7 +164,7 @@ def test_the_checks_find_what_they_look_for() -> None:
         "keepersim.cli.a",
     ]
     assert find_private_imports(made_up) == [
-        "keepersim.cli.c:1: from keepersim.sim.driver import _private"
+        "keepersim.cli.c:1: from keepersim.sim.run_loop import _private"
     ]
     assert find_library_imports_of_cli(made_up) == [
         "keepersim.server.x:1: imports keepersim.cli.a",
@@ -177,7 +177,7 @@ def test_the_checks_find_what_they_look_for() -> None:
 def test_importing_the_library_imports_no_extra() -> None:
     heavy = sorted({module for modules in EXTRAS.values() for module in modules})
     code = (
-        "import sys, keepersim, keepersim.chain, keepersim.sim.driver\n"
+        "import sys, keepersim, keepersim.chain, keepersim.sim.run_loop\n"
         f"print(','.join(m for m in {heavy!r} if m in sys.modules))\n"
     )
     done = subprocess.run(
@@ -202,7 +202,12 @@ def test_the_extras_are_pyprojects() -> None:
 
 REPORT = "keepersim.report"
 #: What ``keepersim.report`` may not import: it formats run records, it does not run them.
-RUNNERS = ("keepersim.sim.driver", "keepersim.runs.engines", "keepersim.chain")
+RUNNERS = (
+    "keepersim.sim.run_loop",
+    "keepersim.sim.stepper",
+    "keepersim.runs.engines",
+    "keepersim.chain",
+)
 
 
 def find_report_imports_of_runners(sources: Mapping[str, str]) -> list[str]:
@@ -225,12 +230,12 @@ def test_report_only_formats(sources: dict[str, str]) -> None:
 def test_the_report_rule_finds_what_it_looks_for() -> None:
     made_up = {
         "keepersim.report.a": "def f():\n    from keepersim.runs.engines import execute_runs\n",
-        "keepersim.report.b": "from keepersim.sim import driver\nimport keepersim.chain\n",
+        "keepersim.report.b": "from keepersim.sim import run_loop\nimport keepersim.chain\n",
         "keepersim.report.c": "from keepersim.report.stats import mean_or_none\n",
-        "keepersim.runs.d": "from keepersim.sim.driver import run_scenario\n",
+        "keepersim.runs.d": "from keepersim.sim.run_loop import run_scenario\n",
     }
     assert find_report_imports_of_runners(made_up) == [
         "keepersim.report.a:2: imports keepersim.runs.engines",
-        "keepersim.report.b:1: imports keepersim.sim.driver",
+        "keepersim.report.b:1: imports keepersim.sim.run_loop",
         "keepersim.report.b:2: imports keepersim.chain",
     ]

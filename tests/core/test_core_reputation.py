@@ -12,7 +12,7 @@ import pytest
 from core_helpers import MODEL, Driver
 
 from keepersim.keeper.reputation import compute_adjusted_weight, compute_reputation
-from keepersim.types.chain_params import compute_chain_decimal
+from keepersim.types.chain_decimal import compute_chain_decimal
 from keepersim.types.messages import EpochPerformanceSummary, ValidationParams
 from keepersim.types.params import GOV_AUTHORITY, get_default_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams

@@ -21,7 +21,7 @@ from standin.mainnet import MAINNET_DATA
 
 from keepersim.cli import main
 from keepersim.export.aggregate import PROGRESS_FILE, export_aggregates, get_block_time
-from keepersim.export.exporter import ExportError, ExportOptions
+from keepersim.export.export_run import ExportError, ExportOptions
 from keepersim.types.epoch_layout import compute_model_file_name
 
 FAST = ExportOptions(backoff_base=0.001, backoff_cap=0.004, timeout=10.0, jitter=0.0)

@@ -28,7 +28,8 @@ from standin.conftest import chain_history, current_node, older_node  # noqa: F4
 
 from keepersim.cli import main
 from keepersim.export.backoff import BackoffGate
-from keepersim.export.exporter import ExportError, ExportOptions, ExportResult, export_trace
+from keepersim.export.export_run import ExportError, ExportOptions, ExportResult
+from keepersim.export.exporter import export_trace
 from keepersim.replay.as_recorded import replay_as_recorded
 from keepersim.trace.reader import iterate_trace
 from keepersim.trace.records import (

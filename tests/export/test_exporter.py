@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_server import make_demo_scenario, simulate_chain
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from keepersim.chain import Chain
 from keepersim.export.backoff import BackoffGate
-from keepersim.export.exporter import ExportError, ExportOptions, export_trace, parse_epoch_range
+from keepersim.export.export_run import ExportError, ExportOptions, parse_epoch_range
+from keepersim.export.exporter import export_trace
 from keepersim.server.app import BackgroundServer, create_app
-from keepersim.server.bench import make_demo_scenario, simulate_chain
 from keepersim.server.faults import FaultInjector, parse_fault_spec
 from keepersim.trace.format import encode_message as message_to_json
 from keepersim.trace.reader import iterate_trace

@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench_server import make_demo_scenario, simulate_chain
 from export_kill import run_export_until_killed
 
 from keepersim.chain import Chain
-from keepersim.export.exporter import ExportError, ExportOptions, export_trace
+from keepersim.export.export_run import ExportError, ExportOptions
+from keepersim.export.exporter import export_trace
 from keepersim.server.app import BackgroundServer, create_app
-from keepersim.server.bench import make_demo_scenario, simulate_chain
 from keepersim.server.faults import FaultInjector, parse_fault_spec
 
 OPTIONS = ExportOptions(page_limit=20, backoff_base=0.001, backoff_cap=0.004, timeout=10.0)

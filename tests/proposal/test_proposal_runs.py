@@ -19,7 +19,8 @@ from keepersim.proposal.compare import (
 )
 from keepersim.proposal.report import CSV_COLUMNS, format_verdicts
 from keepersim.runs import RunTask
-from keepersim.sim.driver import build_params, run_scenario
+from keepersim.sim.run_genesis import build_params
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.suite import get_builtin_scenario
 from keepersim.testing import run_proposal
 from keepersim.types.params import params_from_dict, params_to_dict

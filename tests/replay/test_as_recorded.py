@@ -339,7 +339,9 @@ def test_bad_lines_are_skipped_and_reported(tmp_trace: Path) -> None:
 def test_simulated_run_is_reproduced_exactly(
     tmp_path: Path, policy: str, extra: dict[str, Any]
 ) -> None:
-    driver = pytest.importorskip("keepersim.sim.driver")
+    governance_mod = pytest.importorskip("keepersim.sim.governance")
+    genesis_mod = pytest.importorskip("keepersim.sim.run_genesis")
+    run_loop = pytest.importorskip("keepersim.sim.run_loop")
     scenario_mod = pytest.importorskip("keepersim.sim.scenario")
     capacity = 2 if extra.get("pushback") else None
     scenario = scenario_mod.parse_scenario(
@@ -360,11 +362,11 @@ def test_simulated_run_is_reproduced_exactly(
         "test",
     )
     trace = tmp_path / "run.jsonl"
-    governance = driver.parse_governance(
+    governance = governance_mod.parse_governance(
         [{"height": 250, "set": {"params.validation_params.expiration_blocks": 25}}],
-        driver.build_params(scenario, policy),
+        genesis_mod.build_params(scenario, policy),
     )
-    driver.run_scenario(scenario, policy, store="memory", trace_out=trace, governance=governance)
+    run_loop.run_scenario(scenario, policy, store="memory", trace_out=trace, governance=governance)
     report = replay_as_recorded(trace, policies=[policy, "none"])
     assert [c["epoch"] for c in report.summaries_checked] == [0, 1, 2]
     assert report.summary_mismatch_count == 0, report.summary_mismatches[:5]

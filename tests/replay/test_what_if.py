@@ -106,7 +106,7 @@ def test_what_if_matches_simulate(tmp_path: Path) -> None:
     import dataclasses
 
     from keepersim.replay.calibration import compute_rank_agreement
-    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.run_loop import run_scenario
     from keepersim.sim.suite import get_builtin_scenario
 
     separated = 0

@@ -18,7 +18,7 @@ from keepersim.report.compare import (
     write_compare_report,
 )
 from keepersim.report.sweep_summary import compute_sweep_summary, format_sweep_table
-from keepersim.sim.driver import build_params, compute_run_mechanisms
+from keepersim.sim.run_genesis import build_params, compute_run_mechanisms
 from keepersim.sim.suite import get_builtin_scenario
 
 SCENARIO = get_builtin_scenario("sparse", 1)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from keepersim.report.inaction import compute_inaction_note, get_inaction_reason
-from keepersim.sim.driver import build_params
+from keepersim.sim.run_genesis import build_params
 from keepersim.sim.scenario import parse_scenario
 
 SCENARIO = parse_scenario(

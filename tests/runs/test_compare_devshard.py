@@ -17,9 +17,9 @@ from keepersim.chaindata.fleet import load_epoch_scenarios
 from keepersim.runs.compare import compare, run_compare
 from keepersim.runs.sources import CompareError, resolve_scenarios
 from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, compute_path_scenario
-from keepersim.sim.driver import get_known_policies
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
+from keepersim.types.policies import RUN_POLICIES
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = 120
@@ -45,14 +45,14 @@ def test_every_policy_runs_on_every_builtin_and_epoch_on_the_devshard_path() -> 
     scenarios += [_short(s, 60) for s in _mainnet_epochs()]
     runs = run_compare(
         scenarios,
-        get_known_policies(),
+        list(RUN_POLICIES),
         1,
         store="memory",
         progress=False,
         jobs=1,
         selection_path="devshard",
     )
-    assert len(runs.records) == len(scenarios) * len(get_known_policies())
+    assert len(runs.records) == len(scenarios) * len(list(RUN_POLICIES))
     for record in runs.records:
         assert record["devshard_requests"] == record["requests"], record["scenario"]
 

@@ -13,7 +13,7 @@ import pytest
 from keepersim.keeper.selection import SELECTION_BY_REPUTATION, SELECTION_BY_WEIGHT
 from keepersim.report.tables import METRICS_DOC_LINE
 from keepersim.runs.compare import SPEC_RUN_KEYS, CompareError, compare, order_policies
-from keepersim.sim.driver import run_scenario
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import format_scenario_json, load_scenario, parse_scenario
 
 SCENARIO: dict[str, Any] = {

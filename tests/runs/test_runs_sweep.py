@@ -16,7 +16,9 @@ import keepersim.runs.engines as engines
 from keepersim.cli import main
 from keepersim.runs import RunTask, run_tasks
 from keepersim.runs.sweep import SweepError, run_sweep
-from keepersim.sim.driver import build_params, compute_params_with_changes, run_scenario
+from keepersim.sim.governance import compute_params_with_changes
+from keepersim.sim.run_genesis import build_params
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import load_scenario
 
 

@@ -15,8 +15,8 @@ from keepersim.replay.what_if import replay_what_if
 from keepersim.runs import RunTask, execute_runs, run_task
 from keepersim.runs.task import TaskError
 from keepersim.runs.traces import make_trace_task
-from keepersim.sim.driver import run_scenario
 from keepersim.sim.generate import generate_scenario
+from keepersim.sim.run_loop import run_scenario
 from keepersim.types.params import get_default_params
 
 

@@ -24,8 +24,8 @@ from keepersim.server.runner import (
     TraceSource,
     open_scenario_chain,
 )
-from keepersim.sim.driver import run_scenario
 from keepersim.sim.generate import generate_scenario
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario
 from keepersim.types.events import (
     HealthTransition,
@@ -86,7 +86,7 @@ def test_trace_replay_sends_both_governance_updates(tmp_path: Path) -> None:
     """A later params line is replayed as the chain's MsgUpdateParams and keepersim's
     MsgUpdateExtensionParams in the block before it: the replay reaches the governed run's app
     hash and serves both new parts."""
-    from keepersim.sim.driver import build_params
+    from keepersim.sim.run_genesis import build_params
 
     scenario = small_scenario(pushback=True)
     governed = build_params(scenario, "gonka")

@@ -33,8 +33,8 @@ from keepersim.server.runner import (
     TraceSource,
     open_scenario_chain,
 )
-from keepersim.sim.driver import run_scenario
 from keepersim.sim.generate import generate_scenario
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario
 from keepersim.trace.integrity import append_closing_record
 

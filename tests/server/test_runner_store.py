@@ -10,8 +10,8 @@ import pytest
 
 from keepersim.chain import Chain
 from keepersim.server.runner import RunnerError, TraceSource, open_scenario_chain
-from keepersim.sim.driver import run_scenario
 from keepersim.sim.generate import generate_scenario
+from keepersim.sim.run_loop import run_scenario
 
 
 def test_scenario_and_trace_chains_need_an_empty_folder(tmp_path: Path) -> None:

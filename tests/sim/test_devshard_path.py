@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 from keepersim.chain import Chain
 from keepersim.gateway.limiter_params import ThrottleSettings
 from keepersim.keeper.devshard.slots import compute_escrow_slots
-from keepersim.sim import driver
+from keepersim.sim import run_loop
 from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, is_devshard_request
 from keepersim.sim.devshard_spec import DevshardSpec
-from keepersim.sim.driver import SimulationError, get_known_policies, run_scenario
+from keepersim.sim.run_errors import SimulationError
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario, dump_scenario, parse_scenario
 from keepersim.sim.suite import get_builtin_scenario
+from keepersim.types.policies import RUN_POLICIES
 
 
 def _fleet(
@@ -60,7 +62,7 @@ def _assigned(metrics: dict[str, Any], address: str) -> int:
 
 
 def test_devshard_limiter_is_a_known_policy_and_none_on_classic_traffic() -> None:
-    assert DEVSHARD_LIMITER_POLICY in get_known_policies()
+    assert DEVSHARD_LIMITER_POLICY in RUN_POLICIES
     s = dataclasses.replace(get_builtin_scenario("sparse"), blocks=1500)
     a = run_scenario(s, "none", store="memory")
     b = run_scenario(s, DEVSHARD_LIMITER_POLICY, store="memory")
@@ -89,13 +91,13 @@ def test_nonces_go_round_robin_over_the_escrows_slots(monkeypatch: pytest.Monkey
     def on_block(chain: Chain, height: int) -> None:
         hashes[height] = chain.app_hash
 
-    original = driver._Run.record_start
+    original = run_loop._Run.record_start
 
-    def record(self: driver._Run, height: int, rid: str, address: str) -> None:
+    def record(self: run_loop._Run, height: int, rid: str, address: str) -> None:
         starts.append((height, address))
         original(self, height, rid, address)
 
-    monkeypatch.setattr(driver._Run, "record_start", record)
+    monkeypatch.setattr(run_loop._Run, "record_start", record)
     run_scenario(s, "none", store="memory", on_block=on_block)
     first = starts[0][0]
     header_hash = hashes[first - 1] if first > 1 else None

@@ -11,19 +11,13 @@ import pytest
 from keepersim.chain import Chain
 from keepersim.keeper.inferences import is_declined
 from keepersim.keeper.selection import SELECTION_BY_REPUTATION, SELECTION_BY_WEIGHT
-from keepersim.sim.driver import (
-    GovernanceError,
-    SimulationError,
-    build_params,
-    compute_run_mechanisms,
-    draw_outcome,
-    get_known_policies,
-    get_request_id,
-    parse_governance,
-    run_scenario,
-)
+from keepersim.sim.governance import parse_governance
 from keepersim.sim.oracle import HEALTHY_MISS_THRESHOLD, OraclePolicy
+from keepersim.sim.run_errors import GovernanceError, SimulationError
+from keepersim.sim.run_genesis import build_params, compute_run_mechanisms
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario, parse_scenario
+from keepersim.sim.stepper import draw_outcome, get_request_id
 from keepersim.types.messages import (
     EXPIRED,
     FINISHED,
@@ -31,6 +25,7 @@ from keepersim.types.messages import (
     Inference,
 )
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.policies import RUN_POLICIES
 
 TIMING_KEYS = {"wall_seconds", "inferences_per_second", "blocks_per_second", "store"}
 
@@ -500,9 +495,7 @@ def test_run_mechanisms_are_read_from_the_built_params() -> None:
     for weighting, rule in ((False, SELECTION_BY_WEIGHT), (True, SELECTION_BY_REPUTATION)):
         stated = compute_run_mechanisms(s, reputation_weighting=weighting)
         assert stated["selection"] == rule
-    sprt_runs = [
-        p for p in get_known_policies() if build_params(s, p).extension_params.sprt_enabled
-    ]
+    sprt_runs = [p for p in RUN_POLICIES if build_params(s, p).extension_params.sprt_enabled]
     assert sprt_runs == ["sprt"]
     assert (
         compute_run_mechanisms(s)["sprt"]

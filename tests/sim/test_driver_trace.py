@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from keepersim.sim.driver import build_params, parse_governance, run_scenario
+from keepersim.sim.governance import parse_governance
+from keepersim.sim.run_genesis import build_params
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import parse_scenario
 
 

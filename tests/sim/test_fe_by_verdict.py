@@ -40,7 +40,7 @@ def test_the_splits_add_up_to_the_runs_metrics(policy: str, split: str) -> None:
     ("args", "message"),
     [
         (["nope", "windowed"], "scenario: unknown 'nope'"),
-        (["sparse", "nope"], "policy: unknown 'nope'"),
+        (["sparse", "nope"], "policy: unknown policy 'nope'"),
         (["sparse", "windowed", "--every", "0"], "--every: expected a positive integer"),
         (["sparse", "windowed", "--set", "window"], "--set: expected PATH=VALUE"),
         (["sparse", "windowed", "--set", "x=1"], "--set: ModuleParams has no field 'x'"),

@@ -14,7 +14,9 @@ from typing import Any
 from keepersim.chain import Chain
 from keepersim.keeper.sprt import compute_sprt_constants
 from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY
-from keepersim.sim.driver import build_params, parse_governance, run_scenario
+from keepersim.sim.governance import parse_governance
+from keepersim.sim.run_genesis import build_params
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario, load_scenario
 from keepersim.types.messages import INACTIVE
 

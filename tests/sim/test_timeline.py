@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keepersim.sim.driver import run_scenario
 from keepersim.sim.metrics import EXPIRED, FINISHED, MetricsCollector
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario, parse_scenario
 
 

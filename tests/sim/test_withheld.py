@@ -15,8 +15,8 @@ from keepersim.keeper.selection import (
     compute_weight_factors,
     get_kept_out,
 )
-from keepersim.sim.driver import run_scenario
 from keepersim.sim.metrics import MetricsCollector
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario, parse_scenario
 
 RULES = PipelineRules(cap_pct=100, panic_pct=0, fallback_allowed=True, shadow=False)

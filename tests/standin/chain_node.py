@@ -97,7 +97,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from keepersim.chain import Chain
-from keepersim.sim.driver import run_scenario
+from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario
 from keepersim.types.bech32 import ACCOUNT_ADDRESS_PREFIX, compute_bech32, is_valid_bech32
 from keepersim.types.chain_json import compute_chain_json

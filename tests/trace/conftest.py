@@ -28,7 +28,7 @@ def sim_trace(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     :func:`make_small_scenario`: its closing record included."""
     from replay_helpers import make_small_scenario
 
-    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.run_loop import run_scenario
 
     path = tmp_path_factory.mktemp("sim-trace") / "trace.jsonl"
     run_scenario(make_small_scenario(), "gonka", seed=3, store="memory", trace_out=path)

@@ -14,7 +14,7 @@ from pathlib import Path
 from replay_helpers import make_small_scenario
 
 from keepersim.chain import open_chain
-from keepersim.sim.driver import run_scenario
+from keepersim.sim.run_loop import run_scenario
 from keepersim.trace.blocks import (
     ParamsPart,
     expand_scheduled,

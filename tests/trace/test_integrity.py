@@ -381,7 +381,7 @@ def test_a_failed_simulate_run_leaves_a_trace_that_is_refused(tmp_path: Path) ->
     its final path without a closing record; no reader takes it for a whole trace."""
     from replay_helpers import make_small_scenario
 
-    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.run_loop import run_scenario
 
     def stop(chain: Any, height: int) -> None:
         if height == 100:

@@ -384,7 +384,7 @@ def test_participants_lines_carry_the_groups_weights_and_reputations(tmp_path: P
     participants line, and the reader gives them back as recorded; a duplicate is an error."""
     import dataclasses
 
-    from keepersim.sim.driver import run_scenario
+    from keepersim.sim.run_loop import run_scenario
     from keepersim.sim.suite import get_builtin_scenario
     from keepersim.trace.reader import iterate_trace
     from keepersim.trace.records import ParticipantsRecord

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from mainnet_data import EPOCHS, load_live_params, require_shared
 
+from keepersim.types.chain_defaults import get_chain_mainnet_params
 from keepersim.types.chain_json import compute_chain_json
 from keepersim.types.chain_mainnet import LIVE_PARAMS_RESOURCE, get_live_mainnet_json
-from keepersim.types.chain_params import get_chain_mainnet_params, validate_chain_params
+from keepersim.types.chain_params import validate_chain_params
 from keepersim.types.chain_upgrades import UPGRADE_FIELD_SOURCES
 from keepersim.types.params import get_mainnet_params, validate_params
 

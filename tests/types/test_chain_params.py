@@ -18,13 +18,9 @@ from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keepersim.types.chain_params import (
-    compute_chain_decimal,
-    get_chain_decimal_value,
-    get_chain_default_params,
-    get_chain_mainnet_params,
-    validate_chain_params,
-)
+from keepersim.types.chain_decimal import compute_chain_decimal, get_chain_decimal_value
+from keepersim.types.chain_defaults import get_chain_default_params, get_chain_mainnet_params
+from keepersim.types.chain_params import validate_chain_params
 from keepersim.types.errors import InvalidParamsError
 from keepersim.types.pb.inference.inference.params_pb2 import (
     Decimal,

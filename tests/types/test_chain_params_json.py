@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mainnet_data import EPOCHS, load_live_params
 
+from keepersim.types.chain_defaults import get_chain_default_params
 from keepersim.types.chain_json import compute_chain_json
-from keepersim.types.chain_params import get_chain_default_params, validate_chain_params
+from keepersim.types.chain_params import validate_chain_params
 from keepersim.types.chain_params_json import (
     FilledField,
     get_absent_fields,

@@ -1,7 +1,8 @@
 """Health policies, selectable by name through ``Params.health_params.policy``.
 
-The classes here are exactly the chain's policies of keepersim.types.policies (checked at
-import): params validation and loading cannot disagree.
+The classes here are exactly the chain policies of the registry keepersim.types.policies
+(checked at import): params validation and loading cannot disagree. Each class declares its
+store prefix, and no two share one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from keepersim.keeper.policies.gonka import GonkaBreaker
 from keepersim.keeper.policies.trin_additive import TrinAdditive
 from keepersim.keeper.policies.trin_multiplicative import TrinMultiplicative
 from keepersim.keeper.policies.windowed import WindowedBreaker
-from keepersim.types.policies import CHAIN_POLICIES, get_shared_prefixes
+from keepersim.types.policies import POLICY_NAMES, get_shared_prefixes
 
 
 class NoPolicy(HealthPolicy):
@@ -53,22 +54,18 @@ BUILTIN_POLICIES: dict[str, type[HealthPolicy]] = {
 
 
 def get_registry_problems(classes: Mapping[str, type[HealthPolicy]]) -> list[str]:
-    """How ``classes`` differ from the chain's registry (keepersim.types.policies): names,
-    each class's own name and prefix, prefixes owned twice. Empty: they agree."""
+    """How ``classes`` differ from the registry's chain policies (keepersim.types.policies):
+    names, each class's own name, prefixes owned twice. Empty: they agree."""
     problems = []
-    if set(classes) != set(CHAIN_POLICIES):
+    if set(classes) != set(POLICY_NAMES):
         problems.append(
-            f"policy classes {sorted(classes)} are not the chain's policies "
-            f"{sorted(CHAIN_POLICIES)}"
+            f"policy classes {sorted(classes)} are not the chain's policies {sorted(POLICY_NAMES)}"
         )
     for name, cls in classes.items():
         if cls.name != name:
             problems.append(
                 f"{cls.__name__} is registered as {name!r} but names itself {cls.name!r}"
             )
-        expected = CHAIN_POLICIES.get(name)
-        if expected is not None and cls.prefix != expected:
-            problems.append(f"{name}: prefix {cls.prefix!r}, the registry says {expected!r}")
     prefixes = {name: cls.prefix for name, cls in classes.items()}
     for prefix, names in get_shared_prefixes(prefixes).items():
         problems.append(f"prefix {prefix!r} is owned by {', '.join(names)}")
@@ -92,9 +89,9 @@ def get_override(factory: PolicyFactory) -> HealthPolicy:
     """A harness's policy, built: not a chain policy's name, nor any chain policy's prefix (its
     state must never mix with theirs)."""
     policy = factory()
-    if policy.name in CHAIN_POLICIES:
+    if policy.name in POLICY_NAMES:
         raise ValueError(f"a policy override cannot be the chain policy {policy.name!r}")
-    owner = [name for name, prefix in CHAIN_POLICIES.items() if prefix == policy.prefix]
+    owner = [name for name, cls in BUILTIN_POLICIES.items() if cls.prefix == policy.prefix]
     if owner:
         raise ValueError(
             f"policy override {policy.name!r}: prefix {policy.prefix!r} is {owner[0]}'s"

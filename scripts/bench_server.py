@@ -1,4 +1,5 @@
-"""Measurements of the server and the exporter (importable by ``scripts/bench.py``).
+"""Measurements of the server and the exporter: ``python scripts/bench_server.py``, or imported by
+``scripts/bench.py``; the exporter tests build their demo chain with :func:`simulate_chain`.
 
 * :func:`bench_random_executor`: ``get_random_executor`` over HTTP from ``clients`` threads
   while the served chain advances (a scenario runner in the server process): throughput,
@@ -28,7 +29,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from keepersim.sim.scenario import Scenario
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # this checkout's keepersim, whatever PYTHONPATH says
+    sys.path.insert(0, str(ROOT))
+
+from keepersim.sim.scenario import Scenario  # noqa: E402
 
 __all__ = [
     "bench_export",
@@ -81,12 +86,21 @@ def simulate_chain(
 ) -> tuple[Path, Path | None]:
     """Run ``scenario`` into a LevelDB chain at ``folder/chain`` (and its trace at
     ``folder/sim.jsonl``); returns both paths."""
-    from keepersim.sim.driver import run_scenario
+    import dataclasses
+
+    from keepersim.runs.task import make_task, run_task
 
     base = Path(folder)
     chain_dir = base / "chain"
     trace_path = base / "sim.jsonl" if trace else None
-    run_scenario(scenario, policy, store="leveldb", store_dir=chain_dir, trace_out=trace_path)
+    task = make_task(scenario, policy, scenario.seed, store="leveldb")
+    run_task(
+        dataclasses.replace(
+            task,
+            store_dir=str(chain_dir),
+            trace_out=None if trace_path is None else str(trace_path),
+        )
+    )
     return chain_dir, trace_path
 
 
@@ -240,7 +254,8 @@ def bench_export(
 ) -> dict[str, Any]:
     """Export every epoch of a simulated chain from ``keepersim serve --chain`` (with
     ``faults``, e.g. ``429=0.15,503=0.15``) and report the exporter's result and rate."""
-    from keepersim.export.exporter import ExportOptions, export_trace
+    from keepersim.export.export_run import ExportOptions
+    from keepersim.export.exporter import export_trace
 
     with tempfile.TemporaryDirectory(prefix="keepersim-bench-") as tmp:
         if chain_dir is None:
