@@ -80,11 +80,6 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise UsageError("--store-dir needs --store leveldb")
     check_resume_option(args)
     scenario, seed = load_scenario_arg(args.scenario, args.seed)
-    if scenario.devshard is not None and args.store_dir is not None:
-        raise UsageError(
-            f"--store-dir: {args.scenario} has a 'devshard' key, whose gateway state is not "
-            "checkpointed yet: a devshard run cannot be resumable (run without --store-dir)"
-        )
     governance: list[Any] = []
     if args.governance is not None:
         data = read_json(args.governance, "governance file")

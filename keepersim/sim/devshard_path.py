@@ -120,7 +120,7 @@ def is_devshard_request(seed: int, request_index: int, share: float) -> bool:
 
 
 @dataclass
-class _Escrow:
+class DevshardEscrow:
     escrow_id: int
     epoch: int
     slots: tuple[str, ...]
@@ -148,7 +148,7 @@ class DevshardDrop:
 
 
 @dataclass
-class _Counts:
+class DevshardCounts:
     requests: int = 0
     dispatches: int = 0
     ghosts: dict[str, int] = field(default_factory=dict)
@@ -176,12 +176,12 @@ class DevshardPath:
         self.stale_blocks = compute_picker_stale_blocks(spec.block_time_ms)
         self.escrow_counter = 0
         # keyed by (model, lane): request n takes lane n % open_escrows
-        self.escrows: dict[tuple[str, int], _Escrow] = {}
+        self.escrows: dict[tuple[str, int], DevshardEscrow] = {}
         self.queue: dict[tuple[str, int], list[PickerRequest]] = {}
         self.pending: dict[str, tuple[int, int, str]] = {}  # request id -> (n, attempt, model)
         self.excluded: dict[int, set[str]] = {}  # request n -> hosts that declined it
         self.signals: dict[int, list[tuple[str, str, OutcomeClass]]] = {}
-        self.counts = _Counts()
+        self.counts = DevshardCounts()
         self.refusal_blocks = compute_blocks_ceil(REFUSAL_TIMEOUT_MS, spec.block_time_ms)
 
     # routing -------------------------------------------------------------------------------
@@ -266,7 +266,7 @@ class DevshardPath:
 
     def _process_new_escrow(
         self, height: int, chain: Chain, model: str, epoch: int
-    ) -> _Escrow | None:
+    ) -> DevshardEscrow | None:
         with chain.read() as k:
             group = k.get_epoch_group(epoch, model)
             ds = k.get_params().devshard_escrow_params
@@ -291,7 +291,7 @@ class DevshardPath:
             return None
         self.escrow_counter = escrow_id
         self.counts.escrows += 1
-        return _Escrow(
+        return DevshardEscrow(
             escrow_id,
             epoch,
             tuple(slots),

@@ -114,6 +114,10 @@ from keepersim.keeper.selection import (
 from keepersim.limits import MAX_GOVERNANCE_ENTRIES
 from keepersim.module.genesis import compute_genesis
 from keepersim.outputs import make_run_folder
+from keepersim.sim.devshard_checkpoint import (
+    get_devshard_checkpoint,
+    process_devshard_checkpoint,
+)
 from keepersim.sim.devshard_path import (
     DEVSHARD_LIMITER_POLICY,
     DevshardDispatch,
@@ -600,11 +604,6 @@ def run_scenario(
     schedule = _check_governance(governance, scenario.blocks)
     devshard = None
     if scenario.devshard is not None:
-        if store_dir is not None:
-            raise SimulationError(
-                "the devshard path (scenario key 'devshard') cannot run resumably yet: its "
-                "gateway state is not checkpointed; run without --store-dir"
-            )
         devshard = DevshardPath(
             scenario.devshard, run_seed, limiter=policy == DEVSHARD_LIMITER_POLICY
         )
@@ -1134,6 +1133,7 @@ class _Run:
             "gas": dict(result.gas_by_step),
         }
         meta.update(encode_checkpoint(self.fingerprint, state))
+        meta.update(get_devshard_checkpoint(self.devshard))
         process_kill_point(result.height, "pre")
         return meta
 
@@ -1163,6 +1163,7 @@ class _Run:
             self.in_flight[key[len(_CK_FLIGHT) :].decode()] = _InFlight(int(start), address)
         self.inactive = state["inactive"]
         self.recorded_out = state["recorded_out"]
+        process_devshard_checkpoint(self.devshard, chain.get_meta)
         self.process_block(self.chain.height, state["events"], state["gas"])
 
     def process_block(

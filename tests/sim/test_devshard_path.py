@@ -6,7 +6,6 @@ chain policy's exclusions filter slot sampling with ``slot_filter``; runs are re
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from keepersim.keeper.devshard.slots import compute_escrow_slots
 from keepersim.sim import driver
 from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, is_devshard_request
 from keepersim.sim.devshard_spec import DevshardSpec
-from keepersim.sim.driver import SimulationError, get_known_policies, run_scenario
+from keepersim.sim.driver import get_known_policies, run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario, dump_scenario, parse_scenario
 from keepersim.sim.suite import get_builtin_scenario
 
@@ -146,12 +145,6 @@ def test_a_declined_request_is_retried_on_another_host() -> None:
     assert r.metrics["devshard_dispatches"] > r.metrics["devshard_requests"]
 
 
-def test_a_resumable_devshard_run_is_refused(tmp_path: object) -> None:
-    s = _fleet(blocks=10, devshard=DevshardSpec())
-    with pytest.raises(SimulationError, match="devshard path"):
-        run_scenario(s, "none", store_dir=f"{tmp_path}/chain")
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**32), st.floats(0.0, 1.0))
 def test_the_share_split_is_a_threshold_on_one_hash(seed: int, share: float) -> None:
@@ -171,20 +164,6 @@ def test_open_escrows_spread_a_models_traffic_over_several_escrows() -> None:
     assert one.metrics["devshard_escrows"] == 1
     assert three.metrics["devshard_escrows"] == 3
     assert three.metrics["devshard_dispatches"] == one.metrics["devshard_dispatches"]
-
-
-def test_the_cli_refuses_a_resumable_devshard_run_before_creating_anything(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from keepersim import cli
-
-    example = Path(__file__).resolve().parents[2] / "examples" / "sprt_1726" / "sprt-1726.json"
-    store = tmp_path / "store"
-    status = cli.main(["simulate", str(example), "--policy", "none", "--store-dir", str(store)])
-    err = capsys.readouterr().err
-    assert status == 2
-    assert err.count("\n") == 1 and "--store-dir" in err and "devshard" in err
-    assert not store.exists()
 
 
 @settings(max_examples=50, deadline=None)
