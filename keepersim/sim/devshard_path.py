@@ -70,6 +70,7 @@ from keepersim.gateway.limiter import (
     is_no_winner,
     process_admission,
     process_outcome,
+    process_update_params,
 )
 from keepersim.gateway.limiter_params import compute_limiter_params, compute_picker_stale_blocks
 from keepersim.gateway.picker import (
@@ -82,7 +83,13 @@ from keepersim.gateway.picker import (
 from keepersim.gateway.signals import OutcomeClass
 from keepersim.keeper.devshard.slots import compute_escrow_slots
 from keepersim.keeper.devshard.timing import compute_blocks_ceil, compute_timeout_blocks
-from keepersim.sim.devshard_spec import MIXED_SHARE, SELECTION_PATH_CHOICES, DevshardSpec
+from keepersim.module.msg_server import get_next_extension
+from keepersim.sim.devshard_spec import (
+    MIXED_SHARE,
+    SELECTION_PATH_CHOICES,
+    DevshardSpec,
+    compute_effective_spec,
+)
 from keepersim.sim.scenario import Scenario
 from keepersim.types.errors import NoExecutorsError
 
@@ -165,6 +172,9 @@ class DevshardPath:
     optional limiter and its pending signals. Driver state, never in the app hash."""
 
     def __init__(self, spec: DevshardSpec, seed: int, *, limiter: bool) -> None:
+        #: The scenario's key; ``spec`` is it with the run's ``devshard_params`` applied
+        #: (:meth:`process_params`, each block).
+        self.scenario_spec = spec
         self.spec = spec
         self.seed = seed
         self.limiter: LimiterState | None = (
@@ -205,6 +215,7 @@ class DevshardPath:
     def process_block(self, height: int, chain: Chain) -> list[DevshardDispatch | DevshardDrop]:
         """Apply the limiter signals due at ``height``, then run every model's picker on what
         is queued (models in name order). Reads the state committed at ``height - 1``."""
+        self.process_params(chain)
         limiter = self.limiter
         for host, model, outcome in self.signals.pop(height, ()):
             if limiter is not None:
@@ -215,6 +226,25 @@ class DevshardPath:
             queued = self.queue.pop(key)
             out.extend(self._process_lane(height, chain, key, queued))
         return out
+
+    def process_params(self, chain: Chain) -> None:
+        """Follow ``extension_params.devshard_params`` in force in the block being built (a
+        governance change of block ``h`` is pending there and takes effect with ``h + 1``, as
+        the stepper reads ``expiration_blocks``): the limiter's settings through upstream's
+        settings update (``participant_limiter.go:297-344``: buckets cut to the new burst), the
+        rest read where it is used (the next escrow, the next miss)."""
+        with chain.read() as k:
+            params = get_next_extension(k).devshard_params
+        spec = compute_effective_spec(self.scenario_spec, params)
+        if spec == self.spec:
+            return
+        self.spec = spec
+        self.miss_signal = spec.get_miss_signal()
+        self.stale_blocks = compute_picker_stale_blocks(spec.block_time_ms)
+        if self.limiter is not None:
+            new = compute_limiter_params(spec.limiter, spec.block_time_ms)
+            if new != self.limiter.params:
+                process_update_params(self.limiter, new)
 
     def _process_lane(
         self, height: int, chain: Chain, key: tuple[str, int], queued: list[PickerRequest]

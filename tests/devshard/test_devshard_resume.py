@@ -32,7 +32,7 @@ from keepersim.sim.devshard_checkpoint import (
 )
 from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, DevshardPath
 from keepersim.sim.devshard_spec import DevshardSpec
-from keepersim.sim.driver import RunResult, run_scenario
+from keepersim.sim.driver import RunResult, build_params, parse_governance, run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario, format_scenario_json
 from keepersim.store.checkpoint import KILL_AT_ENV, ResumeError
 
@@ -129,29 +129,50 @@ def test_a_stopped_and_resumed_devshard_run_ends_as_an_uninterrupted_one(
     assert _stable(resumed) == _reference(policy, spec)
 
 
-def test_the_record_round_trips_mid_run() -> None:
+def test_a_governance_change_of_devshard_params_survives_a_resume(tmp_path: Path) -> None:
+    """The limiter's params changed by governance before the stop are the checkpoint's."""
+    base = build_params(_scenario(_SPEC), DEVSHARD_LIMITER_POLICY)
+    entry = {
+        "height": 50,
+        "set": {
+            "extension_params.devshard_params.request_burst": 2,
+            "extension_params.devshard_params.transport_failure_quarantine_ms": 20_000,
+        },
+    }
+    schedule = parse_governance([entry], base)
+
+    def run(**kw: Any) -> RunResult:
+        return run_scenario(_scenario(_SPEC), DEVSHARD_LIMITER_POLICY, governance=schedule, **kw)
+
+    reference = _stable(run(store="memory"))
+    assert reference != _reference(DEVSHARD_LIMITER_POLICY, _SPEC)
+
+    def hook(_chain: Chain, height: int) -> None:
+        if height == 90:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        run(store_dir=tmp_path / "chain", on_block=hook)
+    assert _stable(run(store_dir=tmp_path / "chain", resume=True)) == reference
+
+
+def test_the_record_round_trips_mid_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """encode(decode(encode(state))) == encode(state) after a limiter run's every block."""
     spec = _SPEC
     seen: list[bytes] = []
+    original = DevshardPath.process_block
 
-    class _Spy(DevshardPath):
-        def process_block(self, height: int, chain: Chain) -> Any:
-            out = super().process_block(height, chain)
-            data = encode_devshard_state(self)
-            fresh = DevshardPath(spec, 11, limiter=True)
-            process_devshard_state(fresh, data)
-            assert encode_devshard_state(fresh) == data
-            seen.append(data)
-            return out
+    def process_block(self: DevshardPath, height: int, chain: Chain) -> Any:
+        out = original(self, height, chain)
+        data = encode_devshard_state(self)
+        fresh = DevshardPath(spec, 11, limiter=True)
+        process_devshard_state(fresh, data)
+        assert encode_devshard_state(fresh) == data
+        seen.append(data)
+        return out
 
-    from keepersim.sim import driver
-
-    original = driver.DevshardPath
-    driver.DevshardPath = _Spy  # type: ignore[misc]
-    try:
-        run_scenario(_scenario(spec, blocks=80), DEVSHARD_LIMITER_POLICY, store="memory")
-    finally:
-        driver.DevshardPath = original  # type: ignore[misc]
+    monkeypatch.setattr(DevshardPath, "process_block", process_block)
+    run_scenario(_scenario(spec, blocks=80), DEVSHARD_LIMITER_POLICY, store="memory")
     assert len(seen) == 80
     record = json.loads(seen[-1])
     assert record["limiter"]["hosts"], "the limiter tracked nobody: the round trip tested little"
