@@ -41,7 +41,7 @@ __all__ = [
 
 DEVSHARD_CHECKPOINT_KEY: Final = RUN_META_PREFIX + b"devshard"
 #: Bumped when the record's layout changes (a store of another layout is refused, not misread).
-DEVSHARD_STATE_VERSION: Final = 1
+DEVSHARD_STATE_VERSION: Final = 2
 
 
 def _encode_request(r: PickerRequest) -> list[Any]:
@@ -70,6 +70,8 @@ def _encode_escrow(e: DevshardEscrow) -> dict[str, Any]:
         "nonce": e.picker.nonce,
         "queue": [_encode_request(r) for r in e.picker.queue],
         "nonces_left": e.nonces_left,
+        "refusal_blocks": e.refusal_blocks,
+        "execution_blocks": e.execution_blocks,
     }
 
 
@@ -78,7 +80,13 @@ def _decode_escrow(v: dict[str, Any]) -> DevshardEscrow:
         tuple(v["participants"]), int(v["nonce"]), [_decode_request(r) for r in v["queue"]]
     )
     return DevshardEscrow(
-        int(v["id"]), int(v["epoch"]), tuple(v["slots"]), picker, int(v["nonces_left"])
+        int(v["id"]),
+        int(v["epoch"]),
+        tuple(v["slots"]),
+        picker,
+        int(v["nonces_left"]),
+        int(v["refusal_blocks"]),
+        int(v["execution_blocks"]),
     )
 
 
@@ -127,7 +135,6 @@ def encode_devshard_state(path: DevshardPath) -> bytes:
     record = {
         "version": DEVSHARD_STATE_VERSION,
         "escrow_counter": path.escrow_counter,
-        "refusal_blocks": path.refusal_blocks,
         "escrows": [[m, lane, _encode_escrow(e)] for (m, lane), e in path.escrows.items()],
         "queue": [
             [m, lane, [_encode_request(r) for r in rs]] for (m, lane), rs in path.queue.items()
@@ -160,7 +167,6 @@ def process_devshard_state(path: DevshardPath, data: bytes) -> None:
             else "the devshard checkpoint is not a JSON object"
         )
     path.escrow_counter = int(record["escrow_counter"])
-    path.refusal_blocks = int(record["refusal_blocks"])
     path.escrows = {(str(m), int(lane)): _decode_escrow(e) for m, lane, e in record["escrows"]}
     path.queue = {
         (str(m), int(lane)): [_decode_request(r) for r in rs] for m, lane, rs in record["queue"]

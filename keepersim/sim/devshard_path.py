@@ -38,16 +38,22 @@ What the chain records
     (``keeper/devshard_host_stats.go:74-127``: completed = assigned - missed), here per request
     instead of once per escrow. A miss is a dispatched nonce that was not answered in time (a
     voted timeout, ``devshard/state/machine.go:1152``); a ghost probe is never a miss (no
-    request was sent, so no timeout can be voted). The chain's expiry (``expiration_blocks``)
-    stands for the escrow's execution timeout.
+    request was sent, so no timeout can be voted). In time means the escrow's deadlines
+    (``compute_deadline_blocks``, read from the chain's ``devshard_escrow_params`` when the
+    escrow is created; ``devshard/user/session.go:1747-1781``): a host that never answers is
+    timed out ``refusal_timeout`` + 5 s after the send (13 blocks), one that answers
+    ``execution_timeout`` + 5 s after its receipt (385 blocks). An answer within the execution
+    deadline is a finish even past the chain's ``expiration_blocks`` (the chain's record gets
+    it at the expiry height, so its counters see the escrow's verdict); one past it is an
+    ``execution_timeout`` miss.
 The limiter (``devshard-limiter`` runs only)
     The gateway's ``ParticipantRequestLimiter`` (:mod:`keepersim.gateway.limiter`) is the
     picker's throttle check (``gateway.go:299-307``); each dispatch takes a token
     (``participant_limiter.go:443-502``). It learns each dispatch's outcome
     (``signals.get_outcome_signal``): a finish at its height (success), a decline one block
-    later (429/503), a miss at the refusal timeout (``devshard_escrow_params.refusal_timeout``,
-    60 s = 12 blocks at 5 s: no receipt, ``devshard/host/timeout.go:34-58``) when the host never
-    answered, or at the expiry when it answered too slowly. Signals of a height are applied
+    later (429/503), a miss at the refusal deadline (13 blocks at 5 s: no receipt,
+    ``devshard/host/timeout.go:34-58``) when the host never answered, or at the execution
+    deadline when it answered too slowly. Signals of a height are applied
     before that height's picker runs. "No winner" (shadow quarantine, probation) needs redundant
     attempts, which keepersim does not model: such a host still serves alone; the run counts
     those dispatches (``devshard_no_winner_dispatches``). The limiter's state is the gateway's:
@@ -82,7 +88,7 @@ from keepersim.gateway.picker import (
 )
 from keepersim.gateway.signals import OutcomeClass
 from keepersim.keeper.devshard.slots import compute_escrow_slots
-from keepersim.keeper.devshard.timing import compute_blocks_ceil, compute_timeout_blocks
+from keepersim.keeper.devshard.timing import compute_deadline_blocks
 from keepersim.module.msg_server import get_next_extension
 from keepersim.sim.devshard_spec import (
     MIXED_SHARE,
@@ -111,8 +117,6 @@ __all__ = [
 DEVSHARD_LIMITER_POLICY: Final = "devshard-limiter"
 #: ``DefaultDevshardGroupSize`` (x/inference/types/params.go:102).
 DEFAULT_GROUP_SIZE: Final = 16
-#: ``refusal_timeout``'s default, 60 s (types/params.go:108), until an escrow reads the params.
-REFUSAL_TIMEOUT_MS: Final = 60_000
 
 
 def is_devshard_request(seed: int, request_index: int, share: float) -> bool:
@@ -133,6 +137,10 @@ class DevshardEscrow:
     slots: tuple[str, ...]
     picker: PickerState
     nonces_left: int
+    #: Its nonces' timeout deadlines in blocks (``compute_deadline_blocks`` of the params at
+    #: its creation): without a receipt after the send, with one after the receipt.
+    refusal_blocks: int = 13
+    execution_blocks: int = 385
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,8 @@ class DevshardDispatch:
     model: str
     address: str
     no_winner: bool = False
+    refusal_blocks: int = 13
+    execution_blocks: int = 385
 
 
 @dataclass(frozen=True)
@@ -192,7 +202,6 @@ class DevshardPath:
         self.excluded: dict[int, set[str]] = {}  # request n -> hosts that declined it
         self.signals: dict[int, list[tuple[str, str, OutcomeClass]]] = {}
         self.counts = DevshardCounts()
-        self.refusal_blocks = compute_blocks_ceil(REFUSAL_TIMEOUT_MS, spec.block_time_ms)
 
     # routing -------------------------------------------------------------------------------
 
@@ -277,7 +286,7 @@ class DevshardPath:
             held = False
             for e in events:
                 if e.kind == "dispatch":
-                    out.append(self._dispatch(height, model, e.request_id, e.participant))
+                    out.append(self._dispatch(height, escrow, model, e.request_id, e.participant))
                 elif e.kind == "ghost":
                     kind = (e.ghost or GhostKind.EXCLUDE).value
                     self.counts.ghosts[kind] = self.counts.ghosts.get(kind, 0) + 1
@@ -300,8 +309,7 @@ class DevshardPath:
         with chain.read() as k:
             group = k.get_epoch_group(epoch, model)
             ds = k.get_params().devshard_escrow_params
-            refusal = compute_timeout_blocks(ds, self.spec.block_time_ms).refusal_blocks
-        self.refusal_blocks = max(1, refusal)
+        deadlines = compute_deadline_blocks(ds, self.spec.block_time_ms)
         weights = (
             []
             if group is None
@@ -327,9 +335,13 @@ class DevshardPath:
             tuple(slots),
             PickerState(tuple(slots)),
             self.spec.nonces_per_escrow,
+            max(1, deadlines.refusal_blocks),
+            max(1, deadlines.execution_blocks),
         )
 
-    def _dispatch(self, height: int, model: str, request_id: str, host: str) -> DevshardDispatch:
+    def _dispatch(
+        self, height: int, escrow: DevshardEscrow, model: str, request_id: str, host: str
+    ) -> DevshardDispatch:
         request, attempt, _ = self.pending.pop(request_id)
         no_winner = False
         if self.limiter is not None:
@@ -338,7 +350,15 @@ class DevshardPath:
         self.counts.dispatches += 1
         if no_winner:
             self.counts.no_winner_dispatches += 1
-        return DevshardDispatch(request, attempt, model, host, no_winner)
+        return DevshardDispatch(
+            request,
+            attempt,
+            model,
+            host,
+            no_winner,
+            escrow.refusal_blocks,
+            escrow.execution_blocks,
+        )
 
     def _drop(self, request_id: str) -> DevshardDrop:
         request, attempt, _ = self.pending.pop(request_id)
@@ -366,7 +386,7 @@ class DevshardPath:
             reason = "no_receipt" if no_receipt else "execution_timeout"
             self.counts.misses[reason] = self.counts.misses.get(reason, 0) + 1
             if no_receipt:
-                at = min(at, height + self.refusal_blocks)
+                at = min(at, height + dispatch.refusal_blocks)
         if self.limiter is not None:
             self.signals.setdefault(at, []).append((dispatch.address, dispatch.model, outcome))
         if outcome == "decline" and retried:

@@ -858,10 +858,14 @@ class ScenarioStepper:
         model: str,
         starts: list[MsgStartInference],
         sel: Selection,
+        deadline: int | None = None,
     ) -> tuple[OutcomeClass, int, bool]:
         """Assign request ``n``'s ``attempt`` to ``sel.address`` (the rules of the module
         docstring); its planned outcome, the height it resolves at, and whether a miss is one
-        the host never answered (over capacity, or its miss draw)."""
+        the host never answered (over capacity, or its miss draw). ``deadline``: the blocks an
+        answer may take before it is a miss (default the chain's expiry; a devshard nonce's is
+        its escrow's execution timeout: an answer after the chain's expiry but within it is
+        recorded as a finish at the expiry)."""
         rid = sel.request_id
         address = sel.address
         spec = self.specs[address]
@@ -888,12 +892,12 @@ class ScenarioStepper:
             else:
                 self.unserved += 1
             planned = ("decline", height + 1, False)
-        elif over or u < p_miss or latency > self._expiration:
+        elif over or u < p_miss or latency > (deadline or self._expiration):
             self.planned_misses += 1
-            planned = ("miss", height + self._expiration, over or u < p_miss)
+            planned = ("miss", height + (deadline or self._expiration), over or u < p_miss)
         else:
             planned = ("finish", height + latency, False)
-            self.finishes.setdefault(height + latency, []).append(
+            self.finishes.setdefault(height + min(latency, self._expiration), []).append(
                 MsgFinishInference(
                     creator=address,
                     inference_id=rid,
@@ -930,7 +934,13 @@ class ScenarioStepper:
             rid = get_request_id(event.request, event.attempt)
             sel = Selection(event.address, self.chain.height, event.model, rid, False, False)
             outcome, at, no_receipt = self.assign_to(
-                height, event.request, event.attempt, event.model, starts, sel
+                height,
+                event.request,
+                event.attempt,
+                event.model,
+                starts,
+                sel,
+                event.execution_blocks,
             )
             devshard.process_result(
                 height,

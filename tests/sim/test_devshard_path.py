@@ -106,7 +106,7 @@ def test_nonces_go_round_robin_over_the_escrows_slots(monkeypatch: pytest.Monkey
 
 
 def test_the_limiter_ghosts_a_host_in_probe_quarantine() -> None:
-    """``bad`` misses every request: after its first miss is known (the refusal timeout, 12
+    """``bad`` misses every request: after its first miss is known (the refusal deadline, 13
     blocks at 5 s), the gateway quarantines it for 30 min (360 blocks) and its slots carry
     ghost probes; under ``none`` it keeps getting requests."""
     s = _fleet(blocks=300, bad_p=1.0, devshard=DevshardSpec(nonces_per_escrow=5000))
