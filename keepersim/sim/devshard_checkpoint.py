@@ -41,7 +41,7 @@ __all__ = [
 
 DEVSHARD_CHECKPOINT_KEY: Final = RUN_META_PREFIX + b"devshard"
 #: Bumped when the record's layout changes (a store of another layout is refused, not misread).
-DEVSHARD_STATE_VERSION: Final = 2
+DEVSHARD_STATE_VERSION: Final = 3
 
 
 def _encode_request(r: PickerRequest) -> list[Any]:
@@ -143,6 +143,10 @@ def encode_devshard_state(path: DevshardPath) -> bytes:
         "excluded": [[n, sorted(hosts)] for n, hosts in path.excluded.items()],
         "signals": [[h, [list(s) for s in sig]] for h, sig in path.signals.items()],
         "limiter": _encode_limiter(path.limiter),
+        "race_info": [
+            [rid, k, list(tried), root] for rid, (k, tried, root) in path.race_info.items()
+        ],
+        "races": [[root, list(v)] for root, v in path.races.items()],
         "counts": {
             f.name: (
                 [[k, v] for k, v in getattr(c, f.name).items()]
@@ -178,6 +182,11 @@ def process_devshard_state(path: DevshardPath, data: bytes) -> None:
         for h, sig in record["signals"]
     }
     path.limiter = _decode_limiter(record["limiter"])
+    path.race_info = {
+        str(rid): (int(k), tuple(str(t) for t in tried), str(root))
+        for rid, k, tried, root in record["race_info"]
+    }
+    path.races = {str(root): [int(x) for x in v] for root, v in record["races"]}
     counts = DevshardCounts()
     for f in fields(DevshardCounts):
         value = record["counts"][f.name]

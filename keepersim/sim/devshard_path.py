@@ -54,11 +54,28 @@ The limiter (``devshard-limiter`` runs only)
     later (429/503), a miss at the refusal deadline (13 blocks at 5 s: no receipt,
     ``devshard/host/timeout.go:34-58``) when the host never answered, or at the execution
     deadline when it answered too slowly. Signals of a height are applied
-    before that height's picker runs. "No winner" (shadow quarantine, probation) needs redundant
-    attempts, which keepersim does not model: such a host still serves alone; the run counts
-    those dispatches (``devshard_no_winner_dispatches``). The limiter's state is the gateway's:
+    before that height's picker runs. The limiter's state is the gateway's:
     outside the app hash, driven only by the run's own outcomes, so deterministic. Other
     policies run the picker without a throttle checker (``NewRedundancy``'s nil checker).
+No winner (``devshard-limiter`` runs)
+    A host in shadow quarantine or on probation (``is_no_winner``) gets real traffic but
+    cannot win (``devshard/docs/host-health.md``). The gateway's ``Redundancy`` then starts the
+    next attempt at once (``primary_suspicious`` decision, ``redundancy.go:1714-1716``;
+    ``suspicious_host_immediate_escalation``, ``:2631-2637``): keepersim queues a race attempt
+    of the same request (id ``<first attempt's id>/w<k>``) right behind, in the same block,
+    with every participant tried so far excluded (``triedParticipants``, ``:1695-1710``); the
+    picker gives it the next usable nonce (ghosts in between as usual). A race attempt on
+    another no-winner host escalates again, up to ``maxAttempts`` attempts, the group size
+    (``:3721-3730``: ``maxSpeculativeAttempts`` is unset outside PoC). Every attempt is a real
+    nonce: a ``MsgStartInference`` on the chain, an outcome the limiter learns (a finished
+    attempt is a success whether or not it won, ``recordSample``, ``:4003-4060``). The winner
+    (``devshard_race_winners``) is an eligible attempt that finished, else a no-winner one
+    (``resolvedWinnerNonce`` / ``fallbackSuspiciousWinner``, ``:3732-3766``), else none. A race
+    attempt that finds no host ends silently, and its decline is neither re-tried nor
+    unserved: the request's own attempt decides that. Simplified: upstream's race is in
+    wall-clock time (first content wins, losers are cancelled); here every attempt runs to its
+    own outcome, the PerfTracker's speculative attempts for slow or unresponsive hosts and the
+    receipt timeout's secondary are not modelled.
 """
 
 from __future__ import annotations
@@ -154,6 +171,13 @@ class DevshardDispatch:
     no_winner: bool = False
     refusal_blocks: int = 13
     execution_blocks: int = 385
+    #: The inference id of this nonce's request attempt (``get_request_id``'s, or a race
+    #: attempt's ``<id>/w<k>``).
+    request_id: str = ""
+    #: 0: the request's own attempt; k > 0: the k-th redundant attempt of a "no winner" race.
+    race: int = 0
+    #: The race this nonce belongs to (its first attempt's id), "" outside races.
+    race_root: str = ""
 
 
 @dataclass(frozen=True)
@@ -173,6 +197,8 @@ class DevshardCounts:
     escrows: int = 0
     filtered_escrows: int = 0
     no_winner_dispatches: int = 0
+    race_attempts: int = 0
+    race_drops: int = 0
     limiter_signals: int = 0
     misses: dict[str, int] = field(default_factory=dict)
 
@@ -201,6 +227,10 @@ class DevshardPath:
         self.pending: dict[str, tuple[int, int, str]] = {}  # request id -> (n, attempt, model)
         self.excluded: dict[int, set[str]] = {}  # request n -> hosts that declined it
         self.signals: dict[int, list[tuple[str, str, OutcomeClass]]] = {}
+        #: A queued race attempt's id -> (k, participants tried before it, the race's root id).
+        self.race_info: dict[str, tuple[int, tuple[str, ...], str]] = {}
+        #: A race's root id -> [a winner-eligible attempt finished, a no-winner one finished].
+        self.races: dict[str, list[int]] = {}
         self.counts = DevshardCounts()
 
     # routing -------------------------------------------------------------------------------
@@ -273,7 +303,7 @@ class DevshardPath:
             if escrow is None or escrow.nonces_left <= 0 or escrow.epoch != epoch:
                 escrow = self._process_new_escrow(height, chain, model, epoch)
                 if escrow is None:  # nobody with weight: every request is dropped
-                    out.extend(self._drop(r.request_id) for r in carried)
+                    out.extend(d for r in carried if (d := self._drop(r.request_id)))
                     carried = []
                     break
             picker = escrow.picker
@@ -284,19 +314,24 @@ class DevshardPath:
             )
             escrow.nonces_left -= picker.nonce - before
             held = False
+            raced: list[PickerRequest] = []
             for e in events:
                 if e.kind == "dispatch":
-                    out.append(self._dispatch(height, escrow, model, e.request_id, e.participant))
+                    sent = self._dispatch(height, escrow, model, e.request_id, e.participant)
+                    out.append(sent)
+                    if sent.no_winner and sent.race + 1 < len(escrow.slots):
+                        raced.append(self._process_race_attempt(height, sent))
                 elif e.kind == "ghost":
                     kind = (e.ghost or GhostKind.EXCLUDE).value
                     self.counts.ghosts[kind] = self.counts.ghosts.get(kind, 0) + 1
                 elif e.kind == "drop":
-                    out.append(self._drop(e.request_id))
+                    if dropped := self._drop(e.request_id):
+                        out.append(dropped)
                 else:
                     held = True
-            carried = picker.queue
+            carried = [*picker.queue, *raced]
             picker.queue = []
-            if held or escrow.nonces_left > 0:
+            if held or (escrow.nonces_left > 0 and not raced):
                 break
         if escrow is not None:
             escrow.picker.queue = carried
@@ -339,10 +374,25 @@ class DevshardPath:
             max(1, deadlines.execution_blocks),
         )
 
+    def _process_race_attempt(self, height: int, d: DevshardDispatch) -> PickerRequest:
+        """A "no winner" host got the nonce: the gateway starts the next attempt at once on
+        another participant (module docstring, "No winner")."""
+        k, tried, root = self.race_info.pop(d.request_id, (0, (), d.request_id))
+        tried = (*tried, d.address)
+        rid = f"{root}/w{k + 1}"
+        self.pending[rid] = (d.request, d.attempt, d.model)
+        self.race_info[rid] = (k + 1, tried, root)
+        self.races.setdefault(root, [0, 0])
+        exclude = frozenset(self.excluded.get(d.request, ())) | frozenset(tried)
+        return PickerRequest(rid, height, exclude)
+
     def _dispatch(
         self, height: int, escrow: DevshardEscrow, model: str, request_id: str, host: str
     ) -> DevshardDispatch:
         request, attempt, _ = self.pending.pop(request_id)
+        race, _, root = self.race_info.get(request_id, (0, (), ""))
+        if race:
+            self.counts.race_attempts += 1
         no_winner = False
         if self.limiter is not None:
             no_winner = is_no_winner(self.limiter, host, model, height)
@@ -358,10 +408,18 @@ class DevshardPath:
             no_winner,
             escrow.refusal_blocks,
             escrow.execution_blocks,
+            request_id,
+            race,
+            root or (request_id if no_winner else ""),
         )
 
-    def _drop(self, request_id: str) -> DevshardDrop:
+    def _drop(self, request_id: str) -> DevshardDrop | None:
+        """The picker found no host for ``request_id``; a race attempt ends silently (the
+        race's earlier attempts still run), a request's own attempt is answered as dropped."""
         request, attempt, _ = self.pending.pop(request_id)
+        if self.race_info.pop(request_id, None) is not None:
+            self.counts.race_drops += 1
+            return None
         self.excluded.pop(request, None)
         self.counts.drops += 1
         return DevshardDrop(request, attempt)
@@ -389,6 +447,12 @@ class DevshardPath:
                 at = min(at, height + dispatch.refusal_blocks)
         if self.limiter is not None:
             self.signals.setdefault(at, []).append((dispatch.address, dispatch.model, outcome))
+        if dispatch.race_root:
+            race = self.races.setdefault(dispatch.race_root, [0, 0])
+            if outcome == "finish":
+                race[1 if dispatch.no_winner else 0] = 1
+        if dispatch.race:  # a race attempt: the request's own attempt decides its re-try
+            return
         if outcome == "decline" and retried:
             self.excluded.setdefault(dispatch.request, set()).add(dispatch.address)
         else:
@@ -409,9 +473,23 @@ class DevshardPath:
             "devshard_escrows": c.escrows,
             "devshard_filtered_escrows": c.filtered_escrows,
             "devshard_no_winner_dispatches": c.no_winner_dispatches,
+            "devshard_races": len(self.races),
+            "devshard_race_attempts": c.race_attempts,
+            "devshard_race_drops": c.race_drops,
+            "devshard_race_winners": _count_race_winners(self.races),
             "devshard_limiter_signals": c.limiter_signals,
             "devshard_misses_by_reason": dict(sorted(c.misses.items())),
         }
+
+
+def _count_race_winners(races: dict[str, list[int]]) -> dict[str, int]:
+    """Who won each race (``resolvedWinnerNonce`` / ``fallbackSuspiciousWinner``,
+    ``redundancy.go:3732-3766``): an eligible attempt that finished, else a no-winner one that
+    finished, else none."""
+    out = {"eligible": 0, "no_winner_fallback": 0, "none": 0}
+    for eligible, fallback in races.values():
+        out["eligible" if eligible else "no_winner_fallback" if fallback else "none"] += 1
+    return out
 
 
 def _get_epoch(chain: Chain) -> int:

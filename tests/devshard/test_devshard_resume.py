@@ -10,6 +10,7 @@ devshard knobs); and the record's round trip.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keepersim.chain import Chain
+from keepersim.gateway.limiter_params import ThrottleSettings
 from keepersim.sim.devshard_checkpoint import (
     DEVSHARD_CHECKPOINT_KEY,
     encode_devshard_state,
@@ -68,7 +70,13 @@ def _scenario(spec: DevshardSpec, *, blocks: int = BLOCKS) -> Scenario:
     )
 
 
-_SPEC = DevshardSpec(share=0.8, nonces_per_escrow=40, open_escrows=2)
+# Short quarantines, so that hosts come back on probation and "no winner" races run.
+_SPEC = DevshardSpec(
+    share=0.8,
+    nonces_per_escrow=40,
+    open_escrows=2,
+    limiter=ThrottleSettings(transport_failure_quarantine_ms=60_000, http_quarantine_ms=120_000),
+)
 
 
 def _stable(result: RunResult) -> dict[str, Any]:
@@ -105,6 +113,7 @@ def test_the_limiter_run_has_every_kind_of_pending_state() -> None:
     assert m["declines"] > 0 and m["devshard_escrows"] > 2
     assert sum(m["devshard_misses_by_reason"].values()) > 0
     assert m["requests"] > m["devshard_requests"] > 0  # both paths
+    assert m["devshard_race_attempts"] > 0 and m["devshard_no_winner_dispatches"] > 0
 
 
 @settings(max_examples=12, deadline=None)
@@ -118,12 +127,7 @@ def test_a_stopped_and_resumed_devshard_run_ends_as_an_uninterrupted_one(
 ) -> None:
     import tempfile
 
-    spec = DevshardSpec(
-        share=_SPEC.share,
-        nonces_per_escrow=_SPEC.nonces_per_escrow,
-        open_escrows=_SPEC.open_escrows,
-        slot_filter=slot_filter,
-    )
+    spec = dataclasses.replace(_SPEC, slot_filter=slot_filter)
     with tempfile.TemporaryDirectory() as tmp:
         resumed = _run_stopped(policy, spec, Path(tmp) / "chain", stops)
     assert _stable(resumed) == _reference(policy, spec)
