@@ -38,7 +38,23 @@ def add_simulate_command(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("scenario", metavar="SCENARIO", help="built-in scenario name or file")
-    parser.add_argument("--policy", default="gonka", help="health policy (default: gonka)")
+    parser.add_argument(
+        "--policy",
+        default=None,
+        help="health policy (default: gonka; with --preset mainnet: devshard-limiter)",
+    )
+    parser.add_argument(
+        "--preset",
+        choices=("default", "mainnet"),
+        default="default",
+        help=(
+            "mainnet: run as the live network at v0.2.14 does: every request through devshard "
+            "escrows (unless the scenario has its own 'devshard' key), the chain's downtime SPRT "
+            "on with the live values (0.98 / 0.99 / 100, unless the scenario's params set them), "
+            "default policy devshard-limiter (docs/design/devshard.md); default: as the scenario "
+            "says"
+        ),
+    )
     parser.add_argument("--seed", type=parse_seed, default=None, help="run seed")
     parser.add_argument(
         "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
@@ -69,7 +85,15 @@ def run_simulate(args: argparse.Namespace) -> int:
         parse_governance,
         run_scenario,
     )
+    from keepersim.sim.live_network import (
+        LIVE_POLICY,
+        compute_live_params,
+        compute_live_scenario,
+    )
 
+    live = args.preset == "mainnet"
+    if args.policy is None:
+        args.policy = LIVE_POLICY if live else "gonka"
     if args.policy not in get_known_policies():
         raise UsageError(
             f"--policy: unknown policy {args.policy!r}; known: {', '.join(get_known_policies())}"
@@ -80,10 +104,21 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise UsageError("--store-dir needs --store leveldb")
     check_resume_option(args)
     scenario, seed = load_scenario_arg(args.scenario, args.seed)
+    params = None
+    if live:
+        scenario = compute_live_scenario(scenario)
+        params = compute_live_params(
+            build_params(
+                scenario,
+                args.policy,
+                shadow=args.shadow,
+                reputation_weighting=args.reputation_weighting,
+            )
+        )
     governance: list[Any] = []
     if args.governance is not None:
         data = read_json(args.governance, "governance file")
-        base = build_params(
+        base = params or build_params(
             scenario,
             args.policy,
             shadow=args.shadow,
@@ -101,6 +136,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         scenario,
         args.policy,
         seed=seed,
+        params=params,
         store=args.store,
         store_dir=args.store_dir,
         governance=governance,
