@@ -42,7 +42,23 @@ def add_simulate_command(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("scenario", metavar="SCENARIO", help="built-in scenario name or file")
-    parser.add_argument("--policy", default="gonka", help="health policy (default: gonka)")
+    parser.add_argument(
+        "--policy",
+        default=None,
+        help="health policy (default: gonka; with --preset mainnet: devshard-limiter)",
+    )
+    parser.add_argument(
+        "--preset",
+        choices=("default", "mainnet"),
+        default="default",
+        help=(
+            "mainnet: run as the live network at v0.2.14 does: every request through devshard "
+            "escrows (unless the scenario has its own 'devshard' key), the chain's downtime SPRT "
+            "on with the live values (0.98 / 0.99 / 100, unless the scenario's params set them), "
+            "default policy devshard-limiter (docs/design/devshard.md); default: as the scenario "
+            "says"
+        ),
+    )
     parser.add_argument("--seed", type=parse_seed, default=None, help="run seed")
     parser.add_argument(
         "--store", choices=("leveldb", "memory"), default="leveldb", help="chain store"
@@ -70,10 +86,18 @@ def run_simulate(args: argparse.Namespace) -> int:
     from keepersim.runs.engines import execute_runs
     from keepersim.runs.task import make_task
     from keepersim.sim.governance import parse_governance
+    from keepersim.sim.live_network import (
+        LIVE_POLICY,
+        compute_live_params,
+        compute_live_scenario,
+    )
     from keepersim.sim.run_genesis import build_params
     from keepersim.types.params import params_to_dict
     from keepersim.types.policies import get_unknown_policy_problem
 
+    live = args.preset == "mainnet"
+    if args.policy is None:
+        args.policy = LIVE_POLICY if live else "gonka"
     unknown = get_unknown_policy_problem([args.policy])
     if unknown:
         raise UsageError(f"--policy: {unknown}")
@@ -83,15 +107,21 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise UsageError("--store-dir needs --store leveldb")
     check_resume_option(args)
     scenario, seed = load_scenario_arg(args.scenario, args.seed)
-    if scenario.devshard is not None and args.store_dir is not None:
-        raise UsageError(
-            f"--store-dir: {args.scenario} has a 'devshard' key, whose gateway state is not "
-            "checkpointed yet: a devshard run cannot be resumable (run without --store-dir)"
+    params = None
+    if live:
+        scenario = compute_live_scenario(scenario)
+        params = compute_live_params(
+            build_params(
+                scenario,
+                args.policy,
+                shadow=args.shadow,
+                reputation_weighting=args.reputation_weighting,
+            )
         )
     governance: list[Any] = []
     if args.governance is not None:
         data = read_json(args.governance, "governance file")
-        base = build_params(
+        base = params or build_params(
             scenario,
             args.policy,
             shadow=args.shadow,
@@ -107,6 +137,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     check_output_args(args, files=("out", "trace_out"), folders=("store_dir",))
     task = dataclasses.replace(
         make_task(scenario, args.policy, scenario.seed if seed is None else seed, store=args.store),
+        initial_params=None if params is None else params_to_dict(params),
         governance=[[h, params_to_dict(p)] for h, p in governance],
         store_dir=args.store_dir,
         trace_out=args.trace_out,

@@ -38,21 +38,44 @@ What the chain records
     (``keeper/devshard_host_stats.go:74-127``: completed = assigned - missed), here per request
     instead of once per escrow. A miss is a dispatched nonce that was not answered in time (a
     voted timeout, ``devshard/state/machine.go:1152``); a ghost probe is never a miss (no
-    request was sent, so no timeout can be voted). The chain's expiry (``expiration_blocks``)
-    stands for the escrow's execution timeout.
+    request was sent, so no timeout can be voted). In time means the escrow's deadlines
+    (``compute_deadline_blocks``, read from the chain's ``devshard_escrow_params`` when the
+    escrow is created; ``devshard/user/session.go:1747-1781``): a host that never answers is
+    timed out ``refusal_timeout`` + 5 s after the send (13 blocks), one that answers
+    ``execution_timeout`` + 5 s after its receipt (385 blocks). An answer within the execution
+    deadline is a finish even past the chain's ``expiration_blocks`` (the chain's record gets
+    it at the expiry height, so its counters see the escrow's verdict); one past it is an
+    ``execution_timeout`` miss.
 The limiter (``devshard-limiter`` runs only)
     The gateway's ``ParticipantRequestLimiter`` (:mod:`keepersim.gateway.limiter`) is the
     picker's throttle check (``gateway.go:299-307``); each dispatch takes a token
     (``participant_limiter.go:443-502``). It learns each dispatch's outcome
     (``signals.get_outcome_signal``): a finish at its height (success), a decline one block
-    later (429/503), a miss at the refusal timeout (``devshard_escrow_params.refusal_timeout``,
-    60 s = 12 blocks at 5 s: no receipt, ``devshard/host/timeout.go:34-58``) when the host never
-    answered, or at the expiry when it answered too slowly. Signals of a height are applied
-    before that height's picker runs. "No winner" (shadow quarantine, probation) needs redundant
-    attempts, which keepersim does not model: such a host still serves alone; the run counts
-    those dispatches (``devshard_no_winner_dispatches``). The limiter's state is the gateway's:
+    later (429/503), a miss at the refusal deadline (13 blocks at 5 s: no receipt,
+    ``devshard/host/timeout.go:34-58``) when the host never answered, or at the execution
+    deadline when it answered too slowly. Signals of a height are applied
+    before that height's picker runs. The limiter's state is the gateway's:
     outside the app hash, driven only by the run's own outcomes, so deterministic. Other
     policies run the picker without a throttle checker (``NewRedundancy``'s nil checker).
+No winner (``devshard-limiter`` runs)
+    A host in shadow quarantine or on probation (``is_no_winner``) gets real traffic but
+    cannot win (``devshard/docs/host-health.md``). The gateway's ``Redundancy`` then starts the
+    next attempt at once (``primary_suspicious`` decision, ``redundancy.go:1714-1716``;
+    ``suspicious_host_immediate_escalation``, ``:2631-2637``): keepersim queues a race attempt
+    of the same request (id ``<first attempt's id>/w<k>``) right behind, in the same block,
+    with every participant tried so far excluded (``triedParticipants``, ``:1695-1710``); the
+    picker gives it the next usable nonce (ghosts in between as usual). A race attempt on
+    another no-winner host escalates again, up to ``maxAttempts`` attempts, the group size
+    (``:3721-3730``: ``maxSpeculativeAttempts`` is unset outside PoC). Every attempt is a real
+    nonce: a ``MsgStartInference`` on the chain, an outcome the limiter learns (a finished
+    attempt is a success whether or not it won, ``recordSample``, ``:4003-4060``). The winner
+    (``devshard_race_winners``) is an eligible attempt that finished, else a no-winner one
+    (``resolvedWinnerNonce`` / ``fallbackSuspiciousWinner``, ``:3732-3766``), else none. A race
+    attempt that finds no host ends silently, and its decline is neither re-tried nor
+    unserved: the request's own attempt decides that. Simplified: upstream's race is in
+    wall-clock time (first content wins, losers are cancelled); here every attempt runs to its
+    own outcome, the PerfTracker's speculative attempts for slow or unresponsive hosts and the
+    receipt timeout's secondary are not modelled.
 """
 
 from __future__ import annotations
@@ -70,6 +93,7 @@ from keepersim.gateway.limiter import (
     is_no_winner,
     process_admission,
     process_outcome,
+    process_update_params,
 )
 from keepersim.gateway.limiter_params import compute_limiter_params, compute_picker_stale_blocks
 from keepersim.gateway.picker import (
@@ -81,8 +105,14 @@ from keepersim.gateway.picker import (
 )
 from keepersim.gateway.signals import OutcomeClass
 from keepersim.keeper.devshard.slots import compute_escrow_slots
-from keepersim.keeper.devshard.timing import compute_blocks_ceil, compute_timeout_blocks
-from keepersim.sim.devshard_spec import MIXED_SHARE, SELECTION_PATH_CHOICES, DevshardSpec
+from keepersim.keeper.devshard.timing import compute_deadline_blocks
+from keepersim.module.msg_server import get_next_extension
+from keepersim.sim.devshard_spec import (
+    MIXED_SHARE,
+    SELECTION_PATH_CHOICES,
+    DevshardSpec,
+    compute_effective_spec,
+)
 from keepersim.sim.scenario import Scenario
 from keepersim.types.errors import NoExecutorsError
 from keepersim.types.policies import DEVSHARD_LIMITER
@@ -105,8 +135,6 @@ __all__ = [
 DEVSHARD_LIMITER_POLICY: Final = DEVSHARD_LIMITER  # the registry's (keepersim.types.policies)
 #: ``DefaultDevshardGroupSize`` (x/inference/types/params.go:102).
 DEFAULT_GROUP_SIZE: Final = 16
-#: ``refusal_timeout``'s default, 60 s (types/params.go:108), until an escrow reads the params.
-REFUSAL_TIMEOUT_MS: Final = 60_000
 
 
 def is_devshard_request(seed: int, request_index: int, share: float) -> bool:
@@ -121,12 +149,16 @@ def is_devshard_request(seed: int, request_index: int, share: float) -> bool:
 
 
 @dataclass
-class _Escrow:
+class DevshardEscrow:
     escrow_id: int
     epoch: int
     slots: tuple[str, ...]
     picker: PickerState
     nonces_left: int
+    #: Its nonces' timeout deadlines in blocks (``compute_deadline_blocks`` of the params at
+    #: its creation): without a receipt after the send, with one after the receipt.
+    refusal_blocks: int = 13
+    execution_blocks: int = 385
 
 
 @dataclass(frozen=True)
@@ -138,6 +170,15 @@ class DevshardDispatch:
     model: str
     address: str
     no_winner: bool = False
+    refusal_blocks: int = 13
+    execution_blocks: int = 385
+    #: The inference id of this nonce's request attempt (``get_request_id``'s, or a race
+    #: attempt's ``<id>/w<k>``).
+    request_id: str = ""
+    #: 0: the request's own attempt; k > 0: the k-th redundant attempt of a "no winner" race.
+    race: int = 0
+    #: The race this nonce belongs to (its first attempt's id), "" outside races.
+    race_root: str = ""
 
 
 @dataclass(frozen=True)
@@ -149,7 +190,7 @@ class DevshardDrop:
 
 
 @dataclass
-class _Counts:
+class DevshardCounts:
     requests: int = 0
     dispatches: int = 0
     ghosts: dict[str, int] = field(default_factory=dict)
@@ -157,6 +198,8 @@ class _Counts:
     escrows: int = 0
     filtered_escrows: int = 0
     no_winner_dispatches: int = 0
+    race_attempts: int = 0
+    race_drops: int = 0
     limiter_signals: int = 0
     misses: dict[str, int] = field(default_factory=dict)
 
@@ -166,6 +209,9 @@ class DevshardPath:
     optional limiter and its pending signals. Driver state, never in the app hash."""
 
     def __init__(self, spec: DevshardSpec, seed: int, *, limiter: bool) -> None:
+        #: The scenario's key; ``spec`` is it with the run's ``devshard_params`` applied
+        #: (:meth:`process_params`, each block).
+        self.scenario_spec = spec
         self.spec = spec
         self.seed = seed
         self.limiter: LimiterState | None = (
@@ -177,13 +223,16 @@ class DevshardPath:
         self.stale_blocks = compute_picker_stale_blocks(spec.block_time_ms)
         self.escrow_counter = 0
         # keyed by (model, lane): request n takes lane n % open_escrows
-        self.escrows: dict[tuple[str, int], _Escrow] = {}
+        self.escrows: dict[tuple[str, int], DevshardEscrow] = {}
         self.queue: dict[tuple[str, int], list[PickerRequest]] = {}
         self.pending: dict[str, tuple[int, int, str]] = {}  # request id -> (n, attempt, model)
         self.excluded: dict[int, set[str]] = {}  # request n -> hosts that declined it
         self.signals: dict[int, list[tuple[str, str, OutcomeClass]]] = {}
-        self.counts = _Counts()
-        self.refusal_blocks = compute_blocks_ceil(REFUSAL_TIMEOUT_MS, spec.block_time_ms)
+        #: A queued race attempt's id -> (k, participants tried before it, the race's root id).
+        self.race_info: dict[str, tuple[int, tuple[str, ...], str]] = {}
+        #: A race's root id -> [a winner-eligible attempt finished, a no-winner one finished].
+        self.races: dict[str, list[int]] = {}
+        self.counts = DevshardCounts()
 
     # routing -------------------------------------------------------------------------------
 
@@ -206,6 +255,7 @@ class DevshardPath:
     def process_block(self, height: int, chain: Chain) -> list[DevshardDispatch | DevshardDrop]:
         """Apply the limiter signals due at ``height``, then run every model's picker on what
         is queued (models in name order). Reads the state committed at ``height - 1``."""
+        self.process_params(chain)
         limiter = self.limiter
         for host, model, outcome in self.signals.pop(height, ()):
             if limiter is not None:
@@ -216,6 +266,25 @@ class DevshardPath:
             queued = self.queue.pop(key)
             out.extend(self._process_lane(height, chain, key, queued))
         return out
+
+    def process_params(self, chain: Chain) -> None:
+        """Follow ``extension_params.devshard_params`` in force in the block being built (a
+        governance change of block ``h`` is pending there and takes effect with ``h + 1``, as
+        the stepper reads ``expiration_blocks``): the limiter's settings through upstream's
+        settings update (``participant_limiter.go:297-344``: buckets cut to the new burst), the
+        rest read where it is used (the next escrow, the next miss)."""
+        with chain.read() as k:
+            params = get_next_extension(k).devshard_params
+        spec = compute_effective_spec(self.scenario_spec, params)
+        if spec == self.spec:
+            return
+        self.spec = spec
+        self.miss_signal = spec.get_miss_signal()
+        self.stale_blocks = compute_picker_stale_blocks(spec.block_time_ms)
+        if self.limiter is not None:
+            new = compute_limiter_params(spec.limiter, spec.block_time_ms)
+            if new != self.limiter.params:
+                process_update_params(self.limiter, new)
 
     def _process_lane(
         self, height: int, chain: Chain, key: tuple[str, int], queued: list[PickerRequest]
@@ -235,7 +304,7 @@ class DevshardPath:
             if escrow is None or escrow.nonces_left <= 0 or escrow.epoch != epoch:
                 escrow = self._process_new_escrow(height, chain, model, epoch)
                 if escrow is None:  # nobody with weight: every request is dropped
-                    out.extend(self._drop(r.request_id) for r in carried)
+                    out.extend(d for r in carried if (d := self._drop(r.request_id)))
                     carried = []
                     break
             picker = escrow.picker
@@ -246,19 +315,24 @@ class DevshardPath:
             )
             escrow.nonces_left -= picker.nonce - before
             held = False
+            raced: list[PickerRequest] = []
             for e in events:
                 if e.kind == "dispatch":
-                    out.append(self._dispatch(height, model, e.request_id, e.participant))
+                    sent = self._dispatch(height, escrow, model, e.request_id, e.participant)
+                    out.append(sent)
+                    if sent.no_winner and sent.race + 1 < len(escrow.slots):
+                        raced.append(self._process_race_attempt(height, sent))
                 elif e.kind == "ghost":
                     kind = (e.ghost or GhostKind.EXCLUDE).value
                     self.counts.ghosts[kind] = self.counts.ghosts.get(kind, 0) + 1
                 elif e.kind == "drop":
-                    out.append(self._drop(e.request_id))
+                    if dropped := self._drop(e.request_id):
+                        out.append(dropped)
                 else:
                     held = True
-            carried = picker.queue
+            carried = [*picker.queue, *raced]
             picker.queue = []
-            if held or escrow.nonces_left > 0:
+            if held or (escrow.nonces_left > 0 and not raced):
                 break
         if escrow is not None:
             escrow.picker.queue = carried
@@ -267,12 +341,11 @@ class DevshardPath:
 
     def _process_new_escrow(
         self, height: int, chain: Chain, model: str, epoch: int
-    ) -> _Escrow | None:
+    ) -> DevshardEscrow | None:
         with chain.read() as k:
             group = k.get_epoch_group(epoch, model)
             ds = k.get_params().devshard_escrow_params
-            refusal = compute_timeout_blocks(ds, self.spec.block_time_ms).refusal_blocks
-        self.refusal_blocks = max(1, refusal)
+        deadlines = compute_deadline_blocks(ds, self.spec.block_time_ms)
         weights = (
             []
             if group is None
@@ -292,16 +365,35 @@ class DevshardPath:
             return None
         self.escrow_counter = escrow_id
         self.counts.escrows += 1
-        return _Escrow(
+        return DevshardEscrow(
             escrow_id,
             epoch,
             tuple(slots),
             PickerState(tuple(slots)),
             self.spec.nonces_per_escrow,
+            max(1, deadlines.refusal_blocks),
+            max(1, deadlines.execution_blocks),
         )
 
-    def _dispatch(self, height: int, model: str, request_id: str, host: str) -> DevshardDispatch:
+    def _process_race_attempt(self, height: int, d: DevshardDispatch) -> PickerRequest:
+        """A "no winner" host got the nonce: the gateway starts the next attempt at once on
+        another participant (module docstring, "No winner")."""
+        k, tried, root = self.race_info.pop(d.request_id, (0, (), d.request_id))
+        tried = (*tried, d.address)
+        rid = f"{root}/w{k + 1}"
+        self.pending[rid] = (d.request, d.attempt, d.model)
+        self.race_info[rid] = (k + 1, tried, root)
+        self.races.setdefault(root, [0, 0])
+        exclude = frozenset(self.excluded.get(d.request, ())) | frozenset(tried)
+        return PickerRequest(rid, height, exclude)
+
+    def _dispatch(
+        self, height: int, escrow: DevshardEscrow, model: str, request_id: str, host: str
+    ) -> DevshardDispatch:
         request, attempt, _ = self.pending.pop(request_id)
+        race, _, root = self.race_info.get(request_id, (0, (), ""))
+        if race:
+            self.counts.race_attempts += 1
         no_winner = False
         if self.limiter is not None:
             no_winner = is_no_winner(self.limiter, host, model, height)
@@ -309,10 +401,26 @@ class DevshardPath:
         self.counts.dispatches += 1
         if no_winner:
             self.counts.no_winner_dispatches += 1
-        return DevshardDispatch(request, attempt, model, host, no_winner)
+        return DevshardDispatch(
+            request,
+            attempt,
+            model,
+            host,
+            no_winner,
+            escrow.refusal_blocks,
+            escrow.execution_blocks,
+            request_id,
+            race,
+            root or (request_id if no_winner else ""),
+        )
 
-    def _drop(self, request_id: str) -> DevshardDrop:
+    def _drop(self, request_id: str) -> DevshardDrop | None:
+        """The picker found no host for ``request_id``; a race attempt ends silently (the
+        race's earlier attempts still run), a request's own attempt is answered as dropped."""
         request, attempt, _ = self.pending.pop(request_id)
+        if self.race_info.pop(request_id, None) is not None:
+            self.counts.race_drops += 1
+            return None
         self.excluded.pop(request, None)
         self.counts.drops += 1
         return DevshardDrop(request, attempt)
@@ -337,9 +445,15 @@ class DevshardPath:
             reason = "no_receipt" if no_receipt else "execution_timeout"
             self.counts.misses[reason] = self.counts.misses.get(reason, 0) + 1
             if no_receipt:
-                at = min(at, height + self.refusal_blocks)
+                at = min(at, height + dispatch.refusal_blocks)
         if self.limiter is not None:
             self.signals.setdefault(at, []).append((dispatch.address, dispatch.model, outcome))
+        if dispatch.race_root:
+            race = self.races.setdefault(dispatch.race_root, [0, 0])
+            if outcome == "finish":
+                race[1 if dispatch.no_winner else 0] = 1
+        if dispatch.race:  # a race attempt: the request's own attempt decides its re-try
+            return
         if outcome == "decline" and retried:
             self.excluded.setdefault(dispatch.request, set()).add(dispatch.address)
         else:
@@ -360,9 +474,23 @@ class DevshardPath:
             "devshard_escrows": c.escrows,
             "devshard_filtered_escrows": c.filtered_escrows,
             "devshard_no_winner_dispatches": c.no_winner_dispatches,
+            "devshard_races": len(self.races),
+            "devshard_race_attempts": c.race_attempts,
+            "devshard_race_drops": c.race_drops,
+            "devshard_race_winners": _count_race_winners(self.races),
             "devshard_limiter_signals": c.limiter_signals,
             "devshard_misses_by_reason": dict(sorted(c.misses.items())),
         }
+
+
+def _count_race_winners(races: dict[str, list[int]]) -> dict[str, int]:
+    """Who won each race (``resolvedWinnerNonce`` / ``fallbackSuspiciousWinner``,
+    ``redundancy.go:3732-3766``): an eligible attempt that finished, else a no-winner one that
+    finished, else none."""
+    out = {"eligible": 0, "no_winner_fallback": 0, "none": 0}
+    for eligible, fallback in races.values():
+        out["eligible" if eligible else "no_winner_fallback" if fallback else "none"] += 1
+    return out
 
 
 def _get_epoch(chain: Chain) -> int:

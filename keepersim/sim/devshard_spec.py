@@ -29,17 +29,27 @@
   ``empty_stream_quarantine_threshold``, ``eof_transport_failure_threshold`` (3): the
   ``devshard-limiter`` run's limiter (``DefaultParticipantThrottleSettings``,
   ``participant_limiter.go:15-51`` at ee730031), in blocks through ``block_time_ms``.
+
+Every knob but ``share``, ``open_escrows`` and ``slot_filter`` is also a param,
+``extension_params.devshard_params`` (``keepersim.types.devshard_params``): a non-zero field
+there overrides the key (:func:`compute_effective_spec`), and governance can change it mid-run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
 from keepersim.gateway.limiter_params import DEFAULT_THROTTLE_SETTINGS, ThrottleSettings
-from keepersim.gateway.signals import MISS_SIGNALS, Signal
+from keepersim.gateway.signals import Signal
 from keepersim.keeper.devshard.timing import DEFAULT_BLOCK_TIME_MS
+from keepersim.types.devshard_params import (
+    LIMITER_FIELDS,
+    MAX_GROUP_SIZE,
+    MAX_NONCES_PER_ESCROW,
+)
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import DevshardParams
 
 __all__ = [
     "DEFAULT_DEVSHARD",
@@ -50,16 +60,13 @@ __all__ = [
     "MIXED_SHARE",
     "SELECTION_PATH_CHOICES",
     "DevshardSpec",
+    "compute_effective_spec",
     "dump_devshard",
     "parse_devshard",
 ]
 
 DEFAULT_NONCES_PER_ESCROW: Final = 1000
-#: ``DevshardEscrowParams.max_nonce``'s default (v0.2.13's upgrade): no escrow goes beyond it.
-MAX_NONCES_PER_ESCROW: Final = 20_000
-MAX_GROUP_SIZE: Final = 1024
 MAX_OPEN_ESCROWS: Final = 10_000
-MISS_SIGNAL_NAMES: Final = tuple(s.value for s in MISS_SIGNALS)
 #: ``--selection-path`` of compare: ``scenario`` keeps each scenario's own path; ``classic``
 #: sends every request through GetRandomExecutor, ``devshard`` every request through devshard,
 #: ``mixed`` a :data:`MIXED_SHARE` of them; ``both`` runs each scenario as ``classic`` and as
@@ -120,3 +127,21 @@ def dump_devshard(spec: DevshardSpec) -> dict[str, Any]:
     if limiter:
         out["limiter"] = limiter
     return out
+
+
+def compute_effective_spec(spec: DevshardSpec, params: DevshardParams) -> DevshardSpec:
+    """``spec`` with every set field of the run's ``extension_params.devshard_params`` (0 / ""
+    keeps the scenario's value; ``keepersim.types.devshard_params``). ``share``,
+    ``open_escrows`` and ``slot_filter`` are the scenario's alone (how it routes its traffic)."""
+    limiter = spec.limiter
+    changed = {name: getattr(params, name) for name in LIMITER_FIELDS if getattr(params, name)}
+    if changed:
+        limiter = replace(limiter, **changed)
+    return replace(
+        spec,
+        block_time_ms=params.block_time_ms or spec.block_time_ms,
+        group_size=params.group_size or spec.group_size,
+        nonces_per_escrow=params.nonces_per_escrow or spec.nonces_per_escrow,
+        miss_signal=params.miss_signal or spec.miss_signal,
+        limiter=limiter,
+    )

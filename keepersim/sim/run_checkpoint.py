@@ -13,6 +13,8 @@ from typing import Any
 
 from keepersim.chain import BlockResult, Chain, open_chain
 from keepersim.keeper.policies import PolicyFactory
+from keepersim.sim.devshard_checkpoint import get_devshard_checkpoint, process_devshard_checkpoint
+from keepersim.sim.devshard_path import DevshardPath
 from keepersim.sim.metrics import MetricsCollector
 from keepersim.sim.scenario import Scenario, format_scenario_json
 from keepersim.sim.stepper import ScenarioStepper
@@ -153,6 +155,7 @@ class RunCheckpoint:
     in_flight: dict[str, InFlight]
     inactive: set[str]
     recorded_out: set[str]
+    devshard: DevshardPath | None
 
     def process_block(
         self, height: int, events: Sequence[object], gas_by_step: Mapping[str, int]
@@ -207,6 +210,7 @@ class RunCheckpoint:
             "gas": dict(result.gas_by_step),
         }
         meta.update(encode_checkpoint(self.fingerprint, state))
+        meta.update(get_devshard_checkpoint(self.devshard))
         process_kill_point(result.height, "pre")
         return meta
 
@@ -236,4 +240,5 @@ class RunCheckpoint:
             self.in_flight[key[len(_CK_FLIGHT) :].decode()] = InFlight(int(start), address)
         self.inactive = state["inactive"]
         self.recorded_out = state["recorded_out"]
+        process_devshard_checkpoint(self.devshard, chain.get_meta)
         self.process_block(self.chain.height, state["events"], state["gas"])

@@ -171,11 +171,6 @@ def run_scenario(
     schedule = check_governance_schedule(governance, scenario.blocks)
     devshard = None
     if scenario.devshard is not None:
-        if store_dir is not None:
-            raise SimulationError(
-                "the devshard path (scenario key 'devshard') cannot run resumably yet: its "
-                "gateway state is not checkpointed; run without --store-dir"
-            )
         devshard = DevshardPath(scenario.devshard, run_seed, limiter=policy == DEVSHARD_LIMITER)
     genesis = build_genesis(scenario, initial)
     override = get_policy_override(policy, scenario)

@@ -243,10 +243,16 @@ class ScenarioStepper:
         model: str,
         starts: list[MsgStartInference],
         sel: Selection,
+        deadline: int | None = None,
+        retry: bool = True,
     ) -> tuple[OutcomeClass, int, bool]:
         """Assign request ``n``'s ``attempt`` to ``sel.address`` (the rules of the module
         docstring); its planned outcome, the height it resolves at, and whether a miss is one
-        the host never answered (over capacity, or its miss draw)."""
+        the host never answered (over capacity, or its miss draw). ``deadline``: the blocks an
+        answer may take before it is a miss (default the chain's expiry; a devshard nonce's is
+        its escrow's execution timeout: an answer after the chain's expiry but within it is
+        recorded as a finish at the expiry). ``retry=False``: a decline is neither re-tried nor
+        unserved (a devshard race attempt: the request's own attempt still runs)."""
         rid = sel.request_id
         address = sel.address
         spec = self.specs[address]
@@ -268,17 +274,17 @@ class ScenarioStepper:
             self.declines.setdefault(height + 1, []).append(
                 MsgDeclineInference(creator=address, inference_id=rid, reason=DECLINE_REASON)
             )
-            if attempt < self.scenario.max_reselects:
+            if retry and attempt < self.scenario.max_reselects:
                 self.reselects.setdefault(height + 1, []).append((request, attempt + 1, model))
-            else:
+            elif retry:
                 self.unserved += 1
             planned = ("decline", height + 1, False)
-        elif over or u < p_miss or latency > self._expiration:
+        elif over or u < p_miss or latency > (deadline or self._expiration):
             self.planned_misses += 1
-            planned = ("miss", height + self._expiration, over or u < p_miss)
+            planned = ("miss", height + (deadline or self._expiration), over or u < p_miss)
         else:
             planned = ("finish", height + latency, False)
-            self.finishes.setdefault(height + latency, []).append(
+            self.finishes.setdefault(height + min(latency, self._expiration), []).append(
                 MsgFinishInference(
                     creator=address,
                     inference_id=rid,
@@ -312,10 +318,17 @@ class ScenarioStepper:
                 else:
                     self.unserved += 1
                 continue
-            rid = get_request_id(event.request, event.attempt)
+            rid = event.request_id
             sel = Selection(event.address, self.chain.height, event.model, rid, False, False)
             outcome, at, no_receipt = self.assign_to(
-                height, event.request, event.attempt, event.model, starts, sel
+                height,
+                event.request,
+                event.attempt,
+                event.model,
+                starts,
+                sel,
+                event.execution_blocks,
+                retry=event.race == 0,
             )
             devshard.process_result(
                 height,

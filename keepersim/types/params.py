@@ -26,6 +26,7 @@ from keepersim.types.bech32 import GOV_AUTHORITY as GOV_AUTHORITY  # re-exported
 from keepersim.types.chain_decimal import get_chain_decimal_value
 from keepersim.types.chain_defaults import get_chain_default_params, get_chain_mainnet_params
 from keepersim.types.chain_params import validate_chain_params
+from keepersim.types.devshard_params import validate_devshard_params
 from keepersim.types.errors import InvalidParamsError
 from keepersim.types.messages import Decimal, Params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import (
@@ -295,6 +296,7 @@ def validate_extension_params(ext: ExtensionParams) -> None:
     )
     _require(ext.HasField("health_params"), f + "health_params", "set", None)
     validate_health_params(ext.health_params)
+    validate_devshard_params(ext.devshard_params)
 
 
 def validate_health_params(h: HealthParams) -> None:

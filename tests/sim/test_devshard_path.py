@@ -6,7 +6,6 @@ chain policy's exclusions filter slot sampling with ``slot_filter``; runs are re
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from keepersim.keeper.devshard.slots import compute_escrow_slots
 from keepersim.sim import run_loop
 from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, is_devshard_request
 from keepersim.sim.devshard_spec import DevshardSpec
-from keepersim.sim.run_errors import SimulationError
 from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario, dump_scenario, parse_scenario
 from keepersim.sim.suite import get_builtin_scenario
@@ -109,7 +107,7 @@ def test_nonces_go_round_robin_over_the_escrows_slots(monkeypatch: pytest.Monkey
 
 
 def test_the_limiter_ghosts_a_host_in_probe_quarantine() -> None:
-    """``bad`` misses every request: after its first miss is known (the refusal timeout, 12
+    """``bad`` misses every request: after its first miss is known (the refusal deadline, 13
     blocks at 5 s), the gateway quarantines it for 30 min (360 blocks) and its slots carry
     ghost probes; under ``none`` it keeps getting requests."""
     s = _fleet(blocks=300, bad_p=1.0, devshard=DevshardSpec(nonces_per_escrow=5000))
@@ -148,12 +146,6 @@ def test_a_declined_request_is_retried_on_another_host() -> None:
     assert r.metrics["devshard_dispatches"] > r.metrics["devshard_requests"]
 
 
-def test_a_resumable_devshard_run_is_refused(tmp_path: object) -> None:
-    s = _fleet(blocks=10, devshard=DevshardSpec())
-    with pytest.raises(SimulationError, match="devshard path"):
-        run_scenario(s, "none", store_dir=f"{tmp_path}/chain")
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**32), st.floats(0.0, 1.0))
 def test_the_share_split_is_a_threshold_on_one_hash(seed: int, share: float) -> None:
@@ -173,20 +165,6 @@ def test_open_escrows_spread_a_models_traffic_over_several_escrows() -> None:
     assert one.metrics["devshard_escrows"] == 1
     assert three.metrics["devshard_escrows"] == 3
     assert three.metrics["devshard_dispatches"] == one.metrics["devshard_dispatches"]
-
-
-def test_the_cli_refuses_a_resumable_devshard_run_before_creating_anything(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from keepersim import cli
-
-    example = Path(__file__).resolve().parents[2] / "examples" / "sprt_1726" / "sprt-1726.json"
-    store = tmp_path / "store"
-    status = cli.main(["simulate", str(example), "--policy", "none", "--store-dir", str(store)])
-    err = capsys.readouterr().err
-    assert status == 2
-    assert err.count("\n") == 1 and "--store-dir" in err and "devshard" in err
-    assert not store.exists()
 
 
 @settings(max_examples=50, deadline=None)
@@ -209,8 +187,9 @@ def test_the_devshard_key_round_trips(
 
 def test_the_limiters_durations_are_params() -> None:
     """A 429 quarantines its host for 60 min by default (720 blocks at 5 s); with
-    ``limiter.http_quarantine_ms`` at one block the hosts that declined come back at once: far
-    fewer nonces are burned as ghosts, and more requests reach a full host and are declined."""
+    ``limiter.http_quarantine_ms`` at one block the hosts that declined come back at once (on
+    probation, so their dispatches start "no winner" races): a far smaller share of the nonces
+    is burned on throttled hosts, and more requests reach a full host and are declined."""
     base = _fleet(blocks=300, arrivals=6.0, capacity=1, pushback=True)
     default = dataclasses.replace(base, devshard=DevshardSpec(nonces_per_escrow=5000))
     short = dataclasses.replace(
@@ -222,7 +201,13 @@ def test_the_limiters_durations_are_params() -> None:
     a = run_scenario(default, DEVSHARD_LIMITER_POLICY, store="memory").metrics
     b = run_scenario(short, DEVSHARD_LIMITER_POLICY, store="memory").metrics
     throttled = "participant_throttled_no_send"
-    assert a["devshard_ghosts_by_kind"][throttled] > 2 * b["devshard_ghosts_by_kind"][throttled]
+
+    def throttled_share(m: dict[str, Any]) -> float:
+        nonces = m["devshard_dispatches"] + m["devshard_ghosts"]
+        return float(m["devshard_ghosts_by_kind"][throttled]) / nonces
+
+    assert throttled_share(a) > 1.5 * throttled_share(b)
+    assert b["devshard_race_attempts"] > 0 == a["devshard_race_attempts"]
     assert b["declines"] > 10 * max(1, a["declines"])
 
 

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from keepersim.types.pb.inference.inference.params_pb2 import DevshardEscrowParams
 
 DEFAULT_BLOCK_TIME_MS = 5_000
+#: ``TimeoutBuffer`` (``devshard/user/session.go:27``): the user waits this long past a
+#: deadline before it asks for timeout votes (``HandleTimeout``, ``session.go:1747-1781``).
+TIMEOUT_BUFFER_MS = 5_000
 
 
 def compute_blocks_ceil(ms: int, block_time_ms: int = DEFAULT_BLOCK_TIME_MS) -> int:
@@ -50,4 +53,22 @@ def compute_timeout_blocks(
     return DevshardTimeouts(
         refusal_blocks=compute_blocks_ceil(params.refusal_timeout * 1000, block_time_ms),
         execution_blocks=compute_blocks_ceil(params.execution_timeout * 1000, block_time_ms),
+    )
+
+
+def compute_deadline_blocks(
+    params: DevshardEscrowParams, block_time_ms: int = DEFAULT_BLOCK_TIME_MS
+) -> DevshardTimeouts:
+    """When a nonce's timeout is asked for, in blocks (``HandleTimeout``,
+    ``devshard/user/session.go:1747-1781`` at ee730031): without a receipt, ``refusal_timeout``
+    after the send, with one, ``execution_timeout`` after the receipt (``confirmedAt``), each
+    plus :data:`TIMEOUT_BUFFER_MS`; the verifiers accept it once the deadline has passed
+    (``devshard/host/timeout.go:55-58, 119-121``). 13 / 385 at the defaults and 5 s blocks."""
+    return DevshardTimeouts(
+        refusal_blocks=compute_blocks_ceil(
+            params.refusal_timeout * 1000 + TIMEOUT_BUFFER_MS, block_time_ms
+        ),
+        execution_blocks=compute_blocks_ceil(
+            params.execution_timeout * 1000 + TIMEOUT_BUFFER_MS, block_time_ms
+        ),
     )

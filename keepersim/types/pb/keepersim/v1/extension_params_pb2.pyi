@@ -64,6 +64,7 @@ class ExtensionParams(_message.Message):
     REPUTATION_WEIGHTING_FIELD_NUMBER: _builtins.int
     SPRT_ENABLED_FIELD_NUMBER: _builtins.int
     HEALTH_PARAMS_FIELD_NUMBER: _builtins.int
+    DEVSHARD_PARAMS_FIELD_NUMBER: _builtins.int
     cb_miss_threshold_pct: _builtins.int
     """The #942 fast circuit breaker (gonka-ai/gonka 6a468b08 x/inference/keeper/circuit_breaker.go,
     read there from ValidationParams.Cb*): 0 means "use the default" (25 / 4 / 50 / 500), as
@@ -81,6 +82,12 @@ class ExtensionParams(_message.Message):
     """Run the chain's downtime SPRT (its params are the chain's ValidationParams.downtime_*)."""
     @_builtins.property
     def health_params(self) -> Global___HealthParams: ...
+    @_builtins.property
+    def devshard_params(self) -> Global___DevshardParams:
+        """The devshard path's knobs and the gateway limiter's settings (issue 33): unset, or a field
+        of 0 / "", keeps the scenario's `devshard` key, whose absent keys are upstream's defaults.
+        """
+
     def __init__(
         self,
         *,
@@ -91,14 +98,92 @@ class ExtensionParams(_message.Message):
         reputation_weighting: _builtins.bool = ...,
         sprt_enabled: _builtins.bool = ...,
         health_params: Global___HealthParams | None = ...,
+        devshard_params: Global___DevshardParams | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["health_params", b"health_params"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["devshard_params", b"devshard_params", "health_params", b"health_params"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cb_initial_cooldown_blocks", b"cb_initial_cooldown_blocks", "cb_max_cooldown_blocks", b"cb_max_cooldown_blocks", "cb_min_samples", b"cb_min_samples", "cb_miss_threshold_pct", b"cb_miss_threshold_pct", "health_params", b"health_params", "reputation_weighting", b"reputation_weighting", "sprt_enabled", b"sprt_enabled"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cb_initial_cooldown_blocks", b"cb_initial_cooldown_blocks", "cb_max_cooldown_blocks", b"cb_max_cooldown_blocks", "cb_min_samples", b"cb_min_samples", "cb_miss_threshold_pct", b"cb_miss_threshold_pct", "devshard_params", b"devshard_params", "health_params", b"health_params", "reputation_weighting", b"reputation_weighting", "sprt_enabled", b"sprt_enabled"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExtensionParams: _TypeAlias = ExtensionParams  # noqa: Y015
+
+@_typing.final
+class DevshardParams(_message.Message):
+    """keepersim's devshard path (keepersim/sim/devshard_path.py) and the gateway's
+    ParticipantRequestLimiter (keepersim/gateway/limiter.py). None is a chain param: upstream's
+    limiter settings are the gateway operator's (gonka ee730031
+    devshard/cmd/devshardctl/participant_limiter.go:15-51, changed at run time by its admin
+    settings endpoint, :297-344), the escrow knobs stand for the gateway's own choices. Every
+    field is 0 / "" for "not set": the run keeps the scenario's value, and the scenario's default
+    is upstream's (keepersim/gateway/limiter_params.py, keepersim/keeper/devshard/timing.py).
+    A change takes effect from the next block: the limiter's settings as upstream's settings
+    update (buckets cut to the new burst), the rest for the next escrow or nonce.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BLOCK_TIME_MS_FIELD_NUMBER: _builtins.int
+    GROUP_SIZE_FIELD_NUMBER: _builtins.int
+    NONCES_PER_ESCROW_FIELD_NUMBER: _builtins.int
+    MISS_SIGNAL_FIELD_NUMBER: _builtins.int
+    REQUEST_BURST_FIELD_NUMBER: _builtins.int
+    RECOVERY_PER_MINUTE_FIELD_NUMBER: _builtins.int
+    HTTP_QUARANTINE_MS_FIELD_NUMBER: _builtins.int
+    TRANSPORT_FAILURE_QUARANTINE_MS_FIELD_NUMBER: _builtins.int
+    EMPTY_STREAM_QUARANTINE_MS_FIELD_NUMBER: _builtins.int
+    STALLED_WINNER_QUARANTINE_MS_FIELD_NUMBER: _builtins.int
+    EMPTY_STREAM_QUARANTINE_THRESHOLD_FIELD_NUMBER: _builtins.int
+    EOF_TRANSPORT_FAILURE_THRESHOLD_FIELD_NUMBER: _builtins.int
+    block_time_ms: _builtins.int
+    """Milliseconds per block: turns the limiter's and the escrow's wall-clock durations into
+    blocks (default 5000, keepersim/keeper/devshard/timing.py).
+    """
+    group_size: _builtins.int
+    """Slots per escrow (default: the chain's devshard_escrow_params.group_size, else 16)."""
+    nonces_per_escrow: _builtins.int
+    """Nonces an escrow's session uses before the next escrow (default 1000; at most 20000)."""
+    miss_signal: _builtins.str
+    """What a miss tells the limiter: transport_failure (default), eof_transport, empty_stream,
+    stalled_winner (keepersim/gateway/signals.py).
+    """
+    request_burst: _builtins.int
+    """ParticipantThrottleSettings (participant_limiter.go:15-51): token bucket size (600),
+    tokens refilled a minute (10), probe quarantine after HTTP 429/503 (60 min), after an
+    inference transport failure (30 min), shadow quarantine after empty streams (30 min) and
+    after a stalled winner (30 min), strikes to quarantine for empty streams and EOF failures
+    (3 each; the limiter takes the smaller).
+    """
+    recovery_per_minute: _builtins.int
+    http_quarantine_ms: _builtins.int
+    transport_failure_quarantine_ms: _builtins.int
+    empty_stream_quarantine_ms: _builtins.int
+    stalled_winner_quarantine_ms: _builtins.int
+    empty_stream_quarantine_threshold: _builtins.int
+    eof_transport_failure_threshold: _builtins.int
+    def __init__(
+        self,
+        *,
+        block_time_ms: _builtins.int = ...,
+        group_size: _builtins.int = ...,
+        nonces_per_escrow: _builtins.int = ...,
+        miss_signal: _builtins.str = ...,
+        request_burst: _builtins.int = ...,
+        recovery_per_minute: _builtins.int = ...,
+        http_quarantine_ms: _builtins.int = ...,
+        transport_failure_quarantine_ms: _builtins.int = ...,
+        empty_stream_quarantine_ms: _builtins.int = ...,
+        stalled_winner_quarantine_ms: _builtins.int = ...,
+        empty_stream_quarantine_threshold: _builtins.int = ...,
+        eof_transport_failure_threshold: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_time_ms", b"block_time_ms", "empty_stream_quarantine_ms", b"empty_stream_quarantine_ms", "empty_stream_quarantine_threshold", b"empty_stream_quarantine_threshold", "eof_transport_failure_threshold", b"eof_transport_failure_threshold", "group_size", b"group_size", "http_quarantine_ms", b"http_quarantine_ms", "miss_signal", b"miss_signal", "nonces_per_escrow", b"nonces_per_escrow", "recovery_per_minute", b"recovery_per_minute", "request_burst", b"request_burst", "stalled_winner_quarantine_ms", b"stalled_winner_quarantine_ms", "transport_failure_quarantine_ms", b"transport_failure_quarantine_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DevshardParams: _TypeAlias = DevshardParams  # noqa: Y015
 
 @_typing.final
 class ConsecutiveOverride(_message.Message):
