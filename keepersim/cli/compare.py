@@ -31,6 +31,8 @@ DEFAULT_COMPARE_SEEDS = 3
 
 
 def add_compare_command(subparsers: Any) -> None:
+    from keepersim.sim.live_network import RUN_PRESETS
+
     parser = subparsers.add_parser(
         "compare",
         help="compare policies over scenarios and seeds",
@@ -86,6 +88,15 @@ def add_compare_command(subparsers: Any) -> None:
         help="devshard runs: escrow creation samples slots only from the participants the "
         "chain policy admits (a what-if; upstream has no such filter)",
     )
+    parser.add_argument(
+        "--preset",
+        choices=RUN_PRESETS,
+        default="default",
+        help="mainnet: every scenario as the live network at v0.2.14 handles it (the devshard "
+        "path unless the scenario has its own 'devshard' key, the chain's downtime SPRT on at "
+        "the live values; docs/design/devshard.md), then --selection-path as asked; default: "
+        "as each scenario says",
+    )
     add_reputation_weighting_option(parser)
     add_progress_option(parser)
     parser.set_defaults(handler=run_compare)
@@ -124,6 +135,7 @@ def run_compare(args: argparse.Namespace) -> int:
         reputation_weighting=args.reputation_weighting,
         selection_path=args.selection_path,
         slot_filter=args.slot_filter,
+        preset=args.preset,
     )
     wall = time.perf_counter() - started
     print(

@@ -29,6 +29,7 @@ __all__ = ["add_simulate_command", "run_simulate"]
 
 def add_simulate_command(subparsers: Any) -> None:
     from keepersim.sim.governance import GOVERNANCE_HELP
+    from keepersim.sim.live_network import RUN_PRESETS
 
     parser = subparsers.add_parser(
         "simulate",
@@ -49,7 +50,7 @@ def add_simulate_command(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--preset",
-        choices=("default", "mainnet"),
+        choices=RUN_PRESETS,
         default="default",
         help=(
             "mainnet: run as the live network at v0.2.14 does: every request through devshard "

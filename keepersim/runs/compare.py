@@ -42,6 +42,12 @@ from keepersim.runs.sources import (
 )
 from keepersim.runs.task import RunTask, make_task
 from keepersim.sim.devshard_path import get_selection_path_words
+from keepersim.sim.live_network import (
+    LIVE_OVERRIDE,
+    LIVE_WORDS,
+    compute_live_params,
+    get_live_preset,
+)
 from keepersim.sim.run_genesis import build_params, compute_run_mechanisms
 from keepersim.sim.scenario import Scenario, ScenarioError
 from keepersim.types.policies import is_baseline
@@ -79,17 +85,27 @@ def plan_compare(
     reputation_weighting: bool = False,
 ) -> list[RunTask]:
     """One task per (scenario, seed, policy), in that order; ``policies`` as
-    :func:`order_policies` returns them."""
-    override = {"extension_params.reputation_weighting": True} if reputation_weighting else {}
+    :func:`order_policies` returns them. A source of the ``mainnet`` preset runs with the
+    chain's downtime SPRT on (:data:`~keepersim.sim.live_network.LIVE_OVERRIDE`)."""
+    override: dict[str, object] = {}
+    if reputation_weighting:
+        override["extension_params.reputation_weighting"] = True
     tasks: list[RunTask] = []
     for src in sources:
         for i in range(seeds):
             scenario, seed = src.get(i)
+            params = {**override, **LIVE_OVERRIDE} if src.live else override
             for policy in policies:
                 tasks.append(
-                    make_task(scenario, policy, seed, label=src.label, params=override, store=store)
+                    make_task(scenario, policy, seed, label=src.label, params=params, store=store)
                 )
     return tasks
+
+
+def _get_policy_params(src: ScenarioSource, policy: str, reputation_weighting: bool) -> Any:
+    """The params ``policy`` runs ``src`` with (the report's per-policy params)."""
+    params = build_params(src.get(0)[0], policy, reputation_weighting=reputation_weighting)
+    return compute_live_params(params) if src.live else params
 
 
 def run_compare(
@@ -103,6 +119,7 @@ def run_compare(
     reputation_weighting: bool = False,
     selection_path: str = "scenario",
     slot_filter: bool = False,
+    preset: str = "default",
 ) -> ComparedRuns:
     """Run every (scenario, policy, seed) of a comparison; the run records and what the report
     needs besides them (the params each policy ran with, the mechanisms every run has).
@@ -113,9 +130,12 @@ def run_compare(
     ordered = order_policies(policies)
     try:
         sources = resolve_scenarios(
-            scenarios, selection_path=selection_path, slot_filter=slot_filter
+            scenarios,
+            selection_path=selection_path,
+            slot_filter=slot_filter,
+            live=get_live_preset(preset),
         )
-    except ScenarioError as exc:
+    except (ScenarioError, ValueError) as exc:
         raise CompareError(str(exc)) from exc
     tasks = plan_compare(
         sources, ordered, seeds, store=store, reputation_weighting=reputation_weighting
@@ -125,13 +145,13 @@ def run_compare(
     )
     if selection_path != "scenario" or slot_filter:
         mechanisms["selection_path"] = get_selection_path_words(selection_path, slot_filter)
+    if sources[0].live:
+        mechanisms["preset"] = LIVE_WORDS
     started = time.perf_counter()
     records = execute_runs(tasks, jobs, progress)
     wall = time.perf_counter() - started
     policy_params = {
-        (src.label, policy): build_params(
-            src.get(0)[0], policy, reputation_weighting=reputation_weighting
-        )
+        (src.label, policy): _get_policy_params(src, policy, reputation_weighting)
         for src in sources
         for policy in ordered
         if not is_baseline(policy)
@@ -163,6 +183,7 @@ def compare(
     reputation_weighting: bool = False,
     selection_path: str = "scenario",
     slot_filter: bool = False,
+    preset: str = "default",
 ) -> dict[str, Any]:
     """Run and compare; return the report (the content of ``report.json``).
 
@@ -176,7 +197,9 @@ def compare(
     (:func:`~keepersim.sim.run_genesis.compute_run_mechanisms`), the table's first line says it in words.
     ``selection_path``: :data:`~keepersim.sim.devshard_path.SELECTION_PATH_CHOICES` (``both``
     runs each scenario on both paths); ``slot_filter``: the chain's filter at slot sampling
-    (``devshard.slot_filter``) in every devshard run.
+    (``devshard.slot_filter``) in every devshard run. ``preset``: ``mainnet`` runs every
+    scenario as the live network handles it (:mod:`keepersim.sim.live_network`: the devshard
+    path, the chain's downtime SPRT on), before ``selection_path``.
     """
     _check_counts(scenarios, seeds, jobs)
     folder = None if out_dir is None else check_output_folder(out_dir, "out_dir")
@@ -190,6 +213,7 @@ def compare(
         reputation_weighting=reputation_weighting,
         selection_path=selection_path,
         slot_filter=slot_filter,
+        preset=preset,
     )
     report = compute_compare_report(runs)
     table = format_compare_table(report)

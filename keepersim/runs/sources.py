@@ -17,6 +17,7 @@ from pathlib import Path
 
 from keepersim.chaindata.fleet import load_epoch_scenarios
 from keepersim.sim.devshard_path import compute_path_scenario, get_path_variants
+from keepersim.sim.live_network import compute_live_scenario
 from keepersim.sim.scenario import Scenario, load_scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
 from keepersim.types.policies import (
@@ -47,6 +48,8 @@ class ScenarioSource:
     #: The selection path the runs take (:func:`~keepersim.sim.devshard_path.compute_path_scenario`).
     selection_path: str = "scenario"
     slot_filter: bool = False
+    #: The ``mainnet`` run preset (:mod:`keepersim.sim.live_network`), before the path.
+    live: bool = False
 
     def get(self, index: int) -> tuple[Scenario, int]:
         """The scenario and run seed of the ``index``-th seed (0-based)."""
@@ -56,6 +59,8 @@ class ScenarioSource:
         else:
             assert self.scenario is not None
             scenario, seed = self.scenario, self.scenario.seed + index
+        if self.live:
+            scenario = compute_live_scenario(scenario)
         path = compute_path_scenario(scenario, self.selection_path, slot_filter=self.slot_filter)
         return path, seed
 
@@ -65,10 +70,12 @@ def resolve_scenarios(
     *,
     selection_path: str = "scenario",
     slot_filter: bool = False,
+    live: bool = False,
 ) -> list[ScenarioSource]:
     """Built-in names, scenario file paths or Scenario objects -> sources with unique labels;
     each on ``selection_path`` (``both``: two sources, ``NAME@classic`` and ``NAME@devshard``),
-    with the chain's filter at slot sampling when ``slot_filter``."""
+    with the chain's filter at slot sampling when ``slot_filter``; ``live``: the ``mainnet``
+    run preset first (its devshard path, then ``selection_path`` as asked)."""
     try:
         paths = get_path_variants(selection_path)
     except ValueError as exc:
@@ -101,6 +108,7 @@ def resolve_scenarios(
             label=src.label if len(paths) == 1 else f"{src.label}@{path}",
             selection_path=path,
             slot_filter=slot_filter,
+            live=live,
         )
         for src in out
         for path in paths

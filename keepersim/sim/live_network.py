@@ -35,15 +35,26 @@ from keepersim.types.params import get_mainnet_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 
 __all__ = [
+    "LIVE_OVERRIDE",
     "LIVE_POLICY",
+    "LIVE_WORDS",
     "RUN_PRESETS",
     "compute_live_params",
     "compute_live_scenario",
+    "get_live_preset",
     "get_live_sprt_patch",
 ]
 
 #: The run presets (``--preset``): ``default`` changes nothing.
 RUN_PRESETS: Final = ("default", "mainnet")
+#: The ``mainnet`` preset as a run's params override ({dotted path: value}): what
+#: :func:`compute_live_params` sets.
+LIVE_OVERRIDE: Final = {"extension_params.sprt_enabled": True}
+#: The preset in words (compare's table heading).
+LIVE_WORDS: Final = (
+    "mainnet preset: devshard path unless a scenario has its own, the chain's downtime SPRT on "
+    "at the live values"
+)
 #: The policy a ``mainnet`` run takes when none is given.
 LIVE_POLICY: Final = DEVSHARD_LIMITER_POLICY
 _SPRT_FIELDS: Final = (
@@ -51,6 +62,14 @@ _SPRT_FIELDS: Final = (
     "downtime_bad_percentage",
     "downtime_h_threshold",
 )
+
+
+def get_live_preset(preset: str) -> bool:
+    """Whether ``preset`` (one of :data:`RUN_PRESETS`) is the live network's; ValueError
+    names the choices."""
+    if preset not in RUN_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; one of {', '.join(RUN_PRESETS)}")
+    return preset == "mainnet"
 
 
 def get_live_sprt_patch() -> dict[str, object]:
@@ -77,5 +96,6 @@ def compute_live_params(params: ModuleParams) -> ModuleParams:
     """A run's starting params (``build_params``) with the chain's downtime SPRT on."""
     out = ModuleParams()
     out.CopyFrom(params)
-    out.extension_params.sprt_enabled = True
+    for path, value in LIVE_OVERRIDE.items():
+        setattr(out.extension_params, path.split(".")[1], value)
     return out

@@ -120,3 +120,29 @@ def test_simulate_preset_mainnet_is_the_live_run(
     record = json.loads(out.read_text(encoding="utf-8"))
     assert record["policy"] == "windowed" and record["devshard_requests"] == record["requests"]
     capsys.readouterr()
+
+
+def test_compare_preset_mainnet_runs_what_simulate_preset_mainnet_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """compare applies the same preset to every scenario and policy: each of its runs has the
+    app hash of ``simulate --preset mainnet`` with that policy; without the preset it differs."""
+    scenario = dataclasses.replace(get_builtin_scenario("sparse"), blocks=300)
+    path = tmp_path / "s.json"
+    path.write_text(format_scenario_json(scenario), encoding="utf-8")
+    common = ["--seeds", "1", "--jobs", "1", "--store", "memory", "--no-plots", "--no-progress"]
+    argv = ["compare", str(path), "--policies", LIVE_POLICY, *common]
+    assert cli.main([*argv, "--preset", "mainnet", "--out", str(tmp_path / "live")]) == 0
+    assert cli.main([*argv, "--out", str(tmp_path / "plain")]) == 0
+    live = json.loads((tmp_path / "live" / "report.json").read_text(encoding="utf-8"))
+    plain = json.loads((tmp_path / "plain" / "report.json").read_text(encoding="utf-8"))
+    hashes = {r["policy"]: r["app_hash"] for r in live["runs"]}
+    assert set(hashes) == {"none", LIVE_POLICY, "oracle"}
+    for policy in ("none", LIVE_POLICY):
+        out = tmp_path / f"{policy}.json"
+        simulate = ["simulate", str(path), "--preset", "mainnet", "--policy", policy]
+        assert cli.main([*simulate, "--store", "memory", "--no-progress", "--out", str(out)]) == 0
+        assert hashes[policy] == json.loads(out.read_text(encoding="utf-8"))["app_hash"]
+    assert hashes["none"] != {r["policy"]: r["app_hash"] for r in plain["runs"]}["none"]
+    assert "mainnet preset" in json.dumps(live["config"])
+    capsys.readouterr()

@@ -13,6 +13,8 @@ import pytest
 if importlib.util.find_spec("keepersim") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from sweep_paths import WINDOW_PATH  # noqa: E402
+
 from keepersim.sim.scenario import format_scenario_json, parse_scenario  # noqa: E402
 
 TINY: dict[str, Any] = {
@@ -28,8 +30,6 @@ TINY: dict[str, Any] = {
         {"address": "c", "weight": 800, "miss": [[0, 0.3]]},
     ],
 }
-WINDOW_PATH = "extension_params.health_params.windowed.max_cooldown_blocks"
-EXPIRY_PATH = "params.validation_params.expiration_blocks"
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WINDOW_PATH
+from sweep_paths import WINDOW_PATH
 
 from keepersim.runs.sweep import run_sweep
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXPIRY_PATH, WINDOW_PATH
+from sweep_paths import EXPIRY_PATH, WINDOW_PATH
 
 from keepersim.cli import main
 from keepersim.runs.spec import SpecError, is_baseline_neutral, is_path_for_policy, load_spec

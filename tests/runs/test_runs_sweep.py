@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXPIRY_PATH, WINDOW_PATH
+from sweep_paths import EXPIRY_PATH, WINDOW_PATH
 
 import keepersim.runs.engines as engines
 from keepersim.cli import main
