@@ -52,9 +52,14 @@ def is_finish_processed(inference: Inference) -> bool:
 
 
 def is_declined(inference: Inference) -> bool:
-    """Declined with pushback: still STARTED, yet ended (the chain sets ``end_block_height``
-    only on a finish, so it never stores this combination)."""
-    return inference.status == STARTED and inference.end_block_height != 0
+    """Declined with pushback: still STARTED, yet ended (:func:`is_declined_state`)."""
+    return is_declined_state(inference.status, inference.end_block_height)
+
+
+def is_declined_state(status: int, end_block_height: int) -> bool:
+    """A (status, end height) of a declined inference: still STARTED, yet ended (the chain sets
+    ``end_block_height`` only on a finish, so it never stores this combination)."""
+    return status == STARTED and end_block_height != 0
 
 
 def _require_field(value: str, msg_name: str, field: str) -> None:
