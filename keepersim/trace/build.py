@@ -180,7 +180,12 @@ class MessageBuilder:
                 continue
             bounds = integers.get(key)
             if bounds is not None:
-                kwargs[key] = compute_decimal(value, *bounds)
+                if value.isdigit() and value.isascii():  # compute_decimal's rule, unsigned
+                    n = int(value)
+                    if n <= bounds[1]:
+                        kwargs[key] = n
+                        continue
+                kwargs[key] = compute_decimal(value, *bounds)  # the rest, or its error
                 continue
             names = enums.get(key)
             if names is None:

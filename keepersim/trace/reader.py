@@ -59,6 +59,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
@@ -354,7 +355,8 @@ class _Reader:
             raise self.error(line, "type", f"{record_type} line before the first {missing} line")
 
     def parse_inference(self, data: dict[str, Any], line: int) -> InferenceRecord:
-        self.require_prologue(line, "inference")
+        if not (self.have_params and self.have_participants):
+            self.require_prologue(line, "inference")  # raises, saying which is missing
         del data["type"]  # the line's own dict: what is left is the Inference
         record = self.build_inference(data, line)
         header = self.header
@@ -538,7 +540,7 @@ def iterate_trace(
         handle.seek(cursor.offset)
         number = cursor.line
         limit = MAX_TRACE_LINE_BYTES + 1
-        lines = iter(lambda: handle.readline(limit), b"")
+        lines = iter(partial(handle.readline, limit), b"")
         for number, raw in enumerate(lines, start=cursor.line + 1):  # noqa: B007
             if stop is not None and cursor.offset >= stop:
                 break
