@@ -78,9 +78,8 @@ def _require_fields(msg_name: str, fields: dict[str, str]) -> None:
             _require_field(value, msg_name, field)
 
 
-def _require_participant(ctx: BlockContext, address: str, msg_name: str, field: str) -> None:
-    if not ctx.keeper.has_participant(address):
-        raise UnknownParticipantError(f"{msg_name}.{field}: unknown participant {address!r}")
+def _unknown_participant(msg_name: str, field: str, address: str) -> UnknownParticipantError:
+    return UnknownParticipantError(f"{msg_name}.{field}: unknown participant {address!r}")
 
 
 def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
@@ -89,8 +88,9 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
         "MsgStartInference",
         {"inference_id": inference_id, "assigned_to": assigned_to, "model": model},
     )
-    _require_participant(ctx, assigned_to, "MsgStartInference", "assigned_to")
     keeper = ctx.keeper
+    if not keeper.has_participant(assigned_to):
+        raise _unknown_participant("MsgStartInference", "assigned_to", assigned_to)
     existing = keeper.get_inference(inference_id)
     if existing is not None and is_start_processed(existing):
         raise DuplicateInferenceError(f"inference {inference_id!r} was already started")
@@ -133,8 +133,9 @@ def process_finish_inference(ctx: BlockContext, msg: MsgFinishInference) -> None
     inference_id = msg.inference_id
     executor = msg.executed_by or msg.creator
     _require_fields("MsgFinishInference", {"inference_id": inference_id, "executed_by": executor})
-    _require_participant(ctx, executor, "MsgFinishInference", "executed_by")
     keeper = ctx.keeper
+    if not keeper.has_participant(executor):
+        raise _unknown_participant("MsgFinishInference", "executed_by", executor)
     inference = keeper.get_inference(inference_id)
     if inference is None:
         inference = Inference(inference_id=inference_id, index=inference_id)
