@@ -68,10 +68,11 @@ _RESET_EVENTS: frozenset[type] = frozenset({EpochSettled, ParticipantDeactivated
 _REGISTRATION_KINDS = frozenset({"MsgRegisterParticipant", "register_participant"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TxResult:
     """``gas_used``: the message's gas (the SDK's KV schedule, keepersim/store/gas.py), a
-    rejected one's too, as the SDK charges a failed tx."""
+    rejected one's too, as the SDK charges a failed tx. Not changed once made; not frozen: one
+    is made per message, and a frozen dataclass's constructor costs three times as much."""
 
     index: int
     kind: str

@@ -52,9 +52,14 @@ def is_finish_processed(inference: Inference) -> bool:
 
 
 def is_declined(inference: Inference) -> bool:
-    """Declined with pushback: still STARTED, yet ended (the chain sets ``end_block_height``
-    only on a finish, so it never stores this combination)."""
-    return inference.status == STARTED and inference.end_block_height != 0
+    """Declined with pushback: still STARTED, yet ended (:func:`is_declined_state`)."""
+    return is_declined_state(inference.status, inference.end_block_height)
+
+
+def is_declined_state(status: int, end_block_height: int) -> bool:
+    """A (status, end height) of a declined inference: still STARTED, yet ended (the chain sets
+    ``end_block_height`` only on a finish, so it never stores this combination)."""
+    return status == STARTED and end_block_height != 0
 
 
 def _require_field(value: str, msg_name: str, field: str) -> None:
@@ -64,38 +69,61 @@ def _require_field(value: str, msg_name: str, field: str) -> None:
         raise InvalidMessageError(f"{msg_name}.{field} contains a 0x00 byte")
 
 
-def _require_participant(ctx: BlockContext, address: str, msg_name: str, field: str) -> None:
-    if not ctx.keeper.has_participant(address):
-        raise UnknownParticipantError(f"{msg_name}.{field}: unknown participant {address!r}")
+def _require_fields(msg_name: str, fields: dict[str, str]) -> None:
+    """Each of ``fields`` (name -> value) set and without a 0x00 byte (:func:`_require_field`),
+    checked in one go for the usual message, field by field for the error."""
+    values = fields.values()
+    if "" in values or "\x00" in "".join(values):
+        for field, value in fields.items():
+            _require_field(value, msg_name, field)
+
+
+def _unknown_participant(msg_name: str, field: str, address: str) -> UnknownParticipantError:
+    return UnknownParticipantError(f"{msg_name}.{field}: unknown participant {address!r}")
 
 
 def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
-    inference_id, assigned_to = msg.inference_id, msg.assigned_to
-    _require_field(inference_id, "MsgStartInference", "inference_id")
-    _require_field(assigned_to, "MsgStartInference", "assigned_to")
-    _require_field(msg.model, "MsgStartInference", "model")
-    _require_participant(ctx, assigned_to, "MsgStartInference", "assigned_to")
+    inference_id, assigned_to, model = msg.inference_id, msg.assigned_to, msg.model
+    _require_fields(
+        "MsgStartInference",
+        {"inference_id": inference_id, "assigned_to": assigned_to, "model": model},
+    )
     keeper = ctx.keeper
+    if not keeper.has_participant(assigned_to):
+        raise _unknown_participant("MsgStartInference", "assigned_to", assigned_to)
     existing = keeper.get_inference(inference_id)
     if existing is not None and is_start_processed(existing):
         raise DuplicateInferenceError(f"inference {inference_id!r} was already started")
     height = ctx.height
+    requested_by = msg.requested_by or msg.creator
+    epoch_id = keeper.get_effective_epoch_index()
     if existing is not None:
         # The finish came first: the start completes the record; no expiry is queued.
         inference = existing
+        inference.index = inference_id
+        inference.model = model
+        inference.requested_by = requested_by
+        inference.assigned_to = assigned_to
+        inference.start_block_height = height
+        inference.epoch_id = epoch_id
+        inference.max_tokens = msg.max_tokens
+        inference.prompt_token_count = msg.prompt_token_count
     else:
-        inference = Inference(inference_id=inference_id, status=STARTED)
         keeper.set_timeout(
             height + keeper.get_params().validation_params.expiration_blocks, inference_id
         )
-    inference.index = inference_id
-    inference.model = msg.model
-    inference.requested_by = msg.requested_by or msg.creator
-    inference.assigned_to = assigned_to
-    inference.start_block_height = height
-    inference.epoch_id = keeper.get_effective_epoch_index()
-    inference.max_tokens = msg.max_tokens
-    inference.prompt_token_count = msg.prompt_token_count
+        inference = Inference(  # the stored record, built once from the message's fields
+            inference_id=inference_id,
+            status=STARTED,
+            index=inference_id,
+            model=model,
+            requested_by=requested_by,
+            assigned_to=assigned_to,
+            start_block_height=height,
+            epoch_id=epoch_id,
+            max_tokens=msg.max_tokens,
+            prompt_token_count=msg.prompt_token_count,
+        )
     keeper.set_inference(inference)
     ctx.process_policy_start(assigned_to, inference)
     keeper.emit(InferenceStarted(height, inference_id, assigned_to))
@@ -103,32 +131,34 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
 
 def process_finish_inference(ctx: BlockContext, msg: MsgFinishInference) -> None:
     inference_id = msg.inference_id
-    _require_field(inference_id, "MsgFinishInference", "inference_id")
     executor = msg.executed_by or msg.creator
-    _require_field(executor, "MsgFinishInference", "executed_by")
-    _require_participant(ctx, executor, "MsgFinishInference", "executed_by")
+    _require_fields("MsgFinishInference", {"inference_id": inference_id, "executed_by": executor})
     keeper = ctx.keeper
+    if not keeper.has_participant(executor):
+        raise _unknown_participant("MsgFinishInference", "executed_by", executor)
     inference = keeper.get_inference(inference_id)
     if inference is None:
         inference = Inference(inference_id=inference_id, index=inference_id)
-    elif inference.status == EXPIRED:
-        raise InferenceExpiredError(
-            f"inference {inference_id!r} expired at its timeout; finish rejected"
-        )
-    elif is_declined(inference):
-        raise InferenceStateError(f"inference {inference_id!r} cannot finish: declined")
-    elif inference.status != STARTED or is_finish_processed(inference):
-        raise InferenceStateError(
-            f"inference {inference_id!r} cannot finish: status "
-            f"{InferenceStatus.Name(inference.status)}"
-        )
+    else:
+        status = inference.status
+        if status == EXPIRED:
+            raise InferenceExpiredError(
+                f"inference {inference_id!r} expired at its timeout; finish rejected"
+            )
+        if is_declined(inference):
+            raise InferenceStateError(f"inference {inference_id!r} cannot finish: declined")
+        if status != STARTED or is_finish_processed(inference):
+            raise InferenceStateError(
+                f"inference {inference_id!r} cannot finish: status {InferenceStatus.Name(status)}"
+            )
     height = ctx.height
     inference.status = FINISHED
     inference.executed_by = executor
     inference.end_block_height = height
     inference.completion_token_count = msg.completion_token_count
-    if msg.prompt_token_count:
-        inference.prompt_token_count = msg.prompt_token_count
+    prompt_token_count = msg.prompt_token_count
+    if prompt_token_count:
+        inference.prompt_token_count = prompt_token_count
     keeper.set_inference(inference)
     process_outcome(ctx, executor, Outcome.SUCCESS, inference)
     keeper.emit(InferenceFinished(height, inference_id, executor, inference.start_block_height))

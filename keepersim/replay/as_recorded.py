@@ -193,7 +193,7 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
         recorded = self.report.recorded
         recorded["inferences"] += 1
         recorded[key] += 1
-        address = record.inference.assigned_to
+        address = record.assigned_to
         per = self.report.recorded_by_participant.get(address)
         if per is None:
             per = self.report.recorded_by_participant[address] = Counter()
@@ -210,12 +210,11 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
             self.count_inside(lane, shadow, starts)
         items, meta = self.build_recorded_block(height, starts)
         for record in starts:
-            inference = record.inference
-            self.inflight[inference.inference_id] = (
-                inference.status,
+            self.inflight[record.inference_id] = (
+                record.status,
                 record.line,
-                inference.start_block_height,
-                inference.end_block_height,
+                record.start_height,
+                record.end_height,
             )
         self.report.max_inflight = max(self.report.max_inflight, len(self.inflight))
         self.block = (height, items, meta)
@@ -399,7 +398,7 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
         if not lane.excluded:
             return
         for record in starts:
-            address = record.inference.assigned_to
+            address = record.assigned_to
             if address not in lane.excluded:
                 continue
             key = get_outcome_key(record)

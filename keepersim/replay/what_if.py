@@ -219,12 +219,10 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         self.excluded: frozenset[str] = frozenset()
 
     def process_start(self, record: InferenceRecord) -> None:
-        inference = record.inference
         self.gather_start(
-            record.start_height,
-            (inference.inference_id, inference.model, inference.requested_by),
+            record.start_height, (record.inference_id, record.model, record.requested_by)
         )
-        status = inference.status
+        status = record.status
         self.recorded["inferences"] += 1
         if status in FINISHED_LIKE:
             self.recorded["successes"] += 1

@@ -175,7 +175,15 @@ class BlockBuffer:
         """Store ``message`` encoded at ``key``; the commit hands the object to the cache, so
         the next block takes it without decoding. It must not change after its last write."""
         raw = message.SerializeToString()
-        self.set(key, raw)
+        if key.__class__ is not bytes:  # set's checks and charge, without the call (hot path)
+            raise TypeError(f"key must be bytes, got {type(key)}")
+        if key >= RESERVED_PREFIX:
+            raise ValueError(f"key {key!r} is in the reserved 0xff keyspace")
+        self.gas += WRITE_COST_FLAT + WRITE_COST_PER_BYTE * (len(key) + len(raw))
+        pending = self._pending
+        if self._mark >= 0 and key in pending and key not in self._saved:
+            self._saved[key] = pending[key]
+        pending[key] = raw
         self._objects[key] = (message, raw)
 
     def get_objects(self) -> dict[bytes, Message]:

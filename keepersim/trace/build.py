@@ -141,6 +141,12 @@ class MessageBuilder:
             for f in descriptor.fields
             if not f.is_repeated and f.type in _INT_RANGES
         }
+        # Enum fields: name -> number (a flat line's status).
+        self._enums: dict[str, dict[str, int]] = {
+            f.name: {v.name: v.number for v in f.enum_type.values}
+            for f in descriptor.fields
+            if not f.is_repeated and f.type == FieldDescriptor.TYPE_ENUM and f.enum_type
+        }
         self._non_nullable: tuple[str, ...] = tuple(
             f.name
             for f in descriptor.fields
@@ -159,6 +165,44 @@ class MessageBuilder:
                 self._fields[field.name] = (repeated, True, sub_builder.build)
             else:
                 self._fields[field.name] = (repeated, False, _scalar_converter(field))
+
+    def compute_flat_kwargs(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        """The class's constructor arguments of a schema-valid ``data`` whose every value is a
+        string of a singular scalar field (a string, a decimal integer, an enum name: nearly
+        every inference line); None for anything else, which :meth:`build` takes. Raises
+        FastParseError as build does."""
+        kwargs = data.copy()
+        strings, integers, enums = self._strings, self._integers, self._enums
+        for key, value in data.items():
+            if value.__class__ is not str:
+                return None
+            if key in strings:
+                continue
+            bounds = integers.get(key)
+            if bounds is not None:
+                if value.isdigit() and value.isascii():  # compute_decimal's rule, unsigned
+                    n = int(value)
+                    if n <= bounds[1]:
+                        kwargs[key] = n
+                        continue
+                kwargs[key] = compute_decimal(value, *bounds)  # the rest, or its error
+                continue
+            names = enums.get(key)
+            if names is None:
+                return None
+            number = names.get(value)
+            if number is None:
+                raise FastParseError("not an enum name")
+            kwargs[key] = number
+        return kwargs
+
+    def construct(self, kwargs: dict[str, Any]) -> Message:
+        """The message of :meth:`compute_flat_kwargs`' arguments."""
+        built = self._class(**kwargs)
+        for name in self._non_nullable:
+            if name not in kwargs:
+                getattr(built, name).SetInParent()
+        return built
 
     def build(self, data: Any) -> Message:
         if not isinstance(data, dict):

@@ -29,11 +29,10 @@ from typing import Any, Final
 
 from google.protobuf.message import Message
 
-from keepersim.trace.format import DECLINE_REASON
+from keepersim.trace.format import DECLINE_REASON, FINISHED_LIKE
 from keepersim.trace.records import InferenceRecord, ParamsRecord, ParticipantsRecord
 from keepersim.types.bech32 import GOV_AUTHORITY
 from keepersim.types.messages import (
-    Inference,
     MsgFinishInference,
     MsgStartInference,
     MsgUpdateParams,
@@ -73,38 +72,38 @@ Outcome = tuple[int, int, str, str, Message, int]
 BlockMeta = tuple[str, int, str]
 
 
-def build_recorded_start(inference: Inference) -> MsgStartInference:
+def build_recorded_start(record: InferenceRecord) -> MsgStartInference:
     """A recorded inference's MsgStartInference: requested and assigned as recorded."""
-    requested_by = inference.requested_by
+    requested_by = record.requested_by
     return MsgStartInference(
         creator=requested_by,
-        inference_id=inference.inference_id,
-        model=inference.model,
+        inference_id=record.inference_id,
+        model=record.model,
         requested_by=requested_by,
-        assigned_to=inference.assigned_to,
-        prompt_token_count=inference.prompt_token_count,
-        max_tokens=inference.max_tokens,
+        assigned_to=record.assigned_to,
+        prompt_token_count=record.prompt_token_count,
+        max_tokens=record.max_tokens,
     )
 
 
-def build_recorded_finish(inference: Inference) -> MsgFinishInference:
+def build_recorded_finish(record: InferenceRecord) -> MsgFinishInference:
     """A recorded finish: by the recorded executor, with the recorded token counts."""
-    executed_by = inference.executed_by
+    executed_by = record.executed_by
     return MsgFinishInference(
         creator=executed_by,
-        inference_id=inference.inference_id,
+        inference_id=record.inference_id,
         executed_by=executed_by,
-        model=inference.model,
-        requested_by=inference.requested_by,
-        prompt_token_count=inference.prompt_token_count,
-        completion_token_count=inference.completion_token_count,
+        model=record.model,
+        requested_by=record.requested_by,
+        prompt_token_count=record.prompt_token_count,
+        completion_token_count=record.completion_token_count,
     )
 
 
-def build_recorded_decline(inference: Inference) -> MsgDeclineInference:
+def build_recorded_decline(record: InferenceRecord) -> MsgDeclineInference:
     """A recorded decline, by the assigned executor (capacity pushback)."""
     return MsgDeclineInference(
-        creator=inference.assigned_to, inference_id=inference.inference_id, reason=DECLINE_REASON
+        creator=record.assigned_to, inference_id=record.inference_id, reason=DECLINE_REASON
     )
 
 
@@ -119,32 +118,24 @@ def build_params_msgs(params: ModuleParams) -> list[Message]:
 
 def is_finished_before_start(record: InferenceRecord) -> bool:
     """A finish recorded below its start height (it is sent just before the start)."""
-    return record.is_finished() and record.end_height < record.start_height
+    return record.status in FINISHED_LIKE and record.end_height < record.start_height
 
 
 def push_outcome(pending: list[Outcome], record: InferenceRecord) -> bool:
     """Queue ``record``'s recorded outcome at or after its start (a finish or a decline) on the
     ``pending`` heap; False when it has none to queue (expired, unfinished, or a finish that came
     before its start, which :func:`build_block` sends with the start)."""
-    inference = record.inference
+    end = record.end_height
     msg: Message
-    if record.is_finished() and inference.end_block_height >= inference.start_block_height:
-        kind, msg = "finish", build_recorded_finish(inference)
+    if record.status in FINISHED_LIKE:
+        if end < record.start_height:
+            return False
+        kind, msg = "finish", build_recorded_finish(record)
     elif record.is_declined():
-        kind, msg = "decline", build_recorded_decline(inference)
+        kind, msg = "decline", build_recorded_decline(record)
     else:
         return False
-    heapq.heappush(
-        pending,
-        (
-            inference.end_block_height,
-            inference.start_block_height,
-            inference.inference_id,
-            kind,
-            msg,
-            record.line,
-        ),
-    )
+    heapq.heappush(pending, (end, record.start_height, record.inference_id, kind, msg, record.line))
     return True
 
 
@@ -171,12 +162,11 @@ def build_block(
             items.append(outcome[4])
             meta.append((outcome[3], outcome[5], outcome[2]))
     for record in starts:
-        inference = record.inference
         if is_finished_before_start(record):
-            items.append(build_recorded_finish(inference))
-            meta.append(("finish", record.line, inference.inference_id))
-        items.append(build_recorded_start(inference))
-        meta.append(("start", record.line, inference.inference_id))
+            items.append(build_recorded_finish(record))
+            meta.append(("finish", record.line, record.inference_id))
+        items.append(build_recorded_start(record))
+        meta.append(("start", record.line, record.inference_id))
     for outcome in same_block:
         items.append(outcome[4])
         meta.append((outcome[3], outcome[5], outcome[2]))

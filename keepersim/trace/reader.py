@@ -59,11 +59,12 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
-from keepersim.keeper.inferences import is_declined
+from keepersim.keeper.inferences import is_declined_state
 from keepersim.limits import MAX_TRACE_LINE_BYTES
 from keepersim.trace.build import FastParseError, get_builder
 from keepersim.trace.format import (
@@ -86,7 +87,7 @@ from keepersim.trace.records import (
     TraceError,
     TraceRecord,
 )
-from keepersim.trace.validate import check_line, describe
+from keepersim.trace.validate import check_line, describe, get_validator
 from keepersim.types.chain_json import parse_chain_json
 from keepersim.types.chain_params_json import parse_chain_params
 from keepersim.types.errors import ChainJsonError, InvalidParamsError
@@ -122,6 +123,9 @@ def _parse_message(data: Any, message_class: type[M], where: str, path: str, lin
     except ChainJsonError as exc:
         field_path = f"{where}.{exc.path}" if exc.path else where
         raise TraceError(path, line, field_path, exc.problem) from exc
+
+
+_INFERENCE_BUILDER = get_builder(Inference)
 
 
 def _join(root: str, path: str) -> str:
@@ -167,7 +171,17 @@ class _Reader:
             raise self.error(line, "<line>", f"not valid JSON: {msg} (column {colno})") from exc
 
     def parse(self, raw: bytes, line: int) -> TraceRecord:
-        data = self.decode(raw, line)
+        try:
+            data = decode_line(raw)
+        except ValueError:
+            data = self.decode(raw, line)  # raises, naming what is wrong
+        if (  # nearly every line: a valid inference line after the header
+            data.__class__ is dict
+            and data.get("type") == "inference"
+            and self.header is not None
+            and get_validator("inference").is_valid(data)
+        ):
+            return self.parse_inference(data, line)
         if not isinstance(data, dict):
             raise self.error(line, "<line>", f"expected a JSON object, got {describe(data)}")
         record_type = data.get("type")
@@ -341,13 +355,14 @@ class _Reader:
             raise self.error(line, "type", f"{record_type} line before the first {missing} line")
 
     def parse_inference(self, data: dict[str, Any], line: int) -> InferenceRecord:
-        self.require_prologue(line, "inference")
+        if not (self.have_params and self.have_participants):
+            self.require_prologue(line, "inference")  # raises, saying which is missing
         del data["type"]  # the line's own dict: what is left is the Inference
-        inference = _parse_message(data, Inference, "inference", self.path, line)
+        record = self.build_inference(data, line)
         header = self.header
         assert header is not None
-        start = inference.start_block_height
-        end = inference.end_block_height
+        start = record.start_height
+        end = record.end_height
         if not header.first_height <= start <= header.last_height:
             raise self.error(
                 line,
@@ -355,9 +370,9 @@ class _Reader:
                 f"{start} is outside the trace's heights "
                 f"[{header.first_height}, {header.last_height}]",
             )
-        status = inference.status
+        status = record.status
         if status in FINISHED_LIKE:
-            if not inference.executed_by:
+            if not record.executed_by:
                 raise self.error(
                     line,
                     "inference.executed_by",
@@ -369,20 +384,21 @@ class _Reader:
                     "inference.end_block_height",
                     f"missing: required for status {get_status_name(status)}",
                 )
-        elif is_declined(inference) and end < start:
+        elif is_declined_state(status, end) and end < start:
             raise self.error(
                 line,
                 "inference.end_block_height",
                 f"{end} is before start {start} for a declined inference (STARTED with "
                 "end_block_height set)",
             )
-        key = (start, inference.inference_id)
+        inference_id = record.inference_id
+        key = (start, inference_id)
         if self.last_inference is not None and key <= self.last_inference:
             what = "a duplicate of" if key == self.last_inference else "out of order after"
             raise self.error(
                 line,
                 "inference.start_block_height",
-                f"(start {start}, id {inference.inference_id!r}) is {what} line "
+                f"(start {start}, id {inference_id!r}) is {what} line "
                 f"{self.last_inference_line} (start {self.last_inference[0]}, "
                 f"id {self.last_inference[1]!r}): inference lines must be ordered by "
                 "(start_block_height, inference_id)",
@@ -397,7 +413,19 @@ class _Reader:
             )
         self.last_inference = key
         self.last_inference_line = line
-        return InferenceRecord(line, inference)
+        return record
+
+    def build_inference(self, data: dict[str, Any], line: int) -> InferenceRecord:
+        """The record of a schema-valid inference line: from its values directly when they are
+        all strings (nearly every line: the Inference is built only if asked for), else from
+        the Inference built now."""
+        try:
+            kwargs = _INFERENCE_BUILDER.compute_flat_kwargs(data)
+        except FastParseError:
+            kwargs = None  # _parse_message words the error
+        if kwargs is not None:
+            return InferenceRecord.from_kwargs(line, kwargs)
+        return InferenceRecord(line, _parse_message(data, Inference, "inference", self.path, line))
 
     def parse_summary(self, data: dict[str, Any], line: int) -> EpochSummaryRecord:
         self.require_prologue(line, "epoch_summary")
@@ -512,7 +540,7 @@ def iterate_trace(
         handle.seek(cursor.offset)
         number = cursor.line
         limit = MAX_TRACE_LINE_BYTES + 1
-        lines = iter(lambda: handle.readline(limit), b"")
+        lines = iter(partial(handle.readline, limit), b"")
         for number, raw in enumerate(lines, start=cursor.line + 1):  # noqa: B007
             if stop is not None and cursor.offset >= stop:
                 break

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from keepersim.keeper.inferences import is_declined
+from keepersim.keeper.inferences import is_declined_state
+from keepersim.trace.build import get_builder
 from keepersim.trace.format import FINISHED_LIKE
 from keepersim.types.messages import (
     EpochPerformanceSummary,
@@ -129,32 +130,109 @@ class ParticipantsRecord:
     weights: tuple[ValidationWeight, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
 class InferenceRecord:
+    """An ``inference`` line: the values a replay reads (the blocks' messages are built from
+    them, keepersim.trace.messages), each taken from the line once, and the line's chain
+    ``Inference``, built the first time it is asked for (an as-recorded replay never asks)."""
+
+    __slots__ = (
+        "line",
+        "inference_id",
+        "start_height",
+        "end_height",
+        "status",
+        "assigned_to",
+        "executed_by",
+        "requested_by",
+        "model",
+        "prompt_token_count",
+        "completion_token_count",
+        "max_tokens",
+        "_inference",
+        "_kwargs",
+    )
+
     line: int
-    inference: Inference
+    inference_id: str
+    start_height: int
+    end_height: int
+    status: InferenceStatus.ValueType
+    assigned_to: str
+    executed_by: str
+    requested_by: str
+    model: str
+    prompt_token_count: int
+    completion_token_count: int
+    max_tokens: int
+    _inference: Inference | None
+    _kwargs: dict[str, Any] | None
+
+    def __init__(self, line: int, inference: Inference) -> None:
+        self.line = line
+        self.inference_id = inference.inference_id
+        self.start_height = inference.start_block_height
+        self.end_height = inference.end_block_height
+        self.status = inference.status
+        self.assigned_to = inference.assigned_to
+        self.executed_by = inference.executed_by
+        self.requested_by = inference.requested_by
+        self.model = inference.model
+        self.prompt_token_count = inference.prompt_token_count
+        self.completion_token_count = inference.completion_token_count
+        self.max_tokens = inference.max_tokens
+        self._inference = inference
+        self._kwargs = None
+
+    @classmethod
+    def from_kwargs(cls, line: int, kwargs: dict[str, Any]) -> InferenceRecord:
+        """The record of a line whose values are ``Inference(**kwargs)``'s, as the reader's
+        direct build gives them (:meth:`keepersim.trace.build.MessageBuilder.compute_flat_kwargs`,
+        valid for the constructor); the Inference is built when asked for."""
+        self = cls.__new__(cls)
+        get = kwargs.get
+        self.line = line
+        self.inference_id = kwargs["inference_id"]
+        self.start_height = kwargs["start_block_height"]
+        self.end_height = get("end_block_height", 0)
+        self.status = get("status", 0)
+        self.assigned_to = kwargs["assigned_to"]
+        self.executed_by = get("executed_by", "")
+        self.requested_by = get("requested_by", "")
+        self.model = kwargs["model"]
+        self.prompt_token_count = get("prompt_token_count", 0)
+        self.completion_token_count = get("completion_token_count", 0)
+        self.max_tokens = get("max_tokens", 0)
+        self._inference = None
+        self._kwargs = kwargs
+        return self
 
     @property
-    def inference_id(self) -> str:
-        return self.inference.inference_id
-
-    @property
-    def start_height(self) -> int:
-        return self.inference.start_block_height
-
-    @property
-    def end_height(self) -> int:
-        return self.inference.end_block_height
-
-    @property
-    def status(self) -> InferenceStatus.ValueType:
-        return self.inference.status
+    def inference(self) -> Inference:
+        """The line's Inference (built once, then shared: do not change it)."""
+        inference = self._inference
+        if inference is None:
+            assert self._kwargs is not None
+            built = get_builder(Inference).construct(self._kwargs)
+            assert isinstance(built, Inference)
+            inference = self._inference = built
+            self._kwargs = None
+        return inference
 
     def is_finished(self) -> bool:
-        return self.inference.status in FINISHED_LIKE
+        return self.status in FINISHED_LIKE
 
     def is_declined(self) -> bool:
-        return is_declined(self.inference)
+        return is_declined_state(self.status, self.end_height)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InferenceRecord):
+            return NotImplemented
+        return self.line == other.line and self.inference == other.inference
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"InferenceRecord(line={self.line}, inference_id={self.inference_id!r})"
 
 
 @dataclass(frozen=True, slots=True)

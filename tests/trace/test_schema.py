@@ -24,6 +24,7 @@ from replay_helpers import (
 )
 
 from keepersim.trace.build import FastParseError, MessageBuilder
+from keepersim.trace.records import InferenceRecord
 from keepersim.trace.schema import SCHEMA_PATH, build_trace_schema, format_schema, get_schema
 from keepersim.trace.validate import check_line, get_validator
 from keepersim.types.chain_json import parse_chain_json
@@ -185,12 +186,37 @@ def _check_builder(data: Any, message_class: Any) -> None:
         expected = parse_chain_json(data, message_class, where="test")
     except ChainJsonError:
         expected = None
+    builder = MessageBuilder(message_class.DESCRIPTOR, message_class)
     try:
-        built = MessageBuilder(message_class.DESCRIPTOR, message_class).build(data)
+        kwargs = builder.compute_flat_kwargs(data) if isinstance(data, dict) else None
     except FastParseError:
+        kwargs = None
+    if kwargs is not None:  # the flat path (nearly every inference line) builds the same
+        assert expected is not None and builder.construct(kwargs) == expected
+        if message_class is Inference and get_validator("inference").is_valid(
+            {"type": "inference", **data}
+        ):  # and the record of a valid line (the reader's) reads the same values
+            _check_record(kwargs, expected)
+    try:
+        built = builder.build(data)
+    except FastParseError:
+        assert kwargs is None
         return  # the reader falls back to parse_chain_json, which decides
     # Whatever the fast builder accepts, parse_chain_json accepts the same way.
     assert expected is not None and built == expected
+
+
+def _check_record(kwargs: dict[str, Any], inference: Inference) -> None:
+    """A record built from the line's values (the reader's way) equals the one built from
+    its Inference, value by value, and builds that Inference when asked."""
+    fast = InferenceRecord.from_kwargs(7, dict(kwargs))
+    slow = InferenceRecord(7, inference)
+    for name in InferenceRecord.__slots__:
+        if not name.startswith("_"):
+            assert getattr(fast, name) == getattr(slow, name), name
+    assert fast.is_finished() == slow.is_finished()
+    assert fast.is_declined() == slow.is_declined()
+    assert fast.inference == inference and fast == slow
 
 
 @settings(max_examples=150, deadline=None)
@@ -210,6 +236,58 @@ def test_builder_agrees_with_parse_chain_json(line: Any) -> None:
             items = line.get(key)
             for item in items if isinstance(items, list) else []:
                 _check_builder(item, message_class)
+
+
+_STATUSES = ["STARTED", "FINISHED", "VALIDATED", "INVALIDATED", "VOTING", "EXPIRED"]
+_UINT64 = st.one_of(st.integers(0, 2**64 + 5), st.sampled_from([2**64 - 1, 2**64, 0, 1])).map(str)
+_INT64 = st.integers(-(2**63) - 2, 2**63 + 2).map(str)
+
+
+@st.composite
+def flat_inference_lines(draw: st.DrawFn) -> dict[str, Any]:
+    """Inference lines with only string values (the reader's flat path): any status, the
+    optional fields or not, integers up to and past their ranges."""
+    text = st.text(max_size=6)
+    line: dict[str, Any] = {
+        "inference_id": draw(st.text(min_size=1, max_size=6)),
+        "model": draw(st.text(min_size=1, max_size=3)),
+        "assigned_to": draw(st.text(min_size=1, max_size=4)),
+        "start_block_height": draw(_UINT64),
+    }
+    optional = {
+        "status": st.sampled_from(_STATUSES),
+        "end_block_height": _UINT64,
+        "executed_by": text,
+        "requested_by": text,
+        "index": text,
+        "prompt_token_count": _UINT64,
+        "completion_token_count": _UINT64,
+        "max_tokens": _UINT64,
+        "epoch_id": _UINT64,
+        "actual_cost": _INT64,
+        "request_timestamp": _INT64,
+    }
+    for key in draw(st.lists(st.sampled_from(sorted(optional)), unique=True)):
+        line[key] = draw(optional[key])
+    return line
+
+
+@settings(max_examples=300, deadline=None)
+@given(flat_inference_lines())
+def test_flat_inference_lines_build_as_parse_chain_json(data: dict[str, Any]) -> None:
+    """The reader's flat path (compute_flat_kwargs, and the record of its values) against
+    parse_chain_json, on valid lines and on lines with an integer out of range."""
+    assert get_validator("inference").is_valid({"type": "inference", **data})
+    builder = MessageBuilder(Inference.DESCRIPTOR, Inference)
+    try:
+        expected = parse_chain_json(data, Inference, where="test")
+    except ChainJsonError:
+        with pytest.raises(FastParseError):
+            builder.compute_flat_kwargs(data)
+        return
+    kwargs = builder.compute_flat_kwargs(data)
+    assert kwargs is not None and builder.construct(kwargs) == expected
+    _check_record(kwargs, expected)
 
 
 def test_builder_handles_nested_repeated_and_null() -> None:
