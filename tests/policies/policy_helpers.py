@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from chain_builders import make_genesis, make_participant, make_test_params
+
 from keepersim.chain import BlockResult, Chain
 from keepersim.types.events import HealthTransition
 from keepersim.types.messages import MsgFinishInference, MsgStartInference
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.tx_pb2 import MsgDeclineInference
-from tests.conftest import make_genesis, make_participant, make_test_params
 
 MODEL = "m"
 

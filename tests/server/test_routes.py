@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chain_builders import make_genesis, make_participant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,6 @@ from keepersim.server.app import BackgroundServer, create_app
 from keepersim.server.routes import METRICS, ROUTE_TABLE, UNSERVED
 from keepersim.types import keys, rest_routes
 from keepersim.types.messages import Participant
-from tests.conftest import make_genesis, make_participant
 
 ADDRESSES = sorted(["a", "b0", "b1", "c", "ca", "d+/", "z"])
 
