@@ -54,7 +54,7 @@ class StrikesPolicy(HealthPolicy):
                 ctx.emit_transition(address, "in", "out", f"{self.strikes} misses in a row")
         ctx.set(address, entry)  # nothing reaches the store without set
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore) -> None:
         for address in ctx.pop_due():  # the wake-ups scheduled for this height
             entry = ctx.find(address, self.decode)
             if entry is None or entry.state != OPEN:

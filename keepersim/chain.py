@@ -205,7 +205,7 @@ class _SelectionIndex:
         self.tables: dict[str, SelectionTable] = {}
         self.models: dict[str, _ModelTable] = {}
         self.dirty: dict[str, set[str]] = {}
-        # Verdicts the policy handed over with a commit (PolicyStore.set_verdict), each at the
+        # Verdicts the policy handed over with a commit (acceleration.policy_store.hand_verdict), each at the
         # height of the last commit that touched its participant.
         self.pushed: dict[str, Health] = {}
 
@@ -462,7 +462,7 @@ class Chain:
             end_block(ctx, gas_by_step)
             reset = (
                 keeper.params_changed
-                or keeper.verdicts_reset
+                or keeper.hints.verdicts_reset
                 or registered
                 or not _RESET_EVENTS.isdisjoint(map(type, keeper.events))
             )
@@ -481,11 +481,11 @@ class Chain:
                 self._extension_params = keeper.get_extension_params()
                 with self._index_lock:
                     self._index.process_commit(
-                        keeper.touched
+                        keeper.hints.touched
                         if policy.verdict_reads_participants
-                        else keeper.verdict_touched,
+                        else keeper.hints.verdict_touched,
                         reset,
-                        ctx.policy_store.verdicts,
+                        keeper.hints.verdicts,
                     )
         except BaseException:
             buffer.discard()

@@ -10,14 +10,14 @@ State: a log, one record per height with outcomes (TrinScoreRecord: each partici
 of that height merged into one delta), kept while the window counts it and deleted after. No
 per-participant entry is written: a block writes one record and deletes one, whatever its
 traffic. The log's index, each participant's (height, delta) pairs (``Events``), is kept in
-memory between blocks (PolicyStore.memo) and rebuilt from the records after a restart; a
-reader builds it once for a whole table (PolicyReader.memo).
+memory between blocks and rebuilt from the records after a restart; a reader builds it once
+for a whole table (trin_additive_index: the speed-ups, each beside its plain form).
 
 Ageing needs no end-block work: an event stops counting at ``height + window_blocks``, and the
 verdict's ``valid_until`` is the last height before the first ageing-out that moves the clamped
 score (usually the oldest counted event's; an event whose leaving the clamp absorbs, or whose
 merged delta is 0, is skipped), so the chain's memo recomputes it exactly then and not before.
-An outcome hands its verdict to the chain (set_verdict) and chains the verdicts of the events
+An outcome hands its verdict to the chain (trin_additive_index.hand_verdict) and chains the verdicts of the events
 that will leave the window (Health.then), so the chain reads nothing back.
 
 The rule in plain form, compute_reference_health (every record decoded, the window summed, no
@@ -43,8 +43,8 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
     PolicyStore,
     Then,
-    get_log_index,
 )
+from keepersim.keeper.policies.trin_additive_index import get_indexed_log, hand_verdict
 from keepersim.types.events import Outcome
 from keepersim.types.messages import Inference
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams, TrinAdditiveParams
@@ -245,7 +245,7 @@ class TrinAdditive(HealthPolicy):
 
     @staticmethod
     def get_score_log(holder: PolicyStore | PolicyReader) -> ScoreLog:
-        return get_log_index(holder, "scores", ScoreLog, ScoreLog.from_records)
+        return get_indexed_log(holder, ScoreLog, ScoreLog.from_records)
 
     def get_reader_events(self, reader: PolicyReader, address: str) -> Events:
         return self.get_score_log(reader).events.get(address, NO_EVENTS)
@@ -264,11 +264,11 @@ class TrinAdditive(HealthPolicy):
         if heights[-1] == height:  # no pair from a later height (only an import makes one)
             lo = bisect_right(heights, height - params.window)
             total = params.initial + sum(events.deltas[lo:] if lo else events.deltas)
-            ctx.set_verdict(address, self.get_tail_health(events, lo, total, params))
+            hand_verdict(ctx, address, self.get_tail_health(events, lo, total, params))
         else:
-            ctx.set_verdict(address, self.compute_health(events, height, params))
+            hand_verdict(ctx, address, self.compute_health(events, height, params))
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore) -> None:
         """Write this block's record; delete those the window no longer counts."""
         log = self.get_score_log(ctx)
         height = ctx.height

@@ -34,6 +34,9 @@ from __future__ import annotations
 from functools import partial
 from typing import ClassVar
 
+# Pending the split into trin_multiplicative_index.py (branch windowed-index): the speed-ups
+# this file still calls, from the acceleration layer.
+from keepersim.keeper.acceleration import policy_store as acceleration
 from keepersim.keeper.policies.base import (
     NEVER,
     Health,
@@ -42,7 +45,6 @@ from keepersim.keeper.policies.base import (
     PolicyLog,
     PolicyReader,
     PolicyStore,
-    get_log_index,
 )
 from keepersim.types.events import Outcome
 from keepersim.types.messages import Inference
@@ -168,7 +170,7 @@ class TrinMultiplicative(HealthPolicy):
 
     @staticmethod
     def get_offer_log(holder: PolicyStore | PolicyReader) -> OfferLog:
-        return get_log_index(holder, "offers", OfferLog, OfferLog.from_records)
+        return acceleration.get_log_index(holder, "offers", OfferLog, OfferLog.from_records)
 
     def process_start(self, ctx: PolicyStore, address: str, inference: Inference) -> None:
         """The offer: the idle clock restarts. Noted in the log's index now (a write's verdict
@@ -185,7 +187,7 @@ class TrinMultiplicative(HealthPolicy):
             entry = ctx.find(address, self.get_entry)
             failure_bits = 0 if entry is None else entry.failure_bits
             key = compute_verdict_key(failure_bits, height, height, key_params)
-            ctx.set_verdict(address, self.get_verdict(key, key_params))
+            acceleration.hand_verdict(ctx, address, self.get_verdict(key, key_params))
 
     def process_outcome(
         self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
@@ -206,14 +208,14 @@ class TrinMultiplicative(HealthPolicy):
         history = key_params[0]
         if compute_misses(new_bits, history) == compute_misses(failure_bits, history):
             # The verdict is made of the misses and the last offer alone: the chain's stands.
-            ctx.set(address, entry, verdict=False)
+            acceleration.set_keeping_verdict(ctx, address, entry)
             return
         ctx.set(address, entry)
         last_offer = self.get_offer_log(ctx).get_last_offer(entry)
         key = compute_verdict_key(new_bits, last_offer, ctx.height, key_params)
-        ctx.set_verdict(address, self.get_verdict(key, key_params))
+        acceleration.hand_verdict(ctx, address, self.get_verdict(key, key_params))
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore) -> None:
         """Log this block's offers and hand over their verdicts; fold the records leaving the
         log into their entries."""
         log = self.get_offer_log(ctx)
@@ -232,7 +234,9 @@ class TrinMultiplicative(HealthPolicy):
                 entry = ctx.get(address, self.get_entry)
                 if entry.last_selected_block < logged:
                     entry.last_selected_block = logged
-                    ctx.set(address, entry, verdict=False)  # the same last offer: same verdict
+                    acceleration.set_keeping_verdict(
+                        ctx, address, entry
+                    )  # the same last offer: same verdict
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         """Asked only when no verdict came with a commit (a new table, a reset): writes hand

@@ -87,6 +87,9 @@ import hashlib
 from collections.abc import MutableSequence, Sequence
 from typing import ClassVar
 
+# Pending the split into windowed_index.py (branch windowed-index): the speed-ups this file
+# still calls, from the acceleration layer.
+from keepersim.keeper.acceleration import policy_store as acceleration
 from keepersim.keeper.policies.base import (
     ADMITTED,
     Health,
@@ -515,7 +518,9 @@ class WindowedBreaker(HealthPolicy):
             self.process_record_miss(ctx, entry, capacity)
         process_prune(entry, ctx.height, ctx.expiration_blocks)
         if count_window_samples(entry, params.window) <= params.min_samples:
-            ctx.recheck.add(address)  # too few samples before: the window may be judged now
+            acceleration.get_recheck(ctx).add(
+                address
+            )  # too few samples before: the window may be judged now
         # Provisional evidence withdrawn: if the window no longer fails, probe right away
         # instead of sitting out a cooldown that a false alarm earned.
         if (
@@ -538,12 +543,12 @@ class WindowedBreaker(HealthPolicy):
                     self.process_readmit(ctx, entry, misses, samples)
         if outcome is Outcome.SUCCESS and entry.state == W_HEALTHY and is_recovery_proven(entry):
             self.process_recovered(ctx, entry)
-        ctx.set(address, entry, verdict=is_verdict_moved(entry, before, params))
+        acceleration.set_with_hint(ctx, address, entry, is_verdict_moved(entry, before, params))
 
     def process_record_miss(self, ctx: PolicyStore, entry: WindowedEntry, capacity: bool) -> None:
         """Count a miss in the window and tell the fleet whether it was a capacity miss."""
         process_push(entry, miss=True)
-        ctx.recheck.add(entry.address)
+        acceleration.get_recheck(ctx).add(entry.address)
         entry.capacity_misses += int(capacity)
         fleet = ctx.get(FLEET, self.get_entry)
         params = ctx.params.health_params.windowed
@@ -551,28 +556,29 @@ class WindowedBreaker(HealthPolicy):
         watched = params.suspicion_prior_pct > 0
         saturated = watched and is_fleet_saturated(fleet, params)
         process_push_capacity_bit(fleet, capacity)
-        ctx.set(FLEET, fleet, verdict=False)
+        acceleration.set_keeping_verdict(ctx, FLEET, fleet)
         if watched and is_fleet_saturated(fleet, params) != saturated:
-            ctx.touch_all_verdicts()
+            acceleration.touch_all_verdicts(ctx)
 
     def process_fleet_latency(self, ctx: PolicyStore, latency: int) -> None:
         """Noted for now: the fleet entry takes the block's latencies together at the start of
         the end block, before anything reads them (process_add_fleet_latencies)."""
-        pending = ctx.memo.get("fleet_latencies")
+        memo = acceleration.get_memo(ctx)
+        pending = memo.get("fleet_latencies")
         if not isinstance(pending, list):
-            pending = ctx.memo["fleet_latencies"] = []
+            pending = memo["fleet_latencies"] = []
         pending.append(latency)
 
     def process_add_fleet_latencies(self, ctx: PolicyStore) -> None:
-        pending = ctx.memo.pop("fleet_latencies", None)
+        pending = acceleration.get_memo(ctx).pop("fleet_latencies", None)
         if not isinstance(pending, list) or not pending:
             return
         fleet = ctx.get(FLEET, self.get_entry)
         fleet.recent_latencies.extend(pending)
         process_bound(fleet.recent_latencies, FLEET_LATENCY_SAMPLES)
-        ctx.set(FLEET, fleet, verdict=False)
+        acceleration.set_keeping_verdict(ctx, FLEET, fleet)
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore) -> None:
         """Overdue deadlines, cooldown ends, then the gate for the windows that may now fail
         (the block's entries are written once, after the end block)."""
         self.process_add_fleet_latencies(ctx)
@@ -589,10 +595,7 @@ class WindowedBreaker(HealthPolicy):
         # flags. A window can start failing only on a new miss or by reaching min_samples
         # (process_outcome marks both for recheck); everyone touched is judged under new params,
         # and so is anyone this block touched without the policy (a registration).
-        if ctx.keeper.params_changed:
-            judge = ctx.recheck.union(touched)
-        else:
-            judge = ctx.recheck.union(a for a in touched if not ctx.is_seen(a))
+        judge = acceleration.get_recheck_candidates(ctx)
         judge.discard(FLEET)
         for address in sorted(judge):
             entry = ctx.find(address, self.get_entry)
@@ -647,8 +650,7 @@ class WindowedBreaker(HealthPolicy):
             # Read from the chain's timeout index: the reads a chain makes are what its gas
             # counts (no in-memory list of starts: a restart would lose it and change a
             # block's gas; docs/metrics.md, "Gas").
-            due = [inference_id for _, inference_id in ctx.keeper.get_timeouts_due(timeout_at)]
-            for inference_id in due:
+            for inference_id in ctx.chain.get_timeouts_due(timeout_at):
                 self.process_overdue(ctx, inference_id, started_at)
         for inference_id in ctx.pop_due_items():
             self.process_overdue(ctx, inference_id)
@@ -662,7 +664,7 @@ class WindowedBreaker(HealthPolicy):
         # (imported here: keeper.inferences imports the block context, which imports policies)
         from keepersim.keeper.inferences import is_declined
 
-        inference = ctx.keeper.get_inference(inference_id)
+        inference = ctx.chain.get_inference(inference_id)
         # A declined inference stays STARTED (with an end height) and keeps its timeout.
         if inference is None or inference.status != STARTED or is_declined(inference):
             return  # resolved in time (or declined, or finished by another executor)
@@ -693,7 +695,7 @@ class WindowedBreaker(HealthPolicy):
         entry.overdue_flags += 1
         if item.probe and entry.state == W_PROBE:
             self.process_exclude(ctx, entry, "probe overdue", failed_probe=True)
-        ctx.set(address, entry, verdict=is_verdict_moved(entry, before, params))
+        acceleration.set_with_hint(ctx, address, entry, is_verdict_moved(entry, before, params))
 
     def get_overdue_blocks(self, ctx: PolicyStore, entry: WindowedEntry) -> int | None:
         fleet = ctx.get(FLEET, self.get_entry).recent_latencies
@@ -743,7 +745,7 @@ class WindowedBreaker(HealthPolicy):
                     listed.append(entry.address)
                 else:
                     listed.remove(entry.address)
-                ctx.set(FLEET, fleet, verdict=False)
+                acceleration.set_keeping_verdict(ctx, FLEET, fleet)
         entry.state = state
 
     def process_promote(self, ctx: PolicyStore, entry: WindowedEntry, reason: str) -> None:
