@@ -132,10 +132,15 @@ def get_accelerated(ctx: PolicyStore) -> ChainPolicyStore | None:
 def hand_verdict(ctx: PolicyStore, address: str, health: Health) -> None:
     """``health`` is what get_health will say of ``address`` at this height once the block is
     committed, handed to the chain so it need not ask. A later write of the participant in this
-    block must hand it again or delete it. Plain form: nothing (the chain asks)."""
-    fast = get_accelerated(ctx)
-    if fast is not None:
-        fast.hints.verdicts[address] = health
+    block must hand it again or delete it. Plain form: the chain is told only that the
+    verdict may have moved, and asks (a policy that writes no entry for ``address``, such as
+    trin-additive, tells the chain this way)."""
+    if not isinstance(ctx, ChainPolicyStore):
+        return
+    if ChainPolicyStore.hints_enabled:
+        ctx.hints.verdicts[address] = health
+    else:
+        ctx.hints.mark(address)
 
 
 def set_keeping_verdict(ctx: PolicyStore, address: str, entry: Message) -> None:
@@ -188,7 +193,8 @@ def get_log_index(
 
 
 def get_recheck(ctx: PolicyStore) -> set[str]:
-    """Addresses the policy asked to look at again in this block's end block."""
+    """Addresses the policy asked to look at again in this block's end block (a store the
+    chain did not open has none to keep: a fresh set)."""
     return ctx.recheck if isinstance(ctx, ChainPolicyStore) else set()
 
 
@@ -210,10 +216,12 @@ def set_with_hint(ctx: PolicyStore, address: str, entry: Message, verdict_moved:
 def get_recheck_candidates(ctx: PolicyStore) -> set[str]:
     """Whom an end block must judge again: those the policy marked (get_recheck), and those
     this block wrote without the policy (a registration), or everyone written under new params.
-    Plain form: every participant."""
-    fast = get_accelerated(ctx)
-    if fast is None:
-        return set(ctx.chain.get_participant_addresses())
+    No plain form: judging everyone else too would decide differently (a participant readmitted
+    in this block would be judged again at once), so this is windowed's rule, read from the
+    chain's touched set until windowed's index split restates it (branch windowed-index)."""
+    if not isinstance(ctx, ChainPolicyStore):
+        return set()
+    fast = ctx
     touched = fast.hints.touched
     if fast._keeper.params_changed:
         return fast.recheck.union(touched)
