@@ -18,6 +18,8 @@ from test_properties import (
 )
 
 from keepersim.keeper.acceleration.policy_store import ChainPolicyStore
+from keepersim.keeper.policies.base import ParamsView
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 
 
 def run_both(name: str, steps: list[Step], weights: list[int]) -> None:
@@ -50,3 +52,23 @@ def test_random_sequences_are_the_same_without_the_speed_ups(
     name: str, steps: list[Step], weights: list[int]
 ) -> None:
     run_both(name, steps, weights)
+
+
+def test_params_view_derives_once_per_params_object_and_again_for_new_ones() -> None:
+    """The chain replaces its params on a change and never edits them: one derivation per
+    object, the same as deriving every time; a new object (new params) is derived afresh."""
+    calls: list[int] = []
+
+    def derive(params: ExtensionParams) -> int:
+        calls.append(1)
+        return params.health_params.trin_additive.window_blocks
+
+    view = ParamsView(derive)
+    first = ExtensionParams()
+    first.health_params.trin_additive.window_blocks = 30
+    assert view.get(first) == view.get(first) == derive(first)
+    second = ExtensionParams()
+    second.CopyFrom(first)
+    second.health_params.trin_additive.window_blocks = 40
+    assert view.get(second) == 40 == derive(second)
+    assert len(calls) == 4  # two derivations by the view, two by hand
