@@ -161,11 +161,14 @@ def touch_all_verdicts(ctx: PolicyStore) -> None:
         ctx.hints.verdicts.clear()
 
 
-def get_memo(ctx: PolicyStore) -> dict[str, object]:
-    """The memo handed on from the block below (empty after a restart). Plain form: the
-    block's own, empty at its start (ChainPolicyStore takes none when its hints are off); a
-    store the chain did not open has none (a fresh one per call)."""
-    return ctx.memo if isinstance(ctx, ChainPolicyStore) else {}
+def get_memo(holder: PolicyStore | PolicyReader) -> dict[str, object]:
+    """A block's store: the memo handed on from the block below (empty after a restart; plain
+    form: the block's own, empty at its start, for ChainPolicyStore takes none when its hints
+    are off; a store the chain did not open has none: a fresh one per call). A reader: what
+    is derived once for all the verdicts it serves."""
+    if isinstance(holder, PolicyReader):
+        return holder._memo
+    return holder.memo if isinstance(holder, ChainPolicyStore) else {}
 
 
 def get_log_index(
@@ -177,7 +180,7 @@ def get_log_index(
     """A policy's index of its log, kept in the memo under ``key`` (a block's is handed on
     between blocks, a reader's serves a whole table), built from the records when the memo has
     none."""
-    memo = holder.memo if isinstance(holder, PolicyReader) else get_memo(holder)
+    memo = get_memo(holder)
     index = memo.get(key)
     if not isinstance(index, kind):
         store = holder._store

@@ -343,10 +343,10 @@ class PolicyStore:
 class PolicyReader:
     """Read access for health verdicts at query time (a read-only store underneath): the
     policy's entries (``get_raw``) and log, the params, and the same read-only ``chain`` view.
-    ``memo``: what a policy derives once per reader (one reader serves a whole table's
-    verdicts), e.g. an index over its log instead of a scan per participant."""
+    What a policy's index derives once per reader (one reader serves a whole table's verdicts)
+    is kept beside it by the acceleration layer (policy_store.get_memo)."""
 
-    __slots__ = ("chain", "params", "expiration_blocks", "memo", "_store", "_state", "_log")
+    __slots__ = ("chain", "params", "expiration_blocks", "_memo", "_store", "_state", "_log")
 
     def __init__(self, keeper: KeeperReads, policy: HealthPolicy) -> None:
         self.chain = ChainView(keeper)
@@ -355,7 +355,7 @@ class PolicyReader:
         self._store = keeper.store
         self._state = keys.POLICY_STATE + policy.prefix
         self._log = keys.POLICY_LOG + policy.prefix
-        self.memo: dict[str, object] = {}
+        self._memo: dict[str, object] = {}
 
     def get_raw(self, address: str) -> bytes | None:
         return self._store.get(self._state + address.encode())

@@ -814,11 +814,12 @@ class WindowedBreaker(HealthPolicy):
     def is_saturated(self, reader: PolicyReader) -> bool:
         """The saturation guard, read once per reader: while the fleet is saturated, down-
         weighting a node only moves its traffic onto full nodes, as excluding it would."""
-        saturated = reader.memo.get("saturated")
+        memo = acceleration.get_memo(reader)
+        saturated = memo.get("saturated")
         if not isinstance(saturated, bool):
             fleet = self.get_entry(reader.get_raw(FLEET), FLEET)
             saturated = is_fleet_saturated(fleet, reader.params.health_params.windowed)
-            reader.memo["saturated"] = saturated
+            memo["saturated"] = saturated
         return saturated
 
     def get_exclusion_cap_pct(self, params: ExtensionParams) -> int:
