@@ -46,7 +46,7 @@ def test_a_busy_sequence_is_the_same_without_the_speed_ups(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=steps_strategy, weights=weights_strategy)
 def test_random_sequences_are_the_same_without_the_speed_ups(
     name: str, steps: list[Step], weights: list[int]
