@@ -1,7 +1,9 @@
 """An example health policy, "strikes": K misses in a row keep a participant out for N blocks.
 
-Its writes go through PolicyStore only, its verdict through PolicyReader.get_raw; its entry is
-an existing message (ConsecutiveEntry: a state, a miss counter, a height), so no proto change.
+Written from the policy interface alone: its writes go through PolicyStore (entries, wake-ups,
+transitions), its verdict through PolicyReader.get_raw; it needs no keeper and no speed-up (the
+chain's acceleration layer works beneath it unasked). Its entry is an existing message
+(ConsecutiveEntry: a state, a miss counter, a height), so no proto change.
 Run it on a test chain as a harness policy (docs/policies.md, "Writing a policy")::
 
     Chain.open(memory=True, genesis=genesis, policy_override=lambda: StrikesPolicy(3, 10))
@@ -54,7 +56,7 @@ class StrikesPolicy(HealthPolicy):
                 ctx.emit_transition(address, "in", "out", f"{self.strikes} misses in a row")
         ctx.set(address, entry)  # nothing reaches the store without set
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore) -> None:
         for address in ctx.pop_due():  # the wake-ups scheduled for this height
             entry = ctx.find(address, self.decode)
             if entry is None or entry.state != OPEN:

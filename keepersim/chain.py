@@ -7,7 +7,6 @@ for the instant of its atomic write, so no query sees half a block.
 
 from __future__ import annotations
 
-import heapq
 import os
 import shutil
 import threading
@@ -19,13 +18,13 @@ from typing import Literal
 
 from google.protobuf.message import Message
 
+from keepersim.keeper.acceleration.verdict_memo import ModelTable, SelectionIndex
 from keepersim.keeper.context import BlockContext
 from keepersim.keeper.keeper import Keeper
 from keepersim.keeper.policies import PolicyFactory, get_override, get_policy
-from keepersim.keeper.policies.base import NEVER, Health, HealthPolicy, ParamsView, PolicyReader
+from keepersim.keeper.policies.base import HealthPolicy, ParamsView, PolicyReader
 from keepersim.keeper.readonly import ReadOnlyStore
 from keepersim.keeper.selection import (
-    Candidate,
     IncrementalTable,
     PipelineRules,
     SelectionTable,
@@ -127,107 +126,6 @@ class Selection:
     panic: bool
 
 
-class _ModelTable:
-    """One model's memo: its candidates' verdicts (in an :class:`IncrementalTable`), the last
-    table, and a min-heap of (valid_until, position) that says whose verdict lapses next."""
-
-    __slots__ = ("candidates", "state", "position", "expiry", "table", "weights")
-
-    def __init__(self, candidates: list[Candidate], healths: list[Health]) -> None:
-        self.candidates = candidates
-        self.weights: dict[str, int] | None = None  # address -> candidate weight, when asked
-        self.state = IncrementalTable(candidates, healths)
-        self.position = {c.address: i for i, c in enumerate(candidates)}
-        self.expiry = [(h.valid_until, i) for i, h in enumerate(healths) if h.valid_until < NEVER]
-        heapq.heapify(self.expiry)
-        self.table: SelectionTable | None = None
-
-    def get_expired(self, height: int) -> list[int]:
-        """Positions whose verdict's valid_until passed before ``height``; stale entries (the
-        verdict was replaced since) are dropped on the way."""
-        expiry, healths = self.expiry, self.state.healths
-        out = []
-        while expiry and expiry[0][0] < height:
-            valid_until, i = heapq.heappop(expiry)
-            if healths[i].valid_until == valid_until:
-                out.append(i)
-        return out
-
-    def process_due(
-        self, due: dict[int, Health | None], ask: Callable[[str], Health], height: int
-    ) -> bool:
-        """Recompute the due verdicts at ``height`` (position -> the verdict to start from: a
-        touched participant's handed over with the commit, None to ask for it, a lapsed one's
-        last); True if the table selects differently. A verdict that lapsed is followed by the
-        verdicts it says come next (Health.then), else asked for. Keeps the heap holding every
-        lapsing verdict's (valid_until, i)."""
-        healths, candidates, expiry = self.state.healths, self.candidates, self.expiry
-        changes: list[tuple[int, Health]] = []
-        push = heapq.heappush
-        for i, health in sorted(due.items()):
-            old = healths[i]
-            while health is not None and health.valid_until < height:
-                health = None if health.then is None else health.then()
-            if health is None:
-                health = ask(candidates[i].address)
-            if health is old:
-                continue  # not due after all: its heap entry is still there
-            if health.is_same_verdict(old):
-                healths[i] = health
-            else:
-                changes.append((i, health))
-            valid_until = health.valid_until
-            # Unchanged and not yet due, its heap entry is still there; a due one was popped.
-            if valid_until < NEVER and (valid_until != old.valid_until or valid_until < height):
-                push(expiry, (valid_until, i))
-        if changes:
-            self.state.process_healths(changes)
-        if len(expiry) > 4 * len(candidates) + 64:  # mostly stale entries
-            self.expiry = [
-                (h.valid_until, j) for j, h in enumerate(healths) if h.valid_until < NEVER
-            ]
-            heapq.heapify(self.expiry)
-        return bool(changes)
-
-
-class _SelectionIndex:
-    """Derived selection data of the committed height, kept between blocks.
-
-    A participant's health verdict is recomputed only when its state changed in a block (the
-    keeper's touched set) or the verdict's ``valid_until`` height passed, and the table is rebuilt
-    only when a verdict actually changed: a block with outcomes costs O(changes), not O(fleet).
-    """
-
-    __slots__ = ("candidates", "tables", "models", "dirty", "pushed", "epoch_start")
-
-    def __init__(self) -> None:
-        self.epoch_start: int | None = None  # first height of the effective epoch (-1: none)
-        self.candidates: dict[tuple[str, bool], list[Candidate]] = {}
-        self.tables: dict[str, SelectionTable] = {}
-        self.models: dict[str, _ModelTable] = {}
-        self.dirty: dict[str, set[str]] = {}
-        # Verdicts the policy handed over with a commit (PolicyStore.set_verdict), each at the
-        # height of the last commit that touched its participant.
-        self.pushed: dict[str, Health] = {}
-
-    def process_commit(self, touched: set[str], reset: bool, verdicts: dict[str, Health]) -> None:
-        self.tables = {}
-        if reset:
-            self.epoch_start = None
-            self.candidates.clear()
-            self.models.clear()
-            self.dirty.clear()
-            self.pushed.clear()
-            return
-        pushed = self.pushed
-        for address in touched:
-            pushed.pop(address, None)
-        pushed.update(verdicts)
-        for dirty in self.dirty.values():
-            dirty.update(touched)
-            dirty.update(verdicts)
-
-
 class Chain:
     """A keepersim chain: genesis, blocks, messages, queries, selection, events."""
 
@@ -247,7 +145,7 @@ class Chain:
         self._block_lock = threading.Lock()
         self._rw = RWLock()
         self._index_lock = threading.Lock()
-        self._index = _SelectionIndex()
+        self._index = SelectionIndex()
         # The policy's pipeline rules (its policy is named in the params, too).
         self._rules: ParamsView[PipelineRules] = ParamsView(
             lambda ext: get_pipeline_rules(self.get_policy_object(ext.health_params.policy), ext)
@@ -463,7 +361,7 @@ class Chain:
             end_block(ctx, gas_by_step)
             reset = (
                 keeper.params_changed
-                or keeper.verdicts_reset
+                or keeper.hints.verdicts_reset
                 or registered
                 or not _RESET_EVENTS.isdisjoint(map(type, keeper.events))
             )
@@ -482,11 +380,11 @@ class Chain:
                 self._extension_params = keeper.get_extension_params()
                 with self._index_lock:
                     self._index.process_commit(
-                        keeper.touched
+                        keeper.hints.touched
                         if policy.verdict_reads_participants
-                        else keeper.verdict_touched,
+                        else keeper.hints.verdict_touched,
                         reset,
-                        ctx.policy_store.verdicts,
+                        keeper.hints.verdicts,
                     )
         except BaseException:
             buffer.discard()
@@ -592,7 +490,7 @@ class Chain:
             return last.table
         healths = [policy.get_health(reader, c.address, height) for c in candidates]
         dirty.clear()
-        memo = _ModelTable(candidates, healths)
+        memo = ModelTable(candidates, healths)
         table = self._assemble_table(ext, memo.state, model)
         memo.table = table
         index.models[model] = memo

@@ -39,6 +39,7 @@ from bench import (
 )
 
 from keepersim.chain import Chain
+from keepersim.keeper.acceleration.policy_store import set_keeping_verdict
 from keepersim.keeper.policies import HealthPolicy, PolicyStore
 from keepersim.keeper.policies.windowed import WindowedBreaker, process_push
 from keepersim.types.events import Outcome
@@ -57,7 +58,7 @@ class FloorPolicy(HealthPolicy):
     ) -> None:
         entry = ctx.get(address, WindowedBreaker.get_entry)
         process_push(entry, miss=outcome is Outcome.MISS)
-        ctx.set(address, entry, verdict=False)
+        set_keeping_verdict(ctx, address, entry)  # as windowed's index does
 
 
 # windowed with rules off: the rules each variant turns off.

@@ -3,7 +3,7 @@
     python scripts/hook_costs.py [POLICY ...] [--blocks N]
 
 Each of the policy's hooks (start, outcome, end block, get_health), the block's write of its
-entries (PolicyStore.flush) and the commit are wrapped with a timer; the JSON gives each in
+entries (ChainPolicyStore.flush) and the commit are wrapped with a timer; the JSON gives each in
 microseconds per inference next to the run's CPU per inference. Timers cost about 0.1 us a
 call, so compare policies with each other, not with bench.py's figures.
 """
@@ -29,8 +29,8 @@ from bench import (
 )
 
 from keepersim.chain import Chain
+from keepersim.keeper.acceleration.policy_store import ChainPolicyStore
 from keepersim.keeper.policies import get_policy
-from keepersim.keeper.policies.base import PolicyStore
 from keepersim.store.committed import CommitStore
 
 HOOKS = ("process_start", "process_outcome", "process_end_block", "get_health")
@@ -55,10 +55,10 @@ def compute_hook_costs(policy: str, blocks: int) -> dict[str, float]:
     spent: dict[str, float] = {}
     cls = type(get_policy(policy))
     saved = {name: getattr(cls, name) for name in HOOKS if name in vars(cls)}
-    saved_flush, saved_commit = PolicyStore.flush, CommitStore.commit
+    saved_flush, saved_commit = ChainPolicyStore.flush, CommitStore.commit
     for name in saved:
         process_wrap(cls, name, spent)
-    process_wrap(PolicyStore, "flush", spent)
+    process_wrap(ChainPolicyStore, "flush", spent)
     process_wrap(CommitStore, "commit", spent)
     try:
         with tempfile.TemporaryDirectory() as d:
@@ -75,7 +75,7 @@ def compute_hook_costs(policy: str, blocks: int) -> dict[str, float]:
     finally:
         for name, method in saved.items():
             setattr(cls, name, method)
-        PolicyStore.flush, CommitStore.commit = saved_flush, saved_commit  # type: ignore[method-assign]
+        ChainPolicyStore.flush, CommitStore.commit = saved_flush, saved_commit  # type: ignore[method-assign]
     costs = {"cpu_per_inference": cpu / n * 1e6}
     costs.update({name: seconds / n * 1e6 for name, seconds in sorted(spent.items())})
     return costs

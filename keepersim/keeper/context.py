@@ -8,8 +8,9 @@ the block built again without the message; handlers check before they write, so 
 
 from __future__ import annotations
 
+from keepersim.keeper.acceleration.policy_store import ChainPolicyStore
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies.base import HealthPolicy, PolicyStore
+from keepersim.keeper.policies.base import HealthPolicy
 from keepersim.keeper.sprt import SprtConstants, compute_sprt_constants
 from keepersim.types.events import Outcome
 from keepersim.types.messages import Inference
@@ -22,7 +23,7 @@ class BlockContext:
         self.keeper = keeper
         self.policy = policy
         self.height = height
-        self.policy_store = PolicyStore(keeper, policy, height)
+        self.policy_store = ChainPolicyStore(keeper, policy, height)
         self._sprt: SprtConstants | None = None
         # Calls of the policy's hooks so far (process_policy_start / process_policy_outcome).
         self.policy_calls = 0
@@ -39,13 +40,8 @@ class BlockContext:
 
     def get_message_mark(self) -> tuple[int, int, int, int]:
         """How far the block's in-memory state goes before a message (discard_message)."""
-        keeper = self.keeper
-        return (
-            len(keeper.events),
-            len(keeper.touched),
-            len(keeper.verdict_touched),
-            self.policy_calls,
-        )
+        touched, verdict_touched = self.keeper.hints.get_mark()
+        return (len(self.keeper.events), touched, verdict_touched, self.policy_calls)
 
     def discard_message(self, mark: tuple[int, int, int, int]) -> bool:
         """The message begun at ``mark`` was rejected: take back its events and decoded
@@ -56,11 +52,7 @@ class BlockContext:
         keeper = self.keeper
         del keeper.events[events:]
         keeper.discard_cached()
-        return (
-            len(keeper.touched) == touched
-            and len(keeper.verdict_touched) == verdict_touched
-            and self.policy_calls == calls
-        )
+        return keeper.hints.get_mark() == (touched, verdict_touched) and self.policy_calls == calls
 
     def get_sprt_constants(self) -> SprtConstants:
         """The SPRT's logarithms for this block's params (params change only between blocks)."""

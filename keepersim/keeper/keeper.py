@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from keepersim.keeper.acceleration.hints import BlockHints
 from keepersim.store.buffer import BlockBuffer, KVStore
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
@@ -39,10 +40,8 @@ class Keeper:
         "store",
         "chain_id",
         "events",
-        "touched",
-        "verdict_touched",
+        "hints",
         "params_changed",
-        "verdicts_reset",
         "_params",
         "_extension_params",
         "_participants",
@@ -61,13 +60,9 @@ class Keeper:
         self.store = store
         self.chain_id = chain_id or self._load_chain_id()
         self.events: list[Event] = []
-        # Addresses written in this block (participant records or policy state), and those of
-        # them whose policy state changed in a way that may alter the health verdict.
-        self.touched: set[str] = set()
-        self.verdict_touched: set[str] = set()
+        # The block's hints to the chain's verdict memo (the acceleration layer's).
+        self.hints = BlockHints()
         self.params_changed = False  # new params took effect in this block
-        # A policy said every verdict may have changed (PolicyStore.touch_all_verdicts).
-        self.verdicts_reset = False
         self._params: Params | None = params
         self._extension_params: ExtensionParams | None = extension_params
         self._participants: dict[str, Participant] = {}
@@ -161,7 +156,7 @@ class Keeper:
     def set_participant(self, participant: Participant) -> None:
         self.store.set_message(_P + participant.address.encode(), participant)
         self._participants[participant.address] = participant
-        self.touched.add(participant.address)
+        self.hints.touched.add(participant.address)
 
     def discard_cached(self) -> None:
         """Forget the decoded participants: after a rejected message they may hold its changes

@@ -41,9 +41,7 @@ def process_pending_params(keeper: Keeper, height: int) -> None:
         keeper.delete_pending_extension_params()
     keeper.params_changed = True
     # New thresholds apply to everyone: let the policy look at every participant once.
-    everyone = [p.address for p in keeper.iterate_participants()]
-    keeper.touched.update(everyone)
-    keeper.verdict_touched.update(everyone)
+    keeper.hints.mark_all([p.address for p in keeper.iterate_participants()])
 
 
 def begin_block(keeper: Keeper, height: int) -> None:
@@ -51,7 +49,7 @@ def begin_block(keeper: Keeper, height: int) -> None:
 
 
 def process_policy_end_block(ctx: BlockContext) -> None:
-    ctx.policy.process_end_block(ctx.policy_store, sorted(ctx.keeper.touched))
+    ctx.policy.process_end_block(ctx.policy_store)
 
 
 END_BLOCK_STEPS: tuple[Callable[[BlockContext], None], ...] = (

@@ -1,10 +1,13 @@
-"""The one acceleration layer of the state: a write-back cache between the blocks and the backend.
+"""The state's part of the acceleration layer: a write-back cache between the blocks and the
+backend (docs/architecture.md, "The acceleration layer", lists the other parts).
 
 A block reads and rewrites a small working set (participants, inferences in flight and their
 timeouts, policy entries and wake-ups). Held here, that set is read from memory, decoded objects
 included, each commit takes the old app-hash term of a key it overwrites from memory, and the
-backend sees one write batch every ``write_every`` commits. Nothing above this module caches
-state across blocks: the rules read and write plainly through the block buffer.
+backend sees one write batch every ``write_every`` commits. The rules read and write plainly
+through the block buffer; what the layer above keeps across blocks (the chain's verdict memo,
+a policy's memo) is keepersim.keeper.acceleration's and chain.py's, carried here only as
+opaque memos.
 
 - **Resident keys** (every key whose first byte is not in ``streamed``) live in memory in full,
   loaded by one scan when the cache opens: a read, a scan (a policy's due wake-ups, the
@@ -15,8 +18,11 @@ state across blocks: the rules read and write plainly through the block buffer.
 - **Decoded objects**: the block buffer hands each message it wrote back with the commit, so the
   next block takes it without decoding (``take_decoded``: the block then owns it, so a failed
   block leaves nothing changed behind; ``peek_decoded``: read only).
-- **Memos**: what a policy derives from its state (an index of its log) may be handed from one
-  block to the next the same way: given with a commit, taken by the next block.
+- **Memos**: opaque values handed from one block to the next the same way (given with a commit,
+  taken by the next block; a failed block, a reopen or forget_derived leaves none). Their one
+  user is keepersim.keeper.acceleration.policy_store (a policy's memo, e.g. a log index),
+  which owns what they hold; the cache only carries them, so that they share the committed
+  state's fate.
 - **Write-back**: the default is every commit (the node prototype, tests, resumable runs).
   Every N commits (other simulate and replay runs: 64) batches the backend's writes; the app
   hash is still computed at every commit, and a crash loses at most the blocks since the last

@@ -124,7 +124,9 @@ def end_block_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
             (address, entry.SerializeToString())
             for address, entry in ctx.policy_store._entries.items()
         )
-        seen.append((sorted(ctx.keeper.touched), sorted(ctx.keeper.verdict_touched), entries))
+        seen.append(
+            (sorted(ctx.keeper.hints.touched), sorted(ctx.keeper.hints.verdict_touched), entries)
+        )
         real(ctx, gas_by_step)
 
     monkeypatch.setattr(chain_module, "end_block", spy)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -84,6 +85,21 @@ def test_the_wakeup_is_stored_state_and_survives_a_restart(tmp_path: Path) -> No
         net.run_until(opened + OUT_BLOCKS)
         assert "a" in net.admitted()
         assert to_names(net.transitions("a")) == [("out", "in")]
+
+
+def test_the_example_is_written_from_the_policy_interface_alone() -> None:
+    """Its imports: the policy interface (keepersim.keeper.policies) and the message types, never
+    the keeper, the chain or the acceleration layer beneath the rules."""
+    tree = ast.parse((DOCS / "example_policy.py").read_text())
+    imported = {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+    }
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    allowed = ("__future__", "typing", "keepersim.keeper.policies", "keepersim.types.")
+    assert [m for m in imported if not m.startswith(allowed)] == []
+    assert "keepersim.keeper.policies" in imported
 
 
 def test_policies_md_shows_the_example_as_it_is() -> None:

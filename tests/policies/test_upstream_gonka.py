@@ -80,7 +80,7 @@ def cb(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[GonkaCBKeeper
 
 
 def set_stats(cb: GonkaCBKeeper, address: str, ok: int, missed: int) -> None:
-    keeper = cb.ctx.keeper
+    keeper = cb.ctx.get_block_keeper()
     participant = keeper.get_participant(address)
     assert participant is not None
     participant.current_epoch_stats.inference_count = ok
@@ -594,10 +594,10 @@ class ExcludesA1AtBlock5(GonkaBreaker):
     name = "gonka-with-a1-excluded"
     prefix = b"\x7e"
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore) -> None:
         if ctx.height == 5:
             GonkaCBKeeper(ctx).exclude_cb_entry(ctx.height, A1, False)
-        super().process_end_block(ctx, touched)
+        super().process_end_block(ctx)
 
 
 def test_api_inside_a_block(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def make(tmp_path: Path) -> Iterator[Make]:
 def transitions(cb: ConsecutiveBreakers) -> list[tuple[str, str, str]]:
     return [
         (e.address, e.from_state, e.to_state)
-        for e in cb.ctx.keeper.events
+        for e in cb.ctx.get_block_keeper().events
         if isinstance(e, HealthTransition)
     ]
 

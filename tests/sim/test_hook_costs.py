@@ -9,7 +9,7 @@ from pathlib import Path
 
 from file_modules import load_file_module
 
-from keepersim.keeper.policies.base import PolicyStore
+from keepersim.keeper.acceleration.policy_store import ChainPolicyStore
 from keepersim.keeper.policies.windowed import WindowedBreaker
 from keepersim.store.committed import CommitStore
 
@@ -20,9 +20,9 @@ script = load_file_module(SCRIPT, "hook_costs_script")
 
 
 def test_the_hooks_are_timed_and_restored() -> None:
-    before = (WindowedBreaker.process_outcome, PolicyStore.flush, CommitStore.commit)
+    before = (WindowedBreaker.process_outcome, ChainPolicyStore.flush, CommitStore.commit)
     costs = script.compute_hook_costs("windowed", 40)
-    assert (WindowedBreaker.process_outcome, PolicyStore.flush, CommitStore.commit) == before
+    assert (WindowedBreaker.process_outcome, ChainPolicyStore.flush, CommitStore.commit) == before
     for part in ("process_start", "process_outcome", "process_end_block", "flush", "commit"):
         assert 0 < costs[part] < costs["cpu_per_inference"] * 2, part
     # `none` defines no hooks of its own: only the chain's parts are timed.

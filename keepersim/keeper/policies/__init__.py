@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from keepersim.keeper.policies.base import (
     ADMITTED,
+    ChainView,
     Health,
     HealthPolicy,
     PolicyReader,
@@ -102,6 +103,7 @@ def get_override(factory: PolicyFactory) -> HealthPolicy:
 __all__ = [
     "ADMITTED",
     "BUILTIN_POLICIES",
+    "ChainView",
     "ConsecutiveBreaker",
     "GonkaBreaker",
     "Health",

@@ -7,18 +7,16 @@ end-block / epoch hooks (never from a query); it reads heights, never clocks; in
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import ClassVar, Generic, NamedTuple, TypeVar
+from collections.abc import Callable, Iterator
+from typing import ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
-from keepersim.keeper.keeper import Keeper
-from keepersim.store.buffer import BlockBuffer, KVStore
-from keepersim.store.cache import StateCache
+from keepersim.store.buffer import KVStore
 from keepersim.store.kv import prefix_end
 from keepersim.types import keys
-from keepersim.types.events import HealthTransition, Outcome
-from keepersim.types.messages import Inference
+from keepersim.types.events import Event, HealthTransition, Outcome
+from keepersim.types.messages import Inference, Params, Participant
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 
 NEVER = (1 << 63) - 1
@@ -144,32 +142,85 @@ def get_height_records(store: KVStore, prefix: bytes) -> list[tuple[int, bytes]]
     ]
 
 
+class KeeperReads(Protocol):
+    """What the stores below take from the keeper they are opened over (a structural type:
+    policies never import the keeper, nor hold it)."""
+
+    @property
+    def store(self) -> KVStore: ...
+
+    @property
+    def params_changed(self) -> bool: ...
+
+    def get_params(self) -> Params: ...
+
+    def get_extension_params(self) -> ExtensionParams: ...
+
+    def get_participant(self, address: str) -> Participant | None: ...
+
+    def get_inference(self, inference_id: str) -> Inference | None: ...
+
+    def get_timeouts_due(self, height: int) -> list[tuple[bytes, str]]: ...
+
+    def iterate_participants(self) -> Iterator[Participant]: ...
+
+    def emit(self, event: Event) -> None: ...
+
+
+class ChainView:
+    """The chain as a policy may see it beside its own state: read-only, and only what the
+    policies read today (a participant, an inference, the inferences timing out at a height)."""
+
+    __slots__ = ("_keeper",)
+
+    def __init__(self, keeper: KeeperReads) -> None:
+        self._keeper = keeper
+
+    def get_participant(self, address: str) -> Participant | None:
+        """The participant record (None: unknown). The block's own object: read it only."""
+        return self._keeper.get_participant(address)
+
+    def get_inference(self, inference_id: str) -> Inference | None:
+        return self._keeper.get_inference(inference_id)
+
+    def get_timeouts_due(self, height: int) -> list[str]:
+        """Ids of the inferences whose expiry is exactly ``height``, in key order."""
+        return [inference_id for _, inference_id in self._keeper.get_timeouts_due(height)]
+
+    def get_participant_addresses(self) -> list[str]:
+        """Every participant's address, in order."""
+        return [p.address for p in self._keeper.iterate_participants()]
+
+    def is_params_changed(self) -> bool:
+        """Whether new params took effect in this block (a rule may judge everyone again)."""
+        return self._keeper.params_changed
+
+
 class PolicyStore:
-    """All a policy touches while a block is processed: its entries, its wake-ups, its log and
-    its events, plus the block's height and params.
+    """All a rule touches while a block is processed, and no more: its entries (``get``,
+    ``find``, ``set``, ``delete``, ``iterate``, ``clear_all``), its wake-ups (``schedule``,
+    ``pop_due``, ``schedule_item``, ``pop_due_items``), its log (``set_log``, ``delete_log``,
+    ``get_log_records``), its events (``emit_transition``), the block's ``height``, ``params``
+    and ``expiration_blocks``, a read-only view of the chain (``chain``), and ``block``: the
+    rule's own scratch state of this block (in memory, empty at the block's start; e.g. what
+    its end block must look at).
 
     An entry is read once per block (``get`` / ``find``: the block's own object, to change
     freely) and, once ``set``, written when the block ends; a change without ``set`` is lost
-    (the tests catch one). What the state cache hands on from the block below comes decoded.
-
-    For a policy: ``get``, ``find``, ``set``, ``delete``, ``iterate``, ``schedule``,
-    ``pop_due``, ``schedule_item``, ``pop_due_items``, the log (``set_log``, ``delete_log``,
-    ``get_log_records``), ``emit_transition``; ``height``, ``params``, ``expiration_blocks``,
-    ``keeper`` (to read participants and inferences). Accelerations beside a plain form, each
-    tested equal to it: ``memo``, ``set_verdict``, ``set(verdict=False)``, ``is_seen``,
-    ``recheck``. For the chain: ``flush``, ``write_entries``, ``clear_all``.
+    (the tests catch one). The chain's side (writing the block's entries, the speed-ups a rule
+    never sees) is keepersim.keeper.acceleration's ChainPolicyStore.
     """
 
     __slots__ = (
-        "keeper",
+        "chain",
+        "block",
         "params",
         "expiration_blocks",
         "height",
-        "recheck",
-        "memo",
-        "verdicts",
-        "_state",
+        "_store",
+        "_emit",
         "_name",
+        "_state",
         "_entries",
         "_absent",
         "_dirty",
@@ -178,30 +229,23 @@ class PolicyStore:
         "_log",
     )
 
-    def __init__(self, keeper: Keeper, policy: HealthPolicy, height: int) -> None:
-        self.keeper = keeper
+    def __init__(self, keeper: KeeperReads, policy: HealthPolicy, height: int) -> None:
+        self.chain = ChainView(keeper)
+        self.block: dict[str, object] = {}
         # A policy reads keepersim's extension params, and of the chain's only the expiry.
         self.params: ExtensionParams = keeper.get_extension_params()
         self.expiration_blocks: int = keeper.get_params().validation_params.expiration_blocks
         self.height = height
+        store = self._store = keeper.store
+        self._emit = keeper.emit
         self._name = policy.name
         self._state = keys.POLICY_STATE + policy.prefix
         self._log = keys.POLICY_LOG + policy.prefix
-        # Addresses the policy wants to look at again in this block's end block.
-        self.recheck: set[str] = set()
         self._entries: dict[str, Message] = {}
         # Addresses found to have no entry in this block: asked again, they cost no store read
         # (only this PolicyStore writes the policy's entries while a block is processed).
         self._absent: set[str] = set()
         self._dirty: set[str] = set()
-        # Acceleration beside a plain form, each tested equal to it: ``memo``, what a policy
-        # derives from its state (an index of its log), handed to the next block by the state
-        # cache; a policy must decide the same without it (the tests forget it). ``verdicts``:
-        # set_verdict.
-        store = keeper.store
-        memo = store.take_memo(self._state) if isinstance(store, BlockBuffer) else None
-        self.memo: dict[str, object] = memo if isinstance(memo, dict) else {}
-        self.verdicts: dict[str, Health] = {}
         self._queue = HeightQueue(store, keys.POLICY_QUEUE + policy.prefix, height)
         self._items = HeightQueue(store, keys.POLICY_ITEMS + policy.prefix, height)
 
@@ -219,7 +263,7 @@ class PolicyStore:
         if entry is None:
             if address in self._absent:
                 return None
-            entry = self.keeper.store.take_message(
+            entry = self._store.take_message(
                 self._state + address.encode(), lambda raw: decode(raw, address)
             )
             if entry is None:
@@ -228,90 +272,49 @@ class PolicyStore:
             self._entries[address] = entry
         return entry  # type: ignore[return-value]
 
-    def is_seen(self, address: str) -> bool:
-        """Whether the policy read or wrote the entry of ``address`` in this block."""
-        return address in self._entries
-
-    def set(self, address: str, entry: Message, *, verdict: bool = True) -> None:
-        """``entry`` is the entry of ``address`` now; written when the block ends.
-        ``verdict=False``: the change cannot alter the participant's health verdict, so the
-        chain need not ask for it again (an acceleration: the tests compare the chain's memo
-        with fresh verdicts at every height)."""
+    def set(self, address: str, entry: Message) -> None:
+        """``entry`` is the entry of ``address`` now; written when the block ends."""
         self._entries[address] = entry
         self._dirty.add(address)
-        keeper = self.keeper
-        keeper.touched.add(address)
-        if verdict:
-            keeper.verdict_touched.add(address)
 
     def delete(self, address: str) -> None:
-        self.drop_verdict(address)
         self._entries.pop(address, None)
         self._dirty.discard(address)
         self._absent.add(address)
-        self.keeper.store.delete(self._state + address.encode())
-        self.keeper.touched.add(address)
-        self.keeper.verdict_touched.add(address)
+        self._store.delete(self._state + address.encode())
 
     def iterate(self, decode: Callable[[bytes | None, str], M]) -> list[tuple[str, M]]:
         """Every entry, in address order."""
-        self.write_entries()
+        self._write_entries()
         n = len(self._state)
         stop = prefix_end(self._state)
         return [
             (key[n:].decode(), self.find(key[n:].decode(), decode))  # type: ignore[misc]
-            for key, _ in list(self.keeper.store.iterate(self._state, stop))
+            for key, _ in list(self._store.iterate(self._state, stop))
         ]
 
     def clear_all(self) -> list[str]:
-        """Delete every entry, wake-up and log record; return the addresses that had entries."""
-        self.write_entries()
+        """Delete every entry, wake-up and log record; return the addresses that had entries
+        (a rule's reset, e.g. gonka's ClearAllCBState at the epoch boundary)."""
+        self._write_entries()
         n = len(self._state)
         stop = prefix_end(self._state)
-        addresses = [key[n:].decode() for key, _ in self.keeper.store.iterate(self._state, stop)]
+        addresses = [key[n:].decode() for key, _ in self._store.iterate(self._state, stop)]
         for address in addresses:
             self.delete(address)
         self._entries.clear()  # entries decoded but never stored go too
-        self.memo.clear()
-        self.verdicts.clear()
         self._queue.clear()
         self._items.clear()
         for height, _ in self.get_log_records():
             self.delete_log(height)
         return addresses
 
-    def write_entries(self) -> None:
-        """Write the entries set so far (flush does; the upstream-shaped keeper APIs, whose
-        reads go through the store at once, too)."""
-        store = self.keeper.store
+    def _write_entries(self) -> None:
+        """Write the entries set so far (before a read that goes to the store: iterate)."""
+        store = self._store
         for address in sorted(self._dirty):
             store.set_message(self._state + address.encode(), self._entries[address])
         self._dirty.clear()
-
-    def flush(self) -> None:
-        """Write the block's changed entries and its new wake-ups (the end of the end block)."""
-        if StateCache.verify_objects:
-            self.verify_unchanged()
-        self.write_entries()
-        self._queue.flush()
-        self._items.flush()
-        store = self.keeper.store
-        if isinstance(store, BlockBuffer):
-            store.give_memo(self._state, self.memo)
-
-    def verify_unchanged(self) -> None:
-        """Tests: every entry read but not set still encodes to its stored bytes (a change
-        without set would be lost, or kept only while the cache held the object)."""
-        store = self.keeper.store
-        gas = store.gas if isinstance(store, BlockBuffer) else 0  # a test's check: no gas
-        for address, entry in self._entries.items():
-            if address in self._dirty:
-                continue
-            stored = store.get(self._state + address.encode())
-            if stored is not None and entry.SerializeToString() != stored:
-                raise AssertionError(f"{self._name}: the entry of {address!r} changed without set")
-        if isinstance(store, BlockBuffer):
-            store.gas = gas
 
     # -- wake-ups ----------------------------------------------------------------------------
     def schedule(self, height: int, address: str) -> None:
@@ -334,60 +337,43 @@ class PolicyStore:
 
     # -- the log: one record per height the policy chooses, kept until it deletes it ---------
     def set_log(self, height: int, message: Message) -> None:
-        self.keeper.store.set_message(self._log + keys.height_key(height), message)
+        self._store.set_message(self._log + keys.height_key(height), message)
 
     def delete_log(self, height: int) -> None:
-        self.keeper.store.delete(self._log + keys.height_key(height))
+        self._store.delete(self._log + keys.height_key(height))
 
     def get_log_records(self) -> list[tuple[int, bytes]]:
         """Every log record as this block has it, ascending by height."""
-        return get_height_records(self.keeper.store, self._log)
+        return get_height_records(self._store, self._log)
 
-    # -- events and verdicts -----------------------------------------------------------------
+    # -- events ------------------------------------------------------------------------------
     def emit_transition(self, address: str, from_state: str, to_state: str, reason: str) -> None:
-        self.keeper.emit(
-            HealthTransition(self.height, self._name, address, from_state, to_state, reason)
-        )
-
-    def set_verdict(self, address: str, health: Health) -> None:
-        """``health`` is what get_health will say of ``address`` at this height once the block
-        is committed, handed to the chain so it need not ask (an acceleration, tested like
-        ``set(verdict=False)``). A later write of the participant in this block must set it
-        again or drop it."""
-        self.verdicts[address] = health
-
-    def touch_all_verdicts(self) -> None:
-        """Every participant's verdict may have changed: an input they all read moved (a
-        fleet-wide state in the policy's own entries). The chain drops its selection index
-        after the block, as for new params, and asks for each verdict again."""
-        self.keeper.verdicts_reset = True
-        self.verdicts.clear()
-
-    def drop_verdict(self, address: str) -> None:
-        self.verdicts.pop(address, None)
+        self._emit(HealthTransition(self.height, self._name, address, from_state, to_state, reason))
 
 
 class PolicyReader:
-    """Read access for health verdicts at query time (a read-only keeper underneath)."""
+    """Read access for health verdicts at query time (a read-only store underneath): the
+    policy's entries (``get_raw``) and log, the params, and the same read-only ``chain`` view.
+    What a policy's index derives once per reader (one reader serves a whole table's verdicts)
+    is kept beside it by the acceleration layer (policy_store.get_memo)."""
 
-    __slots__ = ("keeper", "params", "expiration_blocks", "_state", "_log", "memo")
+    __slots__ = ("chain", "params", "expiration_blocks", "_memo", "_store", "_state", "_log")
 
-    def __init__(self, keeper: Keeper, policy: HealthPolicy) -> None:
-        self.keeper = keeper
+    def __init__(self, keeper: KeeperReads, policy: HealthPolicy) -> None:
+        self.chain = ChainView(keeper)
         self.params: ExtensionParams = keeper.get_extension_params()
         self.expiration_blocks: int = keeper.get_params().validation_params.expiration_blocks
+        self._store = keeper.store
         self._state = keys.POLICY_STATE + policy.prefix
         self._log = keys.POLICY_LOG + policy.prefix
-        # What a policy derives once per reader (one reader serves a whole table's verdicts),
-        # e.g. an index over its log instead of a scan per participant.
-        self.memo: dict[str, object] = {}
+        self._memo: dict[str, object] = {}
 
     def get_raw(self, address: str) -> bytes | None:
-        return self.keeper.store.get(self._state + address.encode())
+        return self._store.get(self._state + address.encode())
 
     def get_log_records(self) -> list[tuple[int, bytes]]:
         """Every log record of the policy, ascending by height."""
-        return get_height_records(self.keeper.store, self._log)
+        return get_height_records(self._store, self._log)
 
 
 class ParamsView(Generic[T]):
@@ -448,31 +434,6 @@ class PolicyLog(Generic[R]):
         return height, self.records.pop(height)
 
 
-IndexT = TypeVar("IndexT")
-
-
-def get_log_index(
-    holder: PolicyStore | PolicyReader,
-    key: str,
-    kind: type[IndexT],
-    build: Callable[[list[tuple[int, bytes]]], IndexT],
-) -> IndexT:
-    """A policy's index of its log, kept in the holder's memo under ``key`` (a context's is
-    handed on between blocks, a reader's serves a whole table), built from the records when
-    the memo has none."""
-    index = holder.memo.get(key)
-    if not isinstance(index, kind):
-        store = holder.keeper.store
-        # Gas: a memo a restart loses must not change a block's gas, so the reads that build
-        # it are charged to no one (docs/metrics.md, "Gas": a lower bound for these policies).
-        gas = store.gas if isinstance(store, BlockBuffer) else 0
-        index = build(holder.get_log_records())
-        if isinstance(store, BlockBuffer):
-            store.gas = gas
-        holder.memo[key] = index
-    return index
-
-
 class HealthPolicy:
     """Base: no gate, no state. Subclasses override what they need."""
 
@@ -490,8 +451,8 @@ class HealthPolicy:
     ) -> None:
         """A result about ``address`` became known in this block."""
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
-        """Once per block, after expiries; ``touched``: sorted addresses whose state changed."""
+    def process_end_block(self, ctx: PolicyStore) -> None:
+        """Once per block, after expiries."""
 
     def process_epoch_boundary(self, ctx: PolicyStore) -> None:
         """At epoch settlement, before summaries are written and stats reset."""

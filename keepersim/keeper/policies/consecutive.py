@@ -237,7 +237,7 @@ class ConsecutiveBreaker(HealthPolicy):
         kind = compute_outcome_class(outcome, settings.pushback)
         process_result(ctx, address, kind, settings, ctx.height)
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore) -> None:
         """Only queued timeouts: OPEN -> HALF_OPEN once its timeout height is reached."""
         process_timeouts(ctx, ctx.height)
 

@@ -12,8 +12,7 @@ writes its queued wake-ups. Heights must not be below the context's height.
 
 from __future__ import annotations
 
-from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies.base import PolicyStore
+from keepersim.keeper.acceleration.policy_store import ChainPolicyStore, StoreKeeper
 from keepersim.keeper.policies.consecutive import (
     STATE_NAMES,
     BreakerSettings,
@@ -34,13 +33,13 @@ class ConsecutiveBreakers:
 
     __slots__ = ("ctx",)
 
-    def __init__(self, ctx: PolicyStore) -> None:
+    def __init__(self, ctx: ChainPolicyStore) -> None:
         self.ctx = ctx
 
     @classmethod
-    def open(cls, keeper: Keeper, height: int = 0) -> ConsecutiveBreakers:
+    def open(cls, keeper: StoreKeeper, height: int = 0) -> ConsecutiveBreakers:
         """Breakers of their own over ``keeper``'s store, for calls at heights >= ``height``."""
-        return cls(PolicyStore(keeper, ConsecutiveBreaker(), height))
+        return cls(ChainPolicyStore(keeper, ConsecutiveBreaker(), height))
 
     def flush(self) -> None:
         self.ctx.flush()

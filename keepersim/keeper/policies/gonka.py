@@ -24,6 +24,7 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
     PolicyStore,
 )
+from keepersim.keeper.policies.gonka_index import get_rate_rule_candidates, hand_verdict
 from keepersim.types.events import Outcome
 from keepersim.types.messages import CurrentEpochStats, Inference, Participant
 from keepersim.types.params import CbSettings, get_cb_settings
@@ -143,24 +144,20 @@ def process_cb_state_for_block(ctx: PolicyStore, height: int, addresses: Iterabl
     """UpdateCBStateForBlock: 1. EXCLUDED entries whose cooldown ended -> PROBE; 2. HEALTHY
     participants among ``addresses`` (and those woken) meeting the miss-rate rule -> EXCLUDED,
     except in the block of their restoration. Upstream scans every entry and participant; here
-    pass 1 reads the wake-up queue and pass 2 the participants whose state changed (the chain
-    passes its touched set), which decides the same."""
+    pass 1 reads the wake-up queue (an EXCLUDED entry is woken at its cooldown end)."""
     cb = get_cb_settings(ctx.params)
     due = ctx.pop_due(height)
     for address in due:
         entry = ctx.find(address, decode_cb_entry)
         if entry is not None and entry.state == EXCLUDED and height >= get_cooldown_end(entry):
             process_promote(ctx, entry, height)
-    keeper = ctx.keeper
     for address in sorted(set(addresses).union(due)):
         entry = ctx.find(address, decode_cb_entry)  # None: HEALTHY (get_cb_entry's default)
-        # An acceleration: each participant's verdict as get_cb_health gives it once the block
-        # is committed, handed to the chain (set_verdict) so that its table need not ask.
         health = None if entry is None else get_entry_health(entry, height)
         if health is None:
-            participant = keeper.get_participant(address)
+            participant = ctx.chain.get_participant(address)
             health = process_rate_rule(ctx, address, entry, participant, height, cb)
-        ctx.set_verdict(address, health)
+        hand_verdict(ctx, address, health)  # gonka_index: the chain's table need not ask
 
 
 def process_rate_rule(
@@ -240,7 +237,7 @@ def get_cb_health(reader: PolicyReader, address: str, height: int) -> Health:
         health = get_entry_health(CircuitBreakerEntry.FromString(raw), height)
         if health is not None:
             return health
-    participant = reader.keeper.get_participant(address)
+    participant = reader.chain.get_participant(address)
     if participant is None:
         return ADMITTED
     return get_rate_health(participant.current_epoch_stats, get_cb_settings(reader.params))
@@ -258,8 +255,9 @@ class GonkaBreaker(HealthPolicy):
         if outcome is not Outcome.NEUTRAL:
             process_cb_result(ctx, address, ctx.height, outcome is Outcome.SUCCESS)
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
-        process_cb_state_for_block(ctx, ctx.height, touched)
+    def process_end_block(self, ctx: PolicyStore) -> None:
+        everyone = ctx.chain.get_participant_addresses
+        process_cb_state_for_block(ctx, ctx.height, get_rate_rule_candidates(ctx, everyone))
 
     def process_epoch_boundary(self, ctx: PolicyStore) -> None:
         """ClearAllCBState: the epoch is the backstop; no exclusion outlives it."""

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies.base import PolicyReader, PolicyStore
+from keepersim.keeper.acceleration.policy_store import ChainPolicyStore, StoreKeeper
 from keepersim.keeper.policies.gonka import (
     GonkaBreaker,
     decode_cb_entry,
@@ -36,14 +35,14 @@ class GonkaCBKeeper:
 
     __slots__ = ("ctx", "_policy")
 
-    def __init__(self, ctx: PolicyStore) -> None:
+    def __init__(self, ctx: ChainPolicyStore) -> None:
         self.ctx = ctx
         self._policy = GonkaBreaker()
 
     @classmethod
-    def open(cls, keeper: Keeper, height: int = 0) -> GonkaCBKeeper:
+    def open(cls, keeper: StoreKeeper, height: int = 0) -> GonkaCBKeeper:
         """A keeper of its own over ``keeper``'s store, for calls at heights >= ``height``."""
-        return cls(PolicyStore(keeper, GonkaBreaker(), height))
+        return cls(ChainPolicyStore(keeper, GonkaBreaker(), height))
 
     def flush(self) -> None:
         """Write the queued wake-ups (and hand the context's state on, as a block's flush)."""
@@ -93,13 +92,12 @@ class GonkaCBKeeper:
 
     def update_cb_state_for_block(self, height: int) -> None:
         """UpdateCBStateForBlock over every participant, as upstream's EndBlock pass."""
-        everyone = [p.address for p in self.ctx.keeper.iterate_participants()]
+        everyone = self.ctx.chain.get_participant_addresses()
         process_cb_state_for_block(self.ctx, height, everyone)
 
     def filter_candidates(self, height: int, addresses: Sequence[str]) -> list[str]:
         """createHealthFilterFn at ``height`` over ``addresses``: those the filter admits, in
         their order, or all of them when it admits none (upstream's safety fallback)."""
-        self.ctx.write_entries()  # the filter reads the store, as upstream's does
-        reader = PolicyReader(self.ctx.keeper, self._policy)
+        reader = self.ctx.get_reader(self._policy)  # the store as written so far, as upstream's
         admitted = [a for a in addresses if get_cb_health(reader, a, height).admitted]
         return admitted if admitted else list(addresses)

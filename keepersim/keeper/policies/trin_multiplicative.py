@@ -182,7 +182,7 @@ class TrinMultiplicative(HealthPolicy):
             entry = ctx.find(address, self.get_entry)
             failure_bits = 0 if entry is None else entry.failure_bits
             key = compute_verdict_key(failure_bits, height, height, key_params)
-            ctx.set_verdict(address, self.get_verdict(key, key_params))
+            trin_multiplicative_index.hand_verdict(ctx, address, self.get_verdict(key, key_params))
 
     def process_outcome(
         self, ctx: PolicyStore, address: str, outcome: Outcome, inference: Inference
@@ -203,14 +203,14 @@ class TrinMultiplicative(HealthPolicy):
         history = key_params[0]
         if compute_misses(new_bits, history) == compute_misses(failure_bits, history):
             # The verdict is made of the misses and the last offer alone: the chain's stands.
-            ctx.set(address, entry, verdict=False)
+            trin_multiplicative_index.set_keeping_verdict(ctx, address, entry)
             return
         ctx.set(address, entry)
         last_offer = self.get_offer_log(ctx).get_last_offer(entry)
         key = compute_verdict_key(new_bits, last_offer, ctx.height, key_params)
-        ctx.set_verdict(address, self.get_verdict(key, key_params))
+        trin_multiplicative_index.hand_verdict(ctx, address, self.get_verdict(key, key_params))
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore) -> None:
         """Log this block's offers and hand over their verdicts; fold the records leaving the
         log into their entries."""
         log = self.get_offer_log(ctx)
@@ -229,7 +229,9 @@ class TrinMultiplicative(HealthPolicy):
                 entry = ctx.get(address, self.get_entry)
                 if entry.last_selected_block < logged:
                     entry.last_selected_block = logged
-                    ctx.set(address, entry, verdict=False)  # the same last offer: same verdict
+                    trin_multiplicative_index.set_keeping_verdict(
+                        ctx, address, entry
+                    )  # the same last offer: same verdict
 
     def get_health(self, reader: PolicyReader, address: str, height: int) -> Health:
         """Asked only when no verdict came with a commit (a new table, a reset): writes hand

@@ -11,7 +11,7 @@ each block with the same entries, log, verdict tables, gas and app hash either w
 - The offer log's index (OfferLog: the records by height, this block's offers before the end
   block writes them, and each named participant's latest offer) is kept between blocks in the
   context's memo and built from the stored records when missing, the reads charged to no one
-  (base.get_log_index). Plain: built again whenever forgotten; the tests forget it before every
+  (acceleration.policy_store.get_log_index). Plain: built again whenever forgotten; the tests forget it before every
   other block and compare.
 """
 
@@ -20,7 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from keepersim.keeper.policies.base import Health, PolicyReader, PolicyStore, get_log_index
+from google.protobuf.message import Message
+
+from keepersim.keeper.acceleration import policy_store as acceleration
+from keepersim.keeper.policies.base import Health, PolicyReader, PolicyStore
 
 ENABLED = True
 """False: every speed-up takes its plain form (tests only)."""
@@ -59,4 +62,15 @@ def get_offer_log(
     build: Callable[[list[tuple[int, bytes]]], LogT],
 ) -> LogT:
     """The offer log's index (the one place that knows where it is kept: the holder's memo)."""
-    return get_log_index(holder, "offers", kind, build)
+    return acceleration.get_log_index(holder, "offers", kind, build)
+
+
+def hand_verdict(ctx: PolicyStore, address: str, health: Health) -> None:
+    """The verdict ``address`` has once the block commits, handed to the chain so it need not
+    ask (plain: the chain is told it may have moved, and asks)."""
+    acceleration.hand_verdict(ctx, address, health)
+
+
+def set_keeping_verdict(ctx: PolicyStore, address: str, entry: Message) -> None:
+    """``ctx.set`` for a change that cannot move the verdict. Plain: ctx.set."""
+    acceleration.set_keeping_verdict(ctx, address, entry)

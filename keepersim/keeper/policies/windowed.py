@@ -232,7 +232,7 @@ class WindowedBreaker(HealthPolicy):
                     self.process_readmit(ctx, entry, misses, samples)
         if outcome is Outcome.SUCCESS and entry.state == W_HEALTHY and is_recovery_proven(entry):
             self.process_recovered(ctx, entry)
-        ctx.set(address, entry, verdict=windowed_index.is_verdict_moved(entry, before, params))
+        windowed_index.set_entry(ctx, address, entry, before, params)
 
     def process_record_miss(self, ctx: PolicyStore, entry: WindowedEntry, capacity: bool) -> None:
         """Count a miss in the window and tell the fleet whether it was a capacity miss."""
@@ -245,9 +245,9 @@ class WindowedBreaker(HealthPolicy):
         watched = params.suspicion_prior_pct > 0
         saturated = watched and is_fleet_saturated(fleet, params)
         process_push_capacity_bit(fleet, capacity)
-        ctx.set(FLEET, fleet, verdict=False)
+        windowed_index.set_keeping_verdict(ctx, FLEET, fleet)
         if watched and is_fleet_saturated(fleet, params) != saturated:
-            ctx.touch_all_verdicts()
+            windowed_index.touch_all_verdicts(ctx)
 
     def process_judge_later(self, ctx: PolicyStore, address: str) -> None:
         """The window of ``address`` took a miss or reached min_samples, so it may fail the gate
@@ -268,12 +268,12 @@ class WindowedBreaker(HealthPolicy):
         fleet = ctx.get(FLEET, self.get_entry)
         fleet.recent_latencies.extend(latencies)
         process_bound(fleet.recent_latencies, FLEET_LATENCY_SAMPLES)
-        ctx.set(FLEET, fleet, verdict=False)
+        windowed_index.set_keeping_verdict(ctx, FLEET, fleet)
 
-    def process_end_block(self, ctx: PolicyStore, touched: list[str]) -> None:
+    def process_end_block(self, ctx: PolicyStore) -> None:
         """The block's fleet latencies, overdue deadlines, cooldowns over (probing starts), then
         the gate for every window that took a miss or reached min_samples in this block (after
-        every wake-up); new params judge every window. ``touched`` is not read."""
+        every wake-up); new params judge every window."""
         deferred = windowed_index.get_index(ctx).take_deferred_latencies()
         self.process_add_fleet_latencies(ctx, deferred)
         self.process_overdue_checks(ctx)
@@ -284,7 +284,7 @@ class WindowedBreaker(HealthPolicy):
             self.process_promote(ctx, entry, f"cooldown of {entry.cooldown_blocks} blocks over")
             ctx.set(address, entry)
         judged = windowed_index.get_block(ctx).take_to_judge()
-        if ctx.keeper.params_changed:
+        if ctx.chain.is_params_changed():
             judged = [address for address, _ in ctx.iterate(self.get_entry) if address != FLEET]
         for address in judged:
             entry = ctx.find(address, self.get_entry)
@@ -339,8 +339,7 @@ class WindowedBreaker(HealthPolicy):
             # Read from the chain's timeout index: the reads a chain makes are what its gas
             # counts (no in-memory list of starts: a restart would lose it and change a
             # block's gas; docs/metrics.md, "Gas").
-            due = [inference_id for _, inference_id in ctx.keeper.get_timeouts_due(timeout_at)]
-            for inference_id in due:
+            for inference_id in ctx.chain.get_timeouts_due(timeout_at):
                 self.process_overdue(ctx, inference_id, started_at)
         for inference_id in ctx.pop_due_items():
             self.process_overdue(ctx, inference_id)
@@ -354,7 +353,7 @@ class WindowedBreaker(HealthPolicy):
         # (imported here: keeper.inferences imports the block context, which imports policies)
         from keepersim.keeper.inferences import is_declined
 
-        inference = ctx.keeper.get_inference(inference_id)
+        inference = ctx.chain.get_inference(inference_id)
         # A declined inference stays STARTED (with an end height) and keeps its timeout.
         if inference is None or inference.status != STARTED or is_declined(inference):
             return  # resolved in time (or declined, or finished by another executor)
@@ -385,7 +384,7 @@ class WindowedBreaker(HealthPolicy):
         entry.overdue_flags += 1
         if item.probe and entry.state == W_PROBE:
             self.process_exclude(ctx, entry, "probe overdue", failed_probe=True)
-        ctx.set(address, entry, verdict=windowed_index.is_verdict_moved(entry, before, params))
+        windowed_index.set_entry(ctx, address, entry, before, params)
 
     def get_overdue_blocks(self, ctx: PolicyStore, entry: WindowedEntry) -> int | None:
         fleet = ctx.get(FLEET, self.get_entry).recent_latencies
@@ -435,7 +434,7 @@ class WindowedBreaker(HealthPolicy):
                     listed.append(entry.address)
                 else:
                     listed.remove(entry.address)
-                ctx.set(FLEET, fleet, verdict=False)
+                windowed_index.set_keeping_verdict(ctx, FLEET, fleet)
         entry.state = state
 
     def process_promote(self, ctx: PolicyStore, entry: WindowedEntry, reason: str) -> None:

@@ -1,12 +1,13 @@
 """windowed's speed-ups, in one place, each beside the plain form it must equal.
 
-The rule (windowed.py) calls them through :func:`get_index` and :func:`get_reader_value`;
+The rule (windowed.py) calls them through :func:`get_index`, :func:`get_reader_value` and
+:func:`set_entry`;
 with :data:`ENABLED` False (tests/policies/test_windowed_index.py) every call takes its plain
 form, and the rule must end each block with the same entries, wake-ups, events, verdict
 tables and app hash either way, and the same when the index is forgotten between blocks.
 
 - The verdict marker. A write tells the chain whether the participant's verdict may have
-  moved, so the chain asks get_health again only then (``PolicyStore.set(verdict=False)``).
+  moved, so the chain asks get_health again only then (:func:`set_entry`).
   A healthy participant's verdict reads its state, its ramp (which the verdict's
   valid_until steps on its own) and the evidence its suspicion weight comes from; comparing
   that evidence before and after the write is cheaper than the weight. Plain: every write may
@@ -29,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from keepersim.keeper.acceleration import policy_store as acceleration
 from keepersim.keeper.policies.base import PolicyReader, PolicyStore
 from keepersim.keeper.policies.windowed_evidence import compute_suspicion_window
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import WindowedParams
@@ -46,14 +48,15 @@ VerdictMarker = tuple[int, int, int] | None
 class WindowedIndex:
     """What the speed-ups keep while a block is processed."""
 
-    __slots__ = ("fleet_latencies",)
+    __slots__ = ("fleet_latencies", "deferring")
 
-    def __init__(self) -> None:
+    def __init__(self, *, deferring: bool) -> None:
         self.fleet_latencies: list[int] = []
+        self.deferring = deferring
 
     def process_defer_latency(self, latency: int) -> bool:
         """Keep a success's latency for the end block; False (plain form): add it now."""
-        if not ENABLED:
+        if not self.deferring:
             return False
         self.fleet_latencies.append(latency)
         return True
@@ -81,18 +84,22 @@ class WindowedBlock:
 
 def get_block(ctx: PolicyStore) -> WindowedBlock:
     """The rule's in-memory state of this block (not a speed-up: the rule needs it), kept in
-    the context's memo beside the index, emptied by every end block."""
-    block = ctx.memo.get(_BLOCK_KEY)
+    the context's block state (PolicyStore.block), emptied by every end block."""
+    block = ctx.block.get(_BLOCK_KEY)
     if not isinstance(block, WindowedBlock):
-        block = ctx.memo[_BLOCK_KEY] = WindowedBlock()
+        block = ctx.block[_BLOCK_KEY] = WindowedBlock()
     return block
 
 
 def get_index(ctx: PolicyStore) -> WindowedIndex:
-    """The block's index (the one place that knows where it is kept: the context's memo)."""
-    index = ctx.memo.get(_KEY)
+    """The block's index (the one place that knows where it is kept: the acceleration layer's
+    memo of the chain's store). A store without one (the plain form, a store the chain did not
+    open) defers nothing."""
+    memo = acceleration.get_memo(ctx)
+    index = memo.get(_KEY)
     if not isinstance(index, WindowedIndex):
-        index = ctx.memo[_KEY] = WindowedIndex()
+        fast = ENABLED and acceleration.get_accelerated(ctx) is not None
+        index = memo[_KEY] = WindowedIndex(deferring=fast)
     return index
 
 
@@ -101,9 +108,22 @@ def get_reader_value(reader: PolicyReader, key: str, compute: Callable[[], T]) -
     plain: at every call."""
     if not ENABLED:
         return compute()
-    if key not in reader.memo:
-        reader.memo[key] = compute()
-    return reader.memo[key]  # type: ignore[return-value]
+    memo = acceleration.get_memo(reader)
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]  # type: ignore[return-value]
+
+
+def set_entry(
+    ctx: PolicyStore,
+    address: str,
+    entry: WindowedEntry,
+    before: VerdictMarker,
+    params: WindowedParams,
+) -> None:
+    """``ctx.set``, telling the chain whether the change may move the verdict (plain: it is
+    always told it may)."""
+    acceleration.set_with_hint(ctx, address, entry, is_verdict_moved(entry, before, params))
 
 
 def get_verdict_marker(entry: WindowedEntry, params: WindowedParams) -> VerdictMarker:
@@ -124,3 +144,14 @@ def is_verdict_moved(entry: WindowedEntry, before: VerdictMarker, params: Window
     if before is None or entry.state != W_HEALTHY:
         return True
     return get_verdict_marker(entry, params) != before
+
+
+def set_keeping_verdict(ctx: PolicyStore, address: str, entry: WindowedEntry) -> None:
+    """``ctx.set`` for a change that cannot move a verdict (the fleet entry). Plain: ctx.set."""
+    acceleration.set_keeping_verdict(ctx, address, entry)
+
+
+def touch_all_verdicts(ctx: PolicyStore) -> None:
+    """Every verdict may have moved (the fleet's saturation changed): the chain asks each
+    again. Not a speed-up: the verdicts the chain keeps must be dropped in either form."""
+    acceleration.touch_all_verdicts(ctx)

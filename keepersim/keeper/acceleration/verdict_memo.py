@@ -1,0 +1,117 @@
+"""The chain's verdict memo: the selection data of the committed height, kept between blocks.
+
+A participant's verdict is asked again only when a block wrote what it rests on (the block's
+hints, keepersim.keeper.acceleration.hints) or its ``valid_until`` passed; a table is rebuilt
+only when a verdict changed, verdict by verdict (keepersim.keeper.selection.IncrementalTable).
+Proven equal to fresh verdicts and the reference pipeline at every height by
+tests/policies/test_properties.py and tests/core/test_core_selection_memo.py.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+from keepersim.keeper.policies.base import NEVER, Health
+from keepersim.keeper.selection import Candidate, IncrementalTable, SelectionTable
+
+
+class ModelTable:
+    """One model's memo: its candidates' verdicts (in an :class:`IncrementalTable`), the last
+    table, and a min-heap of (valid_until, position) that says whose verdict lapses next."""
+
+    __slots__ = ("candidates", "state", "position", "expiry", "table", "weights")
+
+    def __init__(self, candidates: list[Candidate], healths: list[Health]) -> None:
+        self.candidates = candidates
+        self.weights: dict[str, int] | None = None  # address -> candidate weight, when asked
+        self.state = IncrementalTable(candidates, healths)
+        self.position = {c.address: i for i, c in enumerate(candidates)}
+        self.expiry = [(h.valid_until, i) for i, h in enumerate(healths) if h.valid_until < NEVER]
+        heapq.heapify(self.expiry)
+        self.table: SelectionTable | None = None
+
+    def get_expired(self, height: int) -> list[int]:
+        """Positions whose verdict's valid_until passed before ``height``; stale entries (the
+        verdict was replaced since) are dropped on the way."""
+        expiry, healths = self.expiry, self.state.healths
+        out = []
+        while expiry and expiry[0][0] < height:
+            valid_until, i = heapq.heappop(expiry)
+            if healths[i].valid_until == valid_until:
+                out.append(i)
+        return out
+
+    def process_due(
+        self, due: dict[int, Health | None], ask: Callable[[str], Health], height: int
+    ) -> bool:
+        """Recompute the due verdicts at ``height`` (position -> the verdict to start from: a
+        touched participant's handed over with the commit, None to ask for it, a lapsed one's
+        last); True if the table selects differently. A verdict that lapsed is followed by the
+        verdicts it says come next (Health.then), else asked for. Keeps the heap holding every
+        lapsing verdict's (valid_until, i)."""
+        healths, candidates, expiry = self.state.healths, self.candidates, self.expiry
+        changes: list[tuple[int, Health]] = []
+        push = heapq.heappush
+        for i, health in sorted(due.items()):
+            old = healths[i]
+            while health is not None and health.valid_until < height:
+                health = None if health.then is None else health.then()
+            if health is None:
+                health = ask(candidates[i].address)
+            if health is old:
+                continue  # not due after all: its heap entry is still there
+            if health.is_same_verdict(old):
+                healths[i] = health
+            else:
+                changes.append((i, health))
+            valid_until = health.valid_until
+            # Unchanged and not yet due, its heap entry is still there; a due one was popped.
+            if valid_until < NEVER and (valid_until != old.valid_until or valid_until < height):
+                push(expiry, (valid_until, i))
+        if changes:
+            self.state.process_healths(changes)
+        if len(expiry) > 4 * len(candidates) + 64:  # mostly stale entries
+            self.expiry = [
+                (h.valid_until, j) for j, h in enumerate(healths) if h.valid_until < NEVER
+            ]
+            heapq.heapify(self.expiry)
+        return bool(changes)
+
+
+class SelectionIndex:
+    """Derived selection data of the committed height, kept between blocks.
+
+    A participant's health verdict is recomputed only when its state changed in a block (the
+    keeper's touched set) or the verdict's ``valid_until`` height passed, and the table is rebuilt
+    only when a verdict actually changed: a block with outcomes costs O(changes), not O(fleet).
+    """
+
+    __slots__ = ("candidates", "tables", "models", "dirty", "pushed", "epoch_start")
+
+    def __init__(self) -> None:
+        self.epoch_start: int | None = None  # first height of the effective epoch (-1: none)
+        self.candidates: dict[tuple[str, bool], list[Candidate]] = {}
+        self.tables: dict[str, SelectionTable] = {}
+        self.models: dict[str, ModelTable] = {}
+        self.dirty: dict[str, set[str]] = {}
+        # Verdicts the policy handed over with a commit (acceleration.policy_store.hand_verdict), each at the
+        # height of the last commit that touched its participant.
+        self.pushed: dict[str, Health] = {}
+
+    def process_commit(self, touched: set[str], reset: bool, verdicts: dict[str, Health]) -> None:
+        self.tables = {}
+        if reset:
+            self.epoch_start = None
+            self.candidates.clear()
+            self.models.clear()
+            self.dirty.clear()
+            self.pushed.clear()
+            return
+        pushed = self.pushed
+        for address in touched:
+            pushed.pop(address, None)
+        pushed.update(verdicts)
+        for dirty in self.dirty.values():
+            dirty.update(touched)
+            dirty.update(verdicts)
