@@ -1,9 +1,13 @@
 """Golden outputs: the app hash and metrics of every built-in scenario x policy (seed 1, memory
 store), recorded before a refactor and checked after it.
 
-    python scripts/golden.py record [--out FILE] [--jobs N] [--scenarios S ...] [--policies P ...]
+    python scripts/golden.py record [--out FILE] [--seed N] [--jobs N] [--scenarios S ...]
+                                    [--policies P ...]
     python scripts/golden.py check [--golden FILE] [--jobs N] [--ignore FIELD ...]
                                    [--add-new-fields] [...]
+
+``--seed N`` records another seed (a wider check than the committed seed-1 file, e.g. recorded
+at the commit before a refactor); ``check`` re-runs the seed its golden file records.
 
 ``--add-new-fields``: a metric added since the recording (e.g. gas) is not a difference; if
 every recorded field still matches, the new fields are written into the golden file.
@@ -153,11 +157,11 @@ def _show(value: Any) -> str:
     return json.dumps(value)
 
 
-def get_task(scenario: str, policy: str) -> Any:
-    """The run ``keepersim simulate S --policy P --seed 1 --store memory`` makes, as a task."""
+def get_task(scenario: str, policy: str, seed: int = SEED) -> Any:
+    """The run ``keepersim simulate S --policy P --seed N --store memory`` makes, as a task."""
     from keepersim.runs import make_task
 
-    return make_task(scenario, policy, SEED, label=scenario, store=STORE)
+    return make_task(scenario, policy, seed, label=scenario, store=STORE)
 
 
 def get_golden_run_record(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,14 +177,14 @@ def compute_run(scenario: str, policy: str) -> dict[str, Any]:
     return get_golden_run_record(run)
 
 
-def get_header() -> dict[str, Any]:
+def get_header(seed: int = SEED) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "note": NOTE,
         "keepersim_commit": _get_commit(),
         "numpy_version": np.__version__,
         "python_version": platform.python_version(),
-        "seed": SEED,
+        "seed": seed,
         "store": STORE,
         "dropped_fields": list(DROPPED_FIELDS),
     }
@@ -197,13 +201,13 @@ def _get_commit() -> str | None:
 
 
 def process_runs(
-    pairs: Sequence[tuple[str, str]], jobs: int, progress: bool = True
+    pairs: Sequence[tuple[str, str]], jobs: int, progress: bool = True, seed: int = SEED
 ) -> dict[str, dict[str, Any]]:
     """Every (scenario, policy) pair's golden record by run key, sorted; the runs go to
     keepersim.runs' process engine (``jobs`` worker processes, progress lines on stderr)."""
     from keepersim.runs import execute_runs
 
-    runs = execute_runs([get_task(s, p) for s, p in pairs], max(1, jobs), progress)
+    runs = execute_runs([get_task(s, p, seed) for s, p in pairs], max(1, jobs), progress)
     return dict(
         sorted((get_run_key(r["scenario"], r["policy"]), get_golden_run_record(r)) for r in runs)
     )
@@ -264,8 +268,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
     except OutputPathError as exc:
         raise GoldenInputError(str(exc)) from exc
     started = time.monotonic()
-    runs = process_runs(pairs, args.jobs)
-    write_json_atomic(args.out, {**get_header(), "runs": runs})
+    runs = process_runs(pairs, args.jobs, seed=args.seed)
+    write_json_atomic(args.out, {**get_header(args.seed), "runs": runs})
     print(
         f"recorded {len(runs)} runs in {time.monotonic() - started:.0f}s to {args.out}",
         file=sys.stderr,
@@ -292,7 +296,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for name in args.ignore:
         if not any(_is_ignored(f, (name,)) for f in fields):
             raise GoldenInputError(f"--ignore: {name!r} names no field of {args.golden}")
-    runs = process_runs(pairs, args.jobs)
+    seed = golden.get("seed", SEED)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise GoldenInputError(f'{args.golden}: field "seed": expected an integer >= 0')
+    runs = process_runs(pairs, args.jobs, seed=seed)
     old = {k: v for k, v in golden["runs"].items() if k in wanted} if filtered else golden["runs"]
     compared = runs
     if args.add_new_fields:
@@ -323,6 +330,16 @@ def _jobs(value: str) -> int:
     return n
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="golden.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -341,6 +358,13 @@ def _parser() -> argparse.ArgumentParser:
         "record", parents=[common], help="run everything and write the golden file"
     )
     rec.add_argument("--out", default=str(DEFAULT_GOLDEN), help="golden file to write")
+    rec.add_argument(
+        "--seed",
+        type=_seed,
+        default=SEED,
+        help=f"the runs' seed (default {SEED}, the committed file's); check re-runs the seed "
+        "the golden file records",
+    )
     chk = sub.add_parser("check", parents=[common], help="re-run and compare with the golden file")
     chk.add_argument("--golden", default=str(DEFAULT_GOLDEN))
     chk.add_argument(
