@@ -171,31 +171,33 @@ class StateCache:
         return term
 
     def compute_sum_change(
-        self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]
+        self, changes: Mapping[bytes, bytes | None]
     ) -> tuple[int, dict[bytes, int]]:
-        """What a commit of ``puts`` and ``deletes`` adds to the state sum (not reduced), and the
-        new entries' terms; each old term from memory when known."""
+        """What a commit of ``changes`` (key -> new value, None: deleted) adds to the state sum
+        (not reduced), and the new entries' terms; each old term from memory when known."""
         self._check_open()
         streamed = self._streamed
         resident_get = self._resident.get
+        young_get = self._young.get
         terms_get = self._terms.get
         term = compute_entry_term
         delta = 0
         new_terms: dict[bytes, int] = {}
-        for key, value in puts.items():
-            old = self.get(key) if key and key[0] in streamed else resident_get(key)
+        for key, value in changes.items():
+            if key and key[0] in streamed:
+                old = young_get(key, _MISSING)
+                if old is _MISSING:
+                    old = self.get(key)
+            else:
+                old = resident_get(key)
             if old is not None:
                 if old == value:
                     continue
                 known = terms_get(key)
                 delta -= self.get_term(key) if known is None else known
-            new = new_terms[key] = term(key, value)
-            delta += new
-        for key in deletes:
-            old = self.get(key) if key and key[0] in streamed else resident_get(key)
-            if old is not None:
-                known = terms_get(key)
-                delta -= self.get_term(key) if known is None else known
+            if value is not None:
+                new = new_terms[key] = term(key, value)
+                delta += new
         return delta, new_terms
 
     # -- decoded objects and memos, for the block being built (never for queries) --------------
@@ -237,30 +239,38 @@ class StateCache:
     def commit_batch(
         self,
         puts: Mapping[bytes, bytes],
-        deletes: list[bytes],
+        deletes: Iterable[bytes],
         terms: Mapping[bytes, int],
         decoded: Mapping[bytes, object],
         memos: Mapping[object, object],
     ) -> None:
-        """Apply one commit: ``puts`` then ``deletes``, with the new entries' app-hash terms
-        (those not given are computed when next asked), the decoded objects of written values
-        and the memos handed to the next block. Written back every ``write_every`` commits.
-        A put without a term in ``terms`` must leave its value as it was, or be metadata. Keys
-        and values are bytes (the block buffer checked them)."""
+        """Apply one commit: ``puts`` then ``deletes`` (see commit_changes)."""
+        changes: dict[bytes, bytes | None] = dict(puts)
+        changes.update(dict.fromkeys(deletes))
+        self.commit_changes(changes, terms, decoded, memos)
+
+    def commit_changes(
+        self,
+        changes: Mapping[bytes, bytes | None],
+        terms: Mapping[bytes, int],
+        decoded: Mapping[bytes, object],
+        memos: Mapping[object, object],
+    ) -> None:
+        """Apply one commit: ``changes`` (key -> new value, None: deleted), with the new
+        entries' app-hash terms (those not given are computed when next asked), the decoded
+        objects of written values and the memos handed to the next block. Written back every
+        ``write_every`` commits. A put without a term in ``terms`` must leave its value as it
+        was, or be metadata. Keys and values are bytes (the block buffer checked them)."""
         self._check_open()
         if self.verify_objects:
             for key, obj in decoded.items():
-                if obj.SerializeToString() != puts.get(key):  # type: ignore[attr-defined]
+                if obj.SerializeToString() != changes.get(key):  # type: ignore[attr-defined]
                     raise AssertionError(f"the object handed back for {key!r} was changed")
         if (self._commits + 1) % self.write_every == 0:
             # Written first: if the backend refuses the batch, memory has not moved either.
-            if self._unwritten:
-                batch = dict(self._unwritten)
-                batch.update(puts)
-                batch.update(dict.fromkeys(deletes))
-                self._write_back(batch)
-            else:
-                self.backend.write_batch(puts, deletes)
+            batch = dict(self._unwritten)
+            batch.update(changes)
+            self._write_back(batch)
             unwritten = None
         else:
             unwritten = self._unwritten
@@ -268,32 +278,30 @@ class StateCache:
         resident = self._resident
         young = self._young
         set_resident = dict.__setitem__
-        for key, value in puts.items():
+        terms_pop = self._terms.pop
+        # One pass over the written keys; a deleted key's term goes with it (an absent key's
+        # term is never read: kept, it would only pile up).
+        for key, value in changes.items():
             if key and key[0] in streamed:
                 young[key] = value
+                if value is None:
+                    terms_pop(key, None)
+            elif value is None:
+                resident.pop(key, None)
+                terms_pop(key, None)
             elif key in resident:
                 set_resident(resident, key, value)  # a known key: SortedDict's order stands
             else:
                 resident[key] = value
-        for key in deletes:
-            if key and key[0] in streamed:
-                young[key] = None
-            else:
-                resident.pop(key, None)
         if unwritten is not None:
-            unwritten.update(puts)
-            unwritten.update(dict.fromkeys(deletes))
+            unwritten.update(changes)
         # A put without a new term left its value as it was (or is metadata, never hashed).
         self._terms.update(terms)
-        terms_pop = self._terms.pop
-        for key in deletes:
-            terms_pop(key, None)  # an absent key's term is never read: kept, it would only pile up
         objects = self._decoded
-        for key in puts.keys() - decoded.keys():
+        for key in changes.keys() - decoded.keys():
             objects.pop(key, None)
-        objects.update((key, (obj, len(puts[key]))) for key, obj in decoded.items())
-        for key in deletes:
-            objects.pop(key, None)
+        for key, obj in decoded.items():
+            objects[key] = (obj, len(changes[key]))  # type: ignore[arg-type]
         self._memos = dict(memos)
         self._commits += 1
         if unwritten is None and len(young) >= self._max_streamed:
