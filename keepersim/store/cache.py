@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from heapq import merge
 from typing import Any, TypeVar
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedList
 
 from keepersim.store.apphash import compute_entry_term
 from keepersim.store.errors import StoreClosedError
@@ -58,6 +58,7 @@ class StateCache:
         "_streamed",
         "_max_streamed",
         "_resident",
+        "_resident_keys",
         "_young",
         "_old",
         "_terms",
@@ -101,9 +102,12 @@ class StateCache:
         self._unwritten: dict[bytes, bytes | None] = {}
         self._commits = 0
         self._closed = False
-        self._resident: SortedDict = SortedDict()
+        # The resident entries: a dict, and their keys in order beside it for the range scans
+        # (a SortedDict is both, at one more Python call per insert and removal).
+        self._resident: dict[bytes, bytes] = {}
         for start, stop in _get_resident_ranges(self._streamed):
             self._resident.update(backend.iterate(start, stop))
+        self._resident_keys = SortedList(self._resident)
         # Every streamed key is in memory while the backend had none at open and nothing was
         # evicted: a key not in memory is then known to be absent, without a read.
         self._complete = not any(
@@ -130,7 +134,7 @@ class StateCache:
     ) -> Iterator[tuple[bytes, bytes]]:
         """Entries in ``[start, stop)`` as of this call, resident ones from memory."""
         self._check_open()
-        entries = get_resident_range(self._resident, start, stop, reverse)
+        entries = get_resident_range(self._resident, self._resident_keys, start, stop, reverse)
         if not self._streamed or not self._may_stream(start, stop):
             return iter(entries)
         streamed = self._iterate_streamed(start, stop, reverse)
@@ -276,8 +280,9 @@ class StateCache:
             unwritten = self._unwritten
         streamed = self._streamed
         resident = self._resident
+        add_key = self._resident_keys.add
+        remove_key = self._resident_keys.remove
         young = self._young
-        set_resident = dict.__setitem__
         terms_pop = self._terms.pop
         # One pass over the written keys; a deleted key's term goes with it (an absent key's
         # term is never read: kept, it would only pile up).
@@ -287,11 +292,12 @@ class StateCache:
                 if value is None:
                     terms_pop(key, None)
             elif value is None:
-                resident.pop(key, None)
+                if resident.pop(key, None) is not None:
+                    remove_key(key)
                 terms_pop(key, None)
-            elif key in resident:
-                set_resident(resident, key, value)  # a known key: SortedDict's order stands
             else:
+                if key not in resident:
+                    add_key(key)
                 resident[key] = value
         if unwritten is not None:
             unwritten.update(changes)
@@ -349,7 +355,8 @@ class StateCache:
             finally:
                 self.backend.close()
                 # Every read now reaches the closed backend, which raises.
-                self._resident = SortedDict()
+                self._resident = {}
+                self._resident_keys = SortedList()
                 self._streamed = frozenset(range(256))
                 self._young, self._old = {}, {}
                 self._complete = False
@@ -383,26 +390,26 @@ def _get_resident_ranges(streamed: frozenset[int]) -> list[tuple[bytes | None, b
 class CacheSnapshot:
     """The committed state at one commit, unchanged by later ones (StateCache.snapshot)."""
 
-    __slots__ = ("_streamed", "_resident", "_overlay", "_base")
+    __slots__ = ("_streamed", "_resident", "_resident_keys", "_overlay", "_base")
 
     def __init__(self, cache: StateCache) -> None:
         self._streamed = cache._streamed
-        self._resident: SortedDict = cache._resident.copy()
+        self._resident = cache._resident.copy()
+        self._resident_keys = cache._resident_keys.copy()
         streamed = self._streamed
         self._overlay = {k: v for k, v in cache._unwritten.items() if k and k[0] in streamed}
         self._base = cache.backend.snapshot()
 
     def get(self, key: bytes) -> bytes | None:
         if not key or key[0] not in self._streamed:
-            value: bytes | None = self._resident.get(key)
-            return value
+            return self._resident.get(key)
         value = self._overlay.get(key, _MISSING)
         return self._base.get(key) if value is _MISSING else value
 
     def iterate(
         self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
-        entries = get_resident_range(self._resident, start, stop, reverse)
+        entries = get_resident_range(self._resident, self._resident_keys, start, stop, reverse)
         streamed = _iterate_streamed(
             self._base, self._overlay, self._streamed, start, stop, reverse
         )
@@ -410,15 +417,19 @@ class CacheSnapshot:
 
 
 def get_resident_range(
-    resident: SortedDict, start: bytes | None, stop: bytes | None, reverse: bool
+    resident: Mapping[bytes, bytes],
+    keys: SortedList,
+    start: bytes | None,
+    stop: bytes | None,
+    reverse: bool,
 ) -> list[tuple[bytes, bytes]]:
     """The entries of ``[start, stop)`` in key order (reversed if asked). Found by bisection:
     an empty range, as most of a block's queue lookups are, costs two bisections."""
-    lo = 0 if start is None else resident.bisect_left(start)
-    hi = len(resident) if stop is None else resident.bisect_left(stop)
+    lo = 0 if start is None else keys.bisect_left(start)
+    hi = len(keys) if stop is None else keys.bisect_left(stop)
     if lo >= hi:
         return []
-    return [(key, resident[key]) for key in resident.islice(lo, hi, reverse=reverse)]
+    return [(key, resident[key]) for key in keys.islice(lo, hi, reverse=reverse)]
 
 
 def _iterate_streamed(
