@@ -66,6 +66,7 @@ class StateCache:
         "_decoded",
         "_memos",
         "_unwritten",
+        "_fresh",
         "_commits",
         "_complete",
         "_closed",
@@ -100,6 +101,10 @@ class StateCache:
         self._memos: dict[object, object] = {}
         # key -> value (None: deleted) committed here but not yet written to the backend.
         self._unwritten: dict[bytes, bytes | None] = {}
+        # Resident keys put since the last write-back that the backend does not hold: deleted
+        # before the next one, they leave the batch (a put and a delete the backend would
+        # only write to drop; most timeouts expire within a write-back's 64 blocks).
+        self._fresh: set[bytes] = set()
         self._commits = 0
         self._closed = False
         # The resident entries: a dict, and their keys in order beside it for the range scans
@@ -284,6 +289,8 @@ class StateCache:
         remove_key = self._resident_keys.remove
         young = self._young
         terms_pop = self._terms.pop
+        fresh = self._fresh
+        unheld: list[bytes] = []  # fresh keys deleted: they never reach the backend
         # One pass over the written keys; a deleted key's term goes with it (an absent key's
         # term is never read: kept, it would only pile up).
         for key, value in changes.items():
@@ -295,12 +302,21 @@ class StateCache:
                 if resident.pop(key, None) is not None:
                     remove_key(key)
                 terms_pop(key, None)
+                if key in fresh:
+                    unheld.append(key)
             else:
                 if key not in resident:
                     add_key(key)
+                    # Absent from the state and untouched since the last write-back: absent
+                    # from the backend too.
+                    if unwritten is not None and key not in unwritten:
+                        fresh.add(key)
                 resident[key] = value
         if unwritten is not None:
             unwritten.update(changes)
+            for key in unheld:
+                del unwritten[key]
+                fresh.discard(key)
         # A put without a new term left its value as it was (or is metadata, never hashed).
         self._terms.update(terms)
         objects = self._decoded
@@ -325,6 +341,7 @@ class StateCache:
         deletes = [key for key, value in batch.items() if value is None]
         self.backend.write_batch(puts, deletes)
         self._unwritten = {}
+        self._fresh = set()
 
     def _evict(self) -> None:
         """Drop the old generation of streamed entries (all written back) and age the young."""
