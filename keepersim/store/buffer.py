@@ -307,6 +307,11 @@ class BlockBuffer:
                 puts[key] = value
         return puts, deletes
 
+    def get_changes(self) -> dict[bytes, bytes | None]:
+        """A fresh copy of the pending writes, key -> value (None: deleted), in write order;
+        the caller may mutate it."""
+        return dict(self._pending)
+
     def discard(self) -> None:
         """Drop every pending write (after a failed block, or after commit)."""
         self._pending = {}

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from heapq import merge
 from typing import Any, TypeVar
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedList
 
 from keepersim.store.apphash import compute_entry_term
 from keepersim.store.errors import StoreClosedError
@@ -64,6 +64,7 @@ class StateCache:
         "_streamed",
         "_max_streamed",
         "_resident",
+        "_resident_keys",
         "_young",
         "_old",
         "_terms",
@@ -71,6 +72,7 @@ class StateCache:
         "_decoded",
         "_memos",
         "_unwritten",
+        "_fresh",
         "_commits",
         "_complete",
         "_closed",
@@ -105,11 +107,18 @@ class StateCache:
         self._memos: dict[object, object] = {}
         # key -> value (None: deleted) committed here but not yet written to the backend.
         self._unwritten: dict[bytes, bytes | None] = {}
+        # Resident keys put since the last write-back that the backend does not hold: deleted
+        # before the next one, they leave the batch (a put and a delete the backend would
+        # only write to drop; most timeouts expire within a write-back's 64 blocks).
+        self._fresh: set[bytes] = set()
         self._commits = 0
         self._closed = False
-        self._resident: SortedDict = SortedDict()
+        # The resident entries: a dict, and their keys in order beside it for the range scans
+        # (a SortedDict is both, at one more Python call per insert and removal).
+        self._resident: dict[bytes, bytes] = {}
         for start, stop in _get_resident_ranges(self._streamed):
             self._resident.update(backend.iterate(start, stop))
+        self._resident_keys = SortedList(self._resident)
         # Every streamed key is in memory while the backend had none at open and nothing was
         # evicted: a key not in memory is then known to be absent, without a read.
         self._complete = not any(
@@ -136,7 +145,7 @@ class StateCache:
     ) -> Iterator[tuple[bytes, bytes]]:
         """Entries in ``[start, stop)`` as of this call, resident ones from memory."""
         self._check_open()
-        entries = get_resident_range(self._resident, start, stop, reverse)
+        entries = get_resident_range(self._resident, self._resident_keys, start, stop, reverse)
         if not self._streamed or not self._may_stream(start, stop):
             return iter(entries)
         streamed = self._iterate_streamed(start, stop, reverse)
@@ -177,31 +186,33 @@ class StateCache:
         return term
 
     def compute_sum_change(
-        self, puts: Mapping[bytes, bytes], deletes: Iterable[bytes]
+        self, changes: Mapping[bytes, bytes | None]
     ) -> tuple[int, dict[bytes, int]]:
-        """What a commit of ``puts`` and ``deletes`` adds to the state sum (not reduced), and the
-        new entries' terms; each old term from memory when known."""
+        """What a commit of ``changes`` (key -> new value, None: deleted) adds to the state sum
+        (not reduced), and the new entries' terms; each old term from memory when known."""
         self._check_open()
         streamed = self._streamed
         resident_get = self._resident.get
+        young_get = self._young.get
         terms_get = self._terms.get
         term = compute_entry_term
         delta = 0
         new_terms: dict[bytes, int] = {}
-        for key, value in puts.items():
-            old = self.get(key) if key and key[0] in streamed else resident_get(key)
+        for key, value in changes.items():
+            if key and key[0] in streamed:
+                old = young_get(key, _MISSING)
+                if old is _MISSING:
+                    old = self.get(key)
+            else:
+                old = resident_get(key)
             if old is not None:
                 if old == value:
                     continue
                 known = terms_get(key)
                 delta -= self.get_term(key) if known is None else known
-            new = new_terms[key] = term(key, value)
-            delta += new
-        for key in deletes:
-            old = self.get(key) if key and key[0] in streamed else resident_get(key)
-            if old is not None:
-                known = terms_get(key)
-                delta -= self.get_term(key) if known is None else known
+            if value is not None:
+                new = new_terms[key] = term(key, value)
+                delta += new
         return delta, new_terms
 
     # -- decoded objects and memos, for the block being built (never for queries) --------------
@@ -243,63 +254,82 @@ class StateCache:
     def commit_batch(
         self,
         puts: Mapping[bytes, bytes],
-        deletes: list[bytes],
+        deletes: Iterable[bytes],
         terms: Mapping[bytes, int],
         decoded: Mapping[bytes, object],
         memos: Mapping[object, object],
     ) -> None:
-        """Apply one commit: ``puts`` then ``deletes``, with the new entries' app-hash terms
-        (those not given are computed when next asked), the decoded objects of written values
-        and the memos handed to the next block. Written back every ``write_every`` commits.
-        A put without a term in ``terms`` must leave its value as it was, or be metadata. Keys
-        and values are bytes (the block buffer checked them)."""
+        """Apply one commit: ``puts`` then ``deletes`` (see commit_changes)."""
+        changes: dict[bytes, bytes | None] = dict(puts)
+        changes.update(dict.fromkeys(deletes))
+        self.commit_changes(changes, terms, decoded, memos)
+
+    def commit_changes(
+        self,
+        changes: Mapping[bytes, bytes | None],
+        terms: Mapping[bytes, int],
+        decoded: Mapping[bytes, object],
+        memos: Mapping[object, object],
+    ) -> None:
+        """Apply one commit: ``changes`` (key -> new value, None: deleted), with the new
+        entries' app-hash terms (those not given are computed when next asked), the decoded
+        objects of written values and the memos handed to the next block. Written back every
+        ``write_every`` commits. A put without a term in ``terms`` must leave its value as it
+        was, or be metadata. Keys and values are bytes (the block buffer checked them)."""
         self._check_open()
         if self.verify_objects:
             for key, obj in decoded.items():
-                if obj.SerializeToString() != puts.get(key):  # type: ignore[attr-defined]
+                if obj.SerializeToString() != changes.get(key):  # type: ignore[attr-defined]
                     raise AssertionError(f"the object handed back for {key!r} was changed")
         if (self._commits + 1) % self.write_every == 0:
             # Written first: if the backend refuses the batch, memory has not moved either.
-            if self._unwritten:
-                batch = dict(self._unwritten)
-                batch.update(puts)
-                batch.update(dict.fromkeys(deletes))
-                self._write_back(batch)
-            else:
-                self.backend.write_batch(puts, deletes)
+            batch = dict(self._unwritten)
+            batch.update(changes)
+            self._write_back(batch)
             unwritten = None
         else:
             unwritten = self._unwritten
         streamed = self._streamed
         resident = self._resident
+        add_key = self._resident_keys.add
+        remove_key = self._resident_keys.remove
         young = self._young
-        set_resident = dict.__setitem__
-        for key, value in puts.items():
+        terms_pop = self._terms.pop
+        fresh = self._fresh
+        unheld: list[bytes] = []  # fresh keys deleted: they never reach the backend
+        # One pass over the written keys; a deleted key's term goes with it (an absent key's
+        # term is never read: kept, it would only pile up).
+        for key, value in changes.items():
             if key and key[0] in streamed:
                 young[key] = value
-            elif key in resident:
-                set_resident(resident, key, value)  # a known key: SortedDict's order stands
+                if value is None:
+                    terms_pop(key, None)
+            elif value is None:
+                if resident.pop(key, None) is not None:
+                    remove_key(key)
+                terms_pop(key, None)
+                if key in fresh:
+                    unheld.append(key)
             else:
+                if key not in resident:
+                    add_key(key)
+                    # Absent from the state and untouched since the last write-back: absent
+                    # from the backend too.
+                    if unwritten is not None and key not in unwritten:
+                        fresh.add(key)
                 resident[key] = value
-        for key in deletes:
-            if key and key[0] in streamed:
-                young[key] = None
-            else:
-                resident.pop(key, None)
         if unwritten is not None:
-            unwritten.update(puts)
-            unwritten.update(dict.fromkeys(deletes))
+            unwritten.update(changes)
+            for key in unheld:
+                del unwritten[key]
+                fresh.discard(key)
         # A put without a new term left its value as it was (or is metadata, never hashed).
         self._terms.update(terms)
-        terms_pop = self._terms.pop
-        for key in deletes:
-            terms_pop(key, None)  # an absent key's term is never read: kept, it would only pile up
         objects = self._decoded
-        for key in puts.keys() - decoded.keys():
+        for key in changes.keys() - decoded.keys():
             objects.pop(key, None)
-        objects.update((key, (obj, len(puts[key]))) for key, obj in decoded.items())
-        for key in deletes:
-            objects.pop(key, None)
+        for key, obj in decoded.items():
+            objects[key] = (obj, len(changes[key]))  # type: ignore[arg-type]
         self._memos = dict(memos)
         self._commits += 1
         if unwritten is None and len(young) >= self._max_streamed:
@@ -317,6 +347,7 @@ class StateCache:
         deletes = [key for key, value in batch.items() if value is None]
         self.backend.write_batch(puts, deletes)
         self._unwritten = {}
+        self._fresh = set()
 
     def _evict(self) -> None:
         """Drop the old generation of streamed entries (all written back) and age the young."""
@@ -347,7 +378,8 @@ class StateCache:
             finally:
                 self.backend.close()
                 # Every read now reaches the closed backend, which raises.
-                self._resident = SortedDict()
+                self._resident = {}
+                self._resident_keys = SortedList()
                 self._streamed = frozenset(range(256))
                 self._young, self._old = {}, {}
                 self._complete = False
@@ -381,26 +413,26 @@ def _get_resident_ranges(streamed: frozenset[int]) -> list[tuple[bytes | None, b
 class CacheSnapshot:
     """The committed state at one commit, unchanged by later ones (StateCache.snapshot)."""
 
-    __slots__ = ("_streamed", "_resident", "_overlay", "_base")
+    __slots__ = ("_streamed", "_resident", "_resident_keys", "_overlay", "_base")
 
     def __init__(self, cache: StateCache) -> None:
         self._streamed = cache._streamed
-        self._resident: SortedDict = cache._resident.copy()
+        self._resident = cache._resident.copy()
+        self._resident_keys = cache._resident_keys.copy()
         streamed = self._streamed
         self._overlay = {k: v for k, v in cache._unwritten.items() if k and k[0] in streamed}
         self._base = cache.backend.snapshot()
 
     def get(self, key: bytes) -> bytes | None:
         if not key or key[0] not in self._streamed:
-            value: bytes | None = self._resident.get(key)
-            return value
+            return self._resident.get(key)
         value = self._overlay.get(key, _MISSING)
         return self._base.get(key) if value is _MISSING else value
 
     def iterate(
         self, start: bytes | None = None, stop: bytes | None = None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
-        entries = get_resident_range(self._resident, start, stop, reverse)
+        entries = get_resident_range(self._resident, self._resident_keys, start, stop, reverse)
         streamed = _iterate_streamed(
             self._base, self._overlay, self._streamed, start, stop, reverse
         )
@@ -408,15 +440,19 @@ class CacheSnapshot:
 
 
 def get_resident_range(
-    resident: SortedDict, start: bytes | None, stop: bytes | None, reverse: bool
+    resident: Mapping[bytes, bytes],
+    keys: SortedList,
+    start: bytes | None,
+    stop: bytes | None,
+    reverse: bool,
 ) -> list[tuple[bytes, bytes]]:
     """The entries of ``[start, stop)`` in key order (reversed if asked). Found by bisection:
     an empty range, as most of a block's queue lookups are, costs two bisections."""
-    lo = 0 if start is None else resident.bisect_left(start)
-    hi = len(resident) if stop is None else resident.bisect_left(stop)
+    lo = 0 if start is None else keys.bisect_left(start)
+    hi = len(keys) if stop is None else keys.bisect_left(stop)
     if lo >= hi:
         return []
-    return [(key, resident[key]) for key in resident.islice(lo, hi, reverse=reverse)]
+    return [(key, resident[key]) for key in keys.islice(lo, hi, reverse=reverse)]
 
 
 def _iterate_streamed(

@@ -100,21 +100,18 @@ class CommitStore:
         for key in meta or ():
             if not key.startswith(RUN_META_PREFIX):
                 raise ValueError(f"meta key {key!r} must start with {RUN_META_PREFIX!r}")
-        puts, deletes = buffer.pending()
+        changes = buffer.get_changes()
         cache = self.backend
-        delta, terms = cache.compute_sum_change(puts, deletes)
+        delta, terms = cache.compute_sum_change(changes)
         state_sum = self._state_sum + delta
         state_sum %= MODULUS
         app_hash = compute_app_hash(state_sum)
-        puts[HEIGHT_KEY] = height.to_bytes(8, "big")
-        puts[STATE_SUM_KEY] = state_sum.to_bytes(32, "big")
-        puts[APP_HASH_KEY] = app_hash
-        for key, meta_value in (meta or {}).items():
-            if meta_value is None:
-                deletes.append(key)
-            else:
-                puts[key] = meta_value
-        cache.commit_batch(puts, deletes, terms, buffer.get_objects(), buffer.get_memos())
+        changes[HEIGHT_KEY] = height.to_bytes(8, "big")
+        changes[STATE_SUM_KEY] = state_sum.to_bytes(32, "big")
+        changes[APP_HASH_KEY] = app_hash
+        if meta:
+            changes.update(meta)  # None deletes
+        cache.commit_changes(changes, terms, buffer.get_objects(), buffer.get_memos())
         self._has_commit = True
         self._height = height
         self._state_sum = state_sum

@@ -14,14 +14,17 @@ class Outcome(enum.Enum):
     NEUTRAL = "neutral"  # capacity pushback, or a result that cannot be attributed
 
 
-@dataclass(frozen=True, slots=True)
+# The per-inference events (one or two for every inference) are not frozen: a frozen
+# dataclass's constructor sets each field through object.__setattr__, three times the cost of a
+# plain one. They stay hashable and compare by value; nothing changes an event once emitted.
+@dataclass(slots=True, unsafe_hash=True)
 class InferenceStarted:
     height: int
     inference_id: str
     assigned_to: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class InferenceFinished:
     height: int
     inference_id: str
@@ -29,7 +32,7 @@ class InferenceFinished:
     start_height: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class InferenceExpired:
     height: int
     inference_id: str

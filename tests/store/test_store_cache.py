@@ -68,6 +68,8 @@ def test_a_cached_store_reads_and_hashes_as_the_state_itself(
         assert list(cache.iterate(STREAMED, RESERVED_PREFIX, reverse=True)) == sorted(
             ((k, v) for k, v in model.items() if k >= STREAMED), reverse=True
         )
+        if height % write_every == 0:  # a write-back: the backend holds this very state
+            assert user_entries(cache.backend) == sorted(model.items())
     # The backend holds the last write-back: every write_every-th commit.
     written = len(blocks) - len(blocks) % write_every
     if written:
@@ -76,6 +78,41 @@ def test_a_cached_store_reads_and_hashes_as_the_state_itself(
     cached.flush()
     assert user_entries(cache.backend) == sorted(model.items())
     assert cached.verify_app_hash()
+
+
+A = b"\x01a"
+PUT_A, DEL_A, PUT_Z = [(A, b"1")], [(A, None)], [(b"\x01z", b"0")]
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        # written back, then deleted, put again and deleted before the next write-back
+        [PUT_A, [], [], [], DEL_A, PUT_A, DEL_A, []],
+        # put and deleted between two write-backs (never in the backend), then put again
+        [PUT_Z, [], [], [], PUT_A, DEL_A, PUT_A, []],
+        [PUT_Z, [], [], [], PUT_A, DEL_A, [], []],
+        [PUT_A, DEL_A, PUT_A, DEL_A, PUT_A, [], DEL_A, []],
+    ],
+)
+def test_the_backend_holds_each_written_back_state(
+    blocks: list[list[tuple[bytes, bytes | None]]],
+) -> None:
+    """A key put and deleted between two write-backs may skip the backend, only if the backend
+    does not hold it (the cache's fresh keys). Every 4th commit is written back."""
+    cache = StateCache(MemoryBackend(), write_every=4)
+    store = CommitStore(cache)
+    model: dict[bytes, bytes] = {}
+    for height, writes in enumerate(blocks, start=1):
+        for key, value in writes:
+            if value is None:
+                model.pop(key, None)
+            else:
+                model[key] = value
+        apply_block(store, height, writes)
+        if height % 4 == 0:
+            assert user_entries(cache.backend) == sorted(model.items())
+    assert store.verify_app_hash()
 
 
 def test_a_reopened_store_goes_on_from_the_last_write_back(tmp_path: Path) -> None:
