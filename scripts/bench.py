@@ -365,6 +365,7 @@ def run_replay_child(trace: str, store_dir: str, policies: str) -> dict[str, Any
     )
     done = subprocess.run(
         [sys.executable, "-c", code, trace, store_dir, policies],
+        cwd=ROOT,  # the child imports this checkout's keepersim, from wherever bench.py ran
         check=True,
         capture_output=True,
         text=True,
