@@ -91,12 +91,13 @@ def run_simulate(args: argparse.Namespace) -> int:
         LIVE_POLICY,
         compute_live_params,
         compute_live_scenario,
+        get_live_preset,
     )
     from keepersim.sim.run_genesis import build_params
     from keepersim.types.params import params_to_dict
     from keepersim.types.policies import get_unknown_policy_problem
 
-    live = args.preset == "mainnet"
+    live = get_live_preset(args.preset)
     if args.policy is None:
         args.policy = LIVE_POLICY if live else "gonka"
     unknown = get_unknown_policy_problem([args.policy])

@@ -115,7 +115,6 @@ from keepersim.sim.devshard_spec import (
 )
 from keepersim.sim.scenario import Scenario
 from keepersim.types.errors import NoExecutorsError
-from keepersim.types.policies import DEVSHARD_LIMITER
 
 __all__ = [
     "DEFAULT_GROUP_SIZE",
@@ -124,7 +123,6 @@ __all__ = [
     "compute_path_scenario",
     "get_path_variants",
     "get_selection_path_words",
-    "DEVSHARD_LIMITER_POLICY",
     "DevshardDispatch",
     "DevshardDrop",
     "DevshardPath",
@@ -132,7 +130,6 @@ __all__ = [
 ]
 
 #: The run policy whose devshard traffic passes the gateway's limiter (its chain runs ``none``).
-DEVSHARD_LIMITER_POLICY: Final = DEVSHARD_LIMITER  # the registry's (keepersim.types.policies)
 #: ``DefaultDevshardGroupSize`` (x/inference/types/params.go:102).
 DEFAULT_GROUP_SIZE: Final = 16
 

@@ -28,11 +28,12 @@ from typing import Final
 
 from google.protobuf import json_format
 
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, compute_path_scenario
+from keepersim.sim.devshard_path import compute_path_scenario
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.scenario_extras import compute_params_patch
 from keepersim.types.params import get_mainnet_params
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ModuleParams
+from keepersim.types.policies import DEVSHARD_LIMITER
 
 __all__ = [
     "LIVE_OVERRIDE",
@@ -56,7 +57,7 @@ LIVE_WORDS: Final = (
     "at the live values"
 )
 #: The policy a ``mainnet`` run takes when none is given.
-LIVE_POLICY: Final = DEVSHARD_LIMITER_POLICY
+LIVE_POLICY: Final = DEVSHARD_LIMITER
 _SPRT_FIELDS: Final = (
     "downtime_good_percentage",
     "downtime_bad_percentage",

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from keepersim.gateway.limiter_params import DEFAULT_THROTTLE_SETTINGS, ThrottleSettings
 from keepersim.gateway.signals import MISS_SIGNALS
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, DevshardPath
+from keepersim.sim.devshard_path import DevshardPath
 from keepersim.sim.devshard_spec import DevshardSpec, compute_effective_spec
 from keepersim.sim.governance import parse_governance
 from keepersim.sim.run_genesis import build_params
@@ -37,6 +37,7 @@ from keepersim.types.params import (
     validate_params,
 )
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import DevshardParams
+from keepersim.types.policies import DEVSHARD_LIMITER
 
 FIELD = "extension_params.devshard_params."
 
@@ -164,15 +165,15 @@ def test_a_value_in_params_acts_as_the_same_value_in_the_scenario_key(
         block_time_ms=6000,
         limiter=ThrottleSettings(transport_failure_quarantine_ms=120_000, request_burst=5),
     )
-    run_scenario(_scenario(keyed), DEVSHARD_LIMITER_POLICY)
+    run_scenario(_scenario(keyed), DEVSHARD_LIMITER)
     by_key, seen[:] = list(seen), []
-    params = build_params(_scenario(spec), DEVSHARD_LIMITER_POLICY)
+    params = build_params(_scenario(spec), DEVSHARD_LIMITER)
     d = params.extension_params.devshard_params
     d.miss_signal = "eof_transport"
     d.block_time_ms = 6000
     d.transport_failure_quarantine_ms = 120_000
     d.request_burst = 5
-    run_scenario(_scenario(spec), DEVSHARD_LIMITER_POLICY, params=params)
+    run_scenario(_scenario(spec), DEVSHARD_LIMITER, params=params)
     assert seen == by_key
     assert by_key[0][2].transport_failure_quarantine_blocks == 20  # 120 s at 6 s a block
 
@@ -182,10 +183,10 @@ def test_governance_changes_the_limiter_from_the_block_after_it(
 ) -> None:
     seen = _record_path(monkeypatch)
     spec = DevshardSpec(nonces_per_escrow=300)
-    base = build_params(_scenario(spec), DEVSHARD_LIMITER_POLICY)
+    base = build_params(_scenario(spec), DEVSHARD_LIMITER)
     entry = {"height": 100, "set": {FIELD + "http_quarantine_ms": 5_000, FIELD + "group_size": 4}}
     schedule = parse_governance([entry], base)
-    result = run_scenario(_scenario(spec), DEVSHARD_LIMITER_POLICY, governance=schedule)
+    result = run_scenario(_scenario(spec), DEVSHARD_LIMITER, governance=schedule)
     assert result.governance_heights == [100]
     by_height = {h: (s, p) for h, s, p in seen}
     assert by_height[100][1].http_quarantine_blocks == 720  # upstream's 60 min

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from keepersim.gateway.limiter_params import ThrottleSettings
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, DevshardDispatch, DevshardPath
+from keepersim.sim.devshard_path import DevshardDispatch, DevshardPath
 from keepersim.sim.devshard_spec import DevshardSpec
 from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario
+from keepersim.types.policies import DEVSHARD_LIMITER
 
 GROUP = 16
 
@@ -69,7 +70,7 @@ def _run(
 def test_a_no_winner_dispatch_starts_the_next_attempt_on_another_participant(
     monkeypatch: pytest.MonkeyPatch, capacity: int | None
 ) -> None:
-    metrics, dispatches = _run(monkeypatch, DEVSHARD_LIMITER_POLICY, _scenario(capacity=capacity))
+    metrics, dispatches = _run(monkeypatch, DEVSHARD_LIMITER, _scenario(capacity=capacity))
     races: dict[str, list[DevshardDispatch]] = defaultdict(list)
     for d in dispatches:
         if d.race_root:
@@ -99,7 +100,7 @@ def test_a_race_attempts_decline_is_not_retried_nor_unserved(
 ) -> None:
     """With capacity and pushback: the request's own attempts alone decide re-tries and
     ``unserved_requests`` (a re-try is the next attempt number, never a race attempt)."""
-    metrics, dispatches = _run(monkeypatch, DEVSHARD_LIMITER_POLICY, _scenario(capacity=2))
+    metrics, dispatches = _run(monkeypatch, DEVSHARD_LIMITER, _scenario(capacity=2))
     own = [d for d in dispatches if d.race == 0]
     assert metrics["declines"] > 0
     retried = {(d.request, d.attempt) for d in own if d.attempt > 0}
@@ -114,7 +115,7 @@ def test_no_race_without_the_limiter(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_races_are_reproducible(monkeypatch: pytest.MonkeyPatch) -> None:
-    one = _run(monkeypatch, DEVSHARD_LIMITER_POLICY, _scenario(capacity=2))
+    one = _run(monkeypatch, DEVSHARD_LIMITER, _scenario(capacity=2))
     monkeypatch.undo()
-    two = _run(monkeypatch, DEVSHARD_LIMITER_POLICY, _scenario(capacity=2))
+    two = _run(monkeypatch, DEVSHARD_LIMITER, _scenario(capacity=2))
     assert one == two

@@ -32,7 +32,7 @@ from keepersim.sim.devshard_checkpoint import (
     encode_devshard_state,
     process_devshard_state,
 )
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, DevshardPath
+from keepersim.sim.devshard_path import DevshardPath
 from keepersim.sim.devshard_spec import DevshardSpec
 from keepersim.sim.governance import parse_governance
 from keepersim.sim.run_genesis import build_params
@@ -40,6 +40,7 @@ from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.run_result import RunResult
 from keepersim.sim.scenario import ParticipantSpec, Scenario, format_scenario_json
 from keepersim.store.checkpoint import KILL_AT_ENV, ResumeError
+from keepersim.types.policies import DEVSHARD_LIMITER
 
 BLOCKS = 160
 _UNSTABLE = frozenset({"wall_seconds", "inferences_per_second", "blocks_per_second", "trace_path"})
@@ -111,7 +112,7 @@ def _run_stopped(policy: str, spec: DevshardSpec, folder: Path, stops: list[int]
 
 def test_the_limiter_run_has_every_kind_of_pending_state() -> None:
     """The scenario is worth resuming: the limiter ghosts, quarantines and re-tries happen."""
-    m = _reference(DEVSHARD_LIMITER_POLICY, _SPEC)
+    m = _reference(DEVSHARD_LIMITER, _SPEC)
     assert m["devshard_ghosts"] > 0 and m["devshard_limiter_signals"] > 0
     assert m["declines"] > 0 and m["devshard_escrows"] > 2
     assert sum(m["devshard_misses_by_reason"].values()) > 0
@@ -121,7 +122,7 @@ def test_the_limiter_run_has_every_kind_of_pending_state() -> None:
 
 @settings(max_examples=12, deadline=None)
 @given(
-    st.sampled_from(["none", DEVSHARD_LIMITER_POLICY, "windowed"]),
+    st.sampled_from(["none", DEVSHARD_LIMITER, "windowed"]),
     st.lists(st.integers(1, BLOCKS - 1), min_size=1, max_size=2, unique=True).map(sorted),
     st.booleans(),
 )
@@ -138,7 +139,7 @@ def test_a_stopped_and_resumed_devshard_run_ends_as_an_uninterrupted_one(
 
 def test_a_governance_change_of_devshard_params_survives_a_resume(tmp_path: Path) -> None:
     """The limiter's params changed by governance before the stop are the checkpoint's."""
-    base = build_params(_scenario(_SPEC), DEVSHARD_LIMITER_POLICY)
+    base = build_params(_scenario(_SPEC), DEVSHARD_LIMITER)
     entry = {
         "height": 50,
         "set": {
@@ -149,10 +150,10 @@ def test_a_governance_change_of_devshard_params_survives_a_resume(tmp_path: Path
     schedule = parse_governance([entry], base)
 
     def run(**kw: Any) -> RunResult:
-        return run_scenario(_scenario(_SPEC), DEVSHARD_LIMITER_POLICY, governance=schedule, **kw)
+        return run_scenario(_scenario(_SPEC), DEVSHARD_LIMITER, governance=schedule, **kw)
 
     reference = _stable(run(store="memory"))
-    assert reference != _reference(DEVSHARD_LIMITER_POLICY, _SPEC)
+    assert reference != _reference(DEVSHARD_LIMITER, _SPEC)
 
     def hook(_chain: Chain, height: int) -> None:
         if height == 90:
@@ -179,7 +180,7 @@ def test_the_record_round_trips_mid_run(monkeypatch: pytest.MonkeyPatch) -> None
         return out
 
     monkeypatch.setattr(DevshardPath, "process_block", process_block)
-    run_scenario(_scenario(spec, blocks=80), DEVSHARD_LIMITER_POLICY, store="memory")
+    run_scenario(_scenario(spec, blocks=80), DEVSHARD_LIMITER, store="memory")
     assert len(seen) == 80
     record = json.loads(seen[-1])
     assert record["limiter"]["hosts"], "the limiter tracked nobody: the round trip tested little"
@@ -232,7 +233,7 @@ def test_the_cli_killed_and_resumed_ends_as_an_uninterrupted_devshard_run(tmp_pa
             "simulate",
             str(scenario),
             "--policy",
-            DEVSHARD_LIMITER_POLICY,
+            DEVSHARD_LIMITER,
             "--out",
             str(folder / "out.json"),
             "--trace-out",

@@ -18,12 +18,13 @@ from keepersim.keeper.devshard.timing import (
     compute_deadline_blocks,
     compute_timeout_blocks,
 )
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, DevshardDispatch, DevshardPath
+from keepersim.sim.devshard_path import DevshardDispatch, DevshardPath
 from keepersim.sim.devshard_spec import DevshardSpec
 from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario
 from keepersim.types.params import get_default_params, get_mainnet_params
 from keepersim.types.pb.inference.inference.params_pb2 import DevshardEscrowParams
+from keepersim.types.policies import DEVSHARD_LIMITER
 
 
 def test_the_default_deadlines_are_13_and_385_blocks_at_5_s() -> None:
@@ -91,9 +92,7 @@ def test_an_answer_within_the_escrows_execution_timeout_is_not_a_miss() -> None:
     classic path every request of ``slow`` expires; on the devshard path none is a miss, and
     the limiter never quarantines it."""
     classic = run_scenario(_scenario((30, 60), devshard=False), "none", store="memory")
-    devshard = run_scenario(
-        _scenario((30, 60), devshard=True), DEVSHARD_LIMITER_POLICY, store="memory"
-    )
+    devshard = run_scenario(_scenario((30, 60), devshard=True), DEVSHARD_LIMITER, store="memory")
     c, d = _by_address(classic.metrics, "slow"), _by_address(devshard.metrics, "slow")
     assert c["assigned"] > 50 and c["misses"] == c["resolved"] > 0
     assert d["assigned"] > 50 and d["resolved"] > 0 and d["misses"] == 0
@@ -104,9 +103,7 @@ def test_an_answer_within_the_escrows_execution_timeout_is_not_a_miss() -> None:
 def test_an_answer_past_the_execution_timeout_is_an_execution_miss() -> None:
     """Latency 400-420 blocks: past the escrow's 385, so each is an execution timeout, heard by
     the limiter 385 blocks after its dispatch (then 30 min of probe quarantine: ghosts)."""
-    devshard = run_scenario(
-        _scenario((400, 420), devshard=True), DEVSHARD_LIMITER_POLICY, store="memory"
-    )
+    devshard = run_scenario(_scenario((400, 420), devshard=True), DEVSHARD_LIMITER, store="memory")
     m = devshard.metrics
     reasons = m["devshard_misses_by_reason"]
     assert set(reasons) == {"execution_timeout"} and reasons["execution_timeout"] > 0

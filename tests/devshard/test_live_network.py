@@ -14,7 +14,6 @@ import pytest
 
 from keepersim import cli
 from keepersim.chain import Chain
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY
 from keepersim.sim.devshard_spec import DevshardSpec
 from keepersim.sim.live_network import (
     LIVE_POLICY,
@@ -27,6 +26,7 @@ from keepersim.sim.scenario import Scenario, format_scenario_json, load_scenario
 from keepersim.sim.suite import get_builtin_scenario
 from keepersim.types.messages import INACTIVE
 from keepersim.types.params import get_decimal_value, get_mainnet_params
+from keepersim.types.policies import DEVSHARD_LIMITER
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sprt_1726" / "sprt-1726.json"
 
@@ -103,7 +103,7 @@ def test_simulate_preset_mainnet_is_the_live_run(
     argv = ["simulate", str(path), "--preset", "mainnet", "--store", "memory", "--no-progress"]
     assert cli.main([*argv, "--out", str(out)]) == 0
     record = json.loads(out.read_text(encoding="utf-8"))
-    assert record["policy"] == DEVSHARD_LIMITER_POLICY
+    assert record["policy"] == DEVSHARD_LIMITER
     assert record["devshard_requests"] == record["requests"] > 0
     live = compute_live_scenario(scenario)
     expected = run_scenario(

@@ -16,10 +16,10 @@ from keepersim.chaindata.devshard_fleet import DEVSHARD_PATH
 from keepersim.chaindata.fleet import load_epoch_scenarios
 from keepersim.runs.compare import compare, run_compare
 from keepersim.runs.sources import CompareError, resolve_scenarios
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, compute_path_scenario
+from keepersim.sim.devshard_path import compute_path_scenario
 from keepersim.sim.scenario import Scenario
 from keepersim.sim.suite import get_builtin_scenario, list_builtin_scenarios
-from keepersim.types.policies import RUN_POLICIES
+from keepersim.types.policies import DEVSHARD_LIMITER, RUN_POLICIES
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = 120
@@ -61,7 +61,7 @@ def test_both_paths_label_each_scenario_twice_and_classic_has_no_devshard_metric
     scenario = _short(get_builtin_scenario("overload_pushback"), 200)
     report = compare(
         [scenario],
-        ["gonka", DEVSHARD_LIMITER_POLICY],
+        ["gonka", DEVSHARD_LIMITER],
         1,
         store="memory",
         progress=False,

@@ -16,12 +16,12 @@ from keepersim.chain import Chain
 from keepersim.gateway.limiter_params import ThrottleSettings
 from keepersim.keeper.devshard.slots import compute_escrow_slots
 from keepersim.sim import run_loop
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY, is_devshard_request
+from keepersim.sim.devshard_path import is_devshard_request
 from keepersim.sim.devshard_spec import DevshardSpec
 from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import ParticipantSpec, Scenario, dump_scenario, parse_scenario
 from keepersim.sim.suite import get_builtin_scenario
-from keepersim.types.policies import RUN_POLICIES
+from keepersim.types.policies import DEVSHARD_LIMITER, RUN_POLICIES
 
 
 def _fleet(
@@ -60,16 +60,16 @@ def _assigned(metrics: dict[str, Any], address: str) -> int:
 
 
 def test_devshard_limiter_is_a_known_policy_and_none_on_classic_traffic() -> None:
-    assert DEVSHARD_LIMITER_POLICY in RUN_POLICIES
+    assert DEVSHARD_LIMITER in RUN_POLICIES
     s = dataclasses.replace(get_builtin_scenario("sparse"), blocks=1500)
     a = run_scenario(s, "none", store="memory")
-    b = run_scenario(s, DEVSHARD_LIMITER_POLICY, store="memory")
+    b = run_scenario(s, DEVSHARD_LIMITER, store="memory")
     assert a.app_hash == b.app_hash
     assert not any(k.startswith("devshard") for k in b.metrics)
 
 
 @pytest.mark.parametrize("share", [1.0, 0.5])
-@pytest.mark.parametrize("policy", ["none", DEVSHARD_LIMITER_POLICY, "gonka"])
+@pytest.mark.parametrize("policy", ["none", DEVSHARD_LIMITER, "gonka"])
 def test_same_inputs_same_result_on_the_devshard_path(share: float, policy: str) -> None:
     s = _fleet(bad_p=0.5, devshard=DevshardSpec(share=share, nonces_per_escrow=200))
     a = run_scenario(s, policy, store="memory")
@@ -111,7 +111,7 @@ def test_the_limiter_ghosts_a_host_in_probe_quarantine() -> None:
     blocks at 5 s), the gateway quarantines it for 30 min (360 blocks) and its slots carry
     ghost probes; under ``none`` it keeps getting requests."""
     s = _fleet(blocks=300, bad_p=1.0, devshard=DevshardSpec(nonces_per_escrow=5000))
-    limited = run_scenario(s, DEVSHARD_LIMITER_POLICY, store="memory")
+    limited = run_scenario(s, DEVSHARD_LIMITER, store="memory")
     plain = run_scenario(s, "none", store="memory")
     assert plain.metrics["devshard_ghosts"] == 0
     assert limited.metrics["devshard_ghosts_by_kind"].get("participant_throttled_no_send", 0) > 0
@@ -198,8 +198,8 @@ def test_the_limiters_durations_are_params() -> None:
             nonces_per_escrow=5000, limiter=ThrottleSettings(http_quarantine_ms=5000)
         ),
     )
-    a = run_scenario(default, DEVSHARD_LIMITER_POLICY, store="memory").metrics
-    b = run_scenario(short, DEVSHARD_LIMITER_POLICY, store="memory").metrics
+    a = run_scenario(default, DEVSHARD_LIMITER, store="memory").metrics
+    b = run_scenario(short, DEVSHARD_LIMITER, store="memory").metrics
     throttled = "participant_throttled_no_send"
 
     def throttled_share(m: dict[str, Any]) -> float:

@@ -13,12 +13,12 @@ from typing import Any
 
 from keepersim.chain import Chain
 from keepersim.keeper.sprt import compute_sprt_constants
-from keepersim.sim.devshard_path import DEVSHARD_LIMITER_POLICY
 from keepersim.sim.governance import parse_governance
 from keepersim.sim.run_genesis import build_params
 from keepersim.sim.run_loop import run_scenario
 from keepersim.sim.scenario import Scenario, load_scenario
 from keepersim.types.messages import INACTIVE
+from keepersim.types.policies import DEVSHARD_LIMITER
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sprt_1726"
 
@@ -62,7 +62,7 @@ def test_the_live_network_shape_limiter_and_sprt_on_never_fires() -> None:
     """The devshard path with the gateway limiter, SPRT turned on by the shipped governance
     file (as on mainnet, where it is enabled with these thresholds)."""
     scenario = dataclasses.replace(load_scenario(EXAMPLE / "sprt-1726.json"), blocks=1500)
-    base = build_params(scenario, DEVSHARD_LIMITER_POLICY)
+    base = build_params(scenario, DEVSHARD_LIMITER)
     schedule = parse_governance(json.loads((EXAMPLE / "sprt-on.json").read_text()), base)
     assert schedule[0][1].extension_params.sprt_enabled
-    assert _deactivated(scenario, DEVSHARD_LIMITER_POLICY, governance=schedule) == {}
+    assert _deactivated(scenario, DEVSHARD_LIMITER, governance=schedule) == {}
