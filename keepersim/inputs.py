@@ -104,17 +104,27 @@ def _kind(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
+def _stat_input(path: str | os.PathLike[str], what: str, *, fifo: bool) -> os.stat_result:
+    """``stat`` of an input ``path``; :class:`InputError` naming ``what`` when it is missing or
+    unreadable, or not a regular file (a FIFO too when ``fifo``)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        shown = os.fspath(path)
+        raise InputError(f"{shown}: cannot read the {what}: {describe_os_error(exc)}") from exc
+    kind = _kind(st.st_mode)
+    if kind is not None and not (fifo and stat.S_ISFIFO(st.st_mode)):
+        raise InputError(
+            f"{os.fspath(path)}: cannot read the {what}: it is {kind}, expected a file"
+        )
+    return st
+
+
 def check_input_file(path: str | os.PathLike[str], what: str, limit: int = MAX_INPUT_BYTES) -> int:
     """The size of the regular file ``path``; :class:`InputError` naming ``what`` when it is
     missing, unreadable, not a regular file, or above ``limit`` bytes. Reads nothing."""
     shown = os.fspath(path)
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise InputError(f"{shown}: cannot read the {what}: {describe_os_error(exc)}") from exc
-    kind = _kind(st.st_mode)
-    if kind is not None:
-        raise InputError(f"{shown}: cannot read the {what}: it is {kind}, expected a file")
+    st = _stat_input(path, what, fifo=False)
     if st.st_size > limit:
         raise InputError(
             f"{shown}: the {what} is {format_size(st.st_size)}, above the limit of "
@@ -127,14 +137,7 @@ def check_stream_file(path: str | os.PathLike[str], what: str) -> None:
     """A file read as a stream of lines (a trace): a regular file or a FIFO (``<(zcat ...)``);
     :class:`InputError` for a folder, a device (``/dev/zero``: no end and no newline) or a
     socket, from ``stat``, before it is opened. No size limit: it is never held whole."""
-    shown = os.fspath(path)
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise InputError(f"{shown}: cannot read the {what}: {describe_os_error(exc)}") from exc
-    kind = _kind(st.st_mode)
-    if kind is not None and not stat.S_ISFIFO(st.st_mode):
-        raise InputError(f"{shown}: cannot read the {what}: it is {kind}, expected a file")
+    _stat_input(path, what, fifo=True)
 
 
 def read_input_bytes(
