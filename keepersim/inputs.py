@@ -106,7 +106,7 @@ def _kind(mode: int) -> str | None:
 
 def _stat_input(path: str | os.PathLike[str], what: str, *, fifo: bool) -> os.stat_result:
     """``stat`` of an input ``path``; :class:`InputError` naming ``what`` when it is missing or
-    unreadable, or not a regular file (a FIFO too when ``fifo``)."""
+    unreadable, or not a regular file (a FIFO passes when ``fifo``)."""
     try:
         st = os.stat(path)
     except OSError as exc:

@@ -41,7 +41,13 @@ import httpx
 
 from keepersim.export.backoff import BackoffGate
 from keepersim.export.chain_api import find_api_base, get_response_height
-from keepersim.export.export_run import GRPC_UNIMPLEMENTED, ExportError, ExportOptions, run_fetcher
+from keepersim.export.export_run import (
+    GRPC_UNIMPLEMENTED,
+    ExportError,
+    ExportOptions,
+    FetchOutcome,
+    run_fetcher,
+)
 from keepersim.export.fetch import ExportFetchError, Fetcher, JsonResponse
 from keepersim.outputs import remove_stale_temporaries, write_text_atomic
 from keepersim.types.epoch_layout import (
@@ -72,7 +78,7 @@ FileHook = Callable[[int, str], None]
 
 
 @dataclass
-class AggregateResult:
+class AggregateResult(FetchOutcome):
     node: str
     out: str
     epochs: tuple[int, int]
@@ -88,16 +94,6 @@ class AggregateResult:
     unimplemented: dict[str, list[str]] = field(default_factory=dict)
     unknown_fields: dict[str, list[str]] = field(default_factory=dict)
     requests_by_route: dict[str, int] = field(default_factory=dict)
-    fetch_requests: int = 0
-    fetch_retries: int = 0
-    fetch_errors: int = 0
-    fetch_bad_bodies: int = 0
-    fatal_errors: int = 0
-    gave_up: int = 0
-    fetch_backoff_pauses: int = 0
-    duration_seconds: float = 0.0
-    ok: bool = False
-    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,13 +113,7 @@ class AggregateResult:
             "unimplemented": dict(sorted(self.unimplemented.items(), key=lambda kv: int(kv[0]))),
             "unknown_fields": {k: sorted(set(v)) for k, v in sorted(self.unknown_fields.items())},
             "requests_by_route": dict(sorted(self.requests_by_route.items())),
-            "fetches": self.fetch_requests,
-            "fetch_retries": self.fetch_retries,
-            "fetch_errors": self.fetch_errors,
-            "fetch_bad_bodies": self.fetch_bad_bodies,
-            "fatal_errors": self.fatal_errors,
-            "gave_up": self.gave_up,
-            "fetch_backoff_pauses": self.fetch_backoff_pauses,
+            **self.get_fetch_counts(),
             "duration_seconds": round(self.duration_seconds, 6),
             "ok": self.ok,
             "error": self.error,

@@ -24,6 +24,7 @@ from keepersim.export.fetch import (
     DEFAULT_TIMEOUT_SECONDS,
     ExportFetchError,
     Fetcher,
+    FetchStats,
 )
 from keepersim.types.rest_routes import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 
@@ -33,13 +34,52 @@ __all__ = [
     "ExportOptions",
     "ExportResult",
     "ExportResultLike",
-    "FetchCounted",
+    "FetchOutcome",
     "parse_epoch_range",
     "run_fetcher",
 ]
 
 #: google.golang.org/grpc/codes Unimplemented: the gateway's answer to an unknown route.
 GRPC_UNIMPLEMENTED = 12
+
+
+@dataclass
+class FetchOutcome:
+    """What every export run (a trace, ``--aggregate``) reports of its fetching: the fetcher's
+    counters, the duration and whether it ended well. :func:`run_fetcher` fills it; each result
+    is one (keyword-only fields, after the result's own)."""
+
+    fetch_requests: int = field(default=0, kw_only=True)
+    fetch_retries: int = field(default=0, kw_only=True)
+    fetch_errors: int = field(default=0, kw_only=True)
+    fetch_bad_bodies: int = field(default=0, kw_only=True)
+    fatal_errors: int = field(default=0, kw_only=True)
+    gave_up: int = field(default=0, kw_only=True)
+    fetch_backoff_pauses: int = field(default=0, kw_only=True)
+    duration_seconds: float = field(default=0.0, kw_only=True)
+    ok: bool = field(default=False, kw_only=True)
+    error: str | None = field(default=None, kw_only=True)
+
+    def process_fetch_stats(self, stats: FetchStats) -> None:
+        self.fetch_requests = stats.requests
+        self.fetch_retries = stats.retries
+        self.fetch_errors = stats.errors
+        self.fetch_bad_bodies = stats.bad_bodies
+        self.fatal_errors = stats.fatal_errors
+        self.gave_up = stats.gave_up
+        self.fetch_backoff_pauses = stats.backoff_pauses
+
+    def get_fetch_counts(self) -> dict[str, int]:
+        """The counters as the results' JSON names them."""
+        return {
+            "fetches": self.fetch_requests,
+            "fetch_retries": self.fetch_retries,
+            "fetch_errors": self.fetch_errors,
+            "fetch_bad_bodies": self.fetch_bad_bodies,
+            "fatal_errors": self.fatal_errors,
+            "gave_up": self.gave_up,
+            "fetch_backoff_pauses": self.fetch_backoff_pauses,
+        }
 
 
 class ExportResultLike(Protocol):
@@ -83,7 +123,7 @@ class ExportOptions:
 
 
 @dataclass
-class ExportResult:
+class ExportResult(FetchOutcome):
     node: str
     out: str
     epochs: tuple[int, int]
@@ -102,22 +142,12 @@ class ExportResult:
     payloads_dropped: int = 0
     summaries_omitted: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    fetch_requests: int = 0
-    fetch_retries: int = 0
-    fetch_errors: int = 0
-    fetch_bad_bodies: int = 0
-    fatal_errors: int = 0
-    gave_up: int = 0
-    fetch_backoff_pauses: int = 0
     pages_fetched: int = 0
     units_resumed: int = 0
     records: dict[str, int] = field(default_factory=dict)
     records_written: int = 0
     skipped_inferences: int = 0
     unknown_fields: dict[str, list[str]] = field(default_factory=dict)
-    duration_seconds: float = 0.0
-    ok: bool = False
-    error: str | None = None
 
     @property
     def records_per_second(self) -> float:
@@ -143,13 +173,7 @@ class ExportResult:
             "payloads_dropped": self.payloads_dropped,
             "summaries_omitted": dict(self.summaries_omitted),
             "notes": list(self.notes),
-            "fetches": self.fetch_requests,
-            "fetch_retries": self.fetch_retries,
-            "fetch_errors": self.fetch_errors,
-            "fetch_bad_bodies": self.fetch_bad_bodies,
-            "fatal_errors": self.fatal_errors,
-            "gave_up": self.gave_up,
-            "fetch_backoff_pauses": self.fetch_backoff_pauses,
+            **self.get_fetch_counts(),
             "pages_fetched": self.pages_fetched,
             "units_resumed": self.units_resumed,
             "records": dict(self.records),
@@ -176,24 +200,9 @@ def parse_epoch_range(text: str) -> tuple[int, int]:
     return a, b
 
 
-class FetchCounted(Protocol):
-    """What :func:`run_fetcher` fills: an export's outcome and its fetch counters."""
-
-    fetch_requests: int
-    fetch_retries: int
-    fetch_errors: int
-    fetch_bad_bodies: int
-    fatal_errors: int
-    gave_up: int
-    fetch_backoff_pauses: int
-    duration_seconds: float
-    ok: bool
-    error: str | None
-
-
 @contextmanager
 def run_fetcher(
-    result: FetchCounted,
+    result: FetchOutcome,
     options: ExportOptions,
     client: httpx.Client | None = None,
     gate: BackoffGate | None = None,
@@ -223,13 +232,6 @@ def run_fetcher(
         raise
     finally:
         result.duration_seconds = time.perf_counter() - started
-        stats = fetcher.stats()
-        result.fetch_requests = stats.requests
-        result.fetch_retries = stats.retries
-        result.fetch_errors = stats.errors
-        result.fetch_bad_bodies = stats.bad_bodies
-        result.fatal_errors = stats.fatal_errors
-        result.gave_up = stats.gave_up
-        result.fetch_backoff_pauses = stats.backoff_pauses
+        result.process_fetch_stats(fetcher.stats())
         if own_client:
             client.close()
