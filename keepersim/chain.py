@@ -25,16 +25,14 @@ from keepersim.keeper.policies import PolicyFactory, get_override, get_policy
 from keepersim.keeper.policies.base import HealthPolicy, ParamsView, PolicyReader
 from keepersim.keeper.readonly import ReadOnlyStore
 from keepersim.keeper.selection import (
-    IncrementalTable,
     PipelineRules,
     SelectionTable,
     compute_draw,
     compute_draws,
-    compute_restamped_table,
     compute_selection_seed,
     get_candidates,
     get_pipeline_rules,
-    is_poc_phase,
+    get_poc_heights,
 )
 from keepersim.module.abci import begin_block, end_block
 from keepersim.module.genesis import export_genesis, init_genesis
@@ -427,14 +425,19 @@ class Chain:
 
     def get_selection_table(self, model: str = "") -> SelectionTable:
         """The selection table of the committed height (computed once per height and model)."""
-        table = self._index.tables.get(model)  # a plain dict read: the hot path takes no lock
+        index = self._index
+        table = index.tables.get(model)  # a plain dict read: the hot path takes no lock
+        if table is not None:
+            return table
+        with self._index_lock:  # no read lock, keeper or policy when the memo answers alone
+            table = index.get_memo_table(model, self.height)
         if table is not None:
             return table
         with self.read() as k, self._index_lock:
-            table = self._index.tables.get(model)
+            table = index.tables.get(model)
             if table is None:
                 table = self._compute_table(k, model)
-                self._index.tables[model] = table
+                index.tables[model] = table
             return table
 
     def get_table_weights(self, model: str = "") -> tuple[SelectionTable, Mapping[str, int]]:
@@ -457,49 +460,32 @@ class Chain:
         params = keeper.get_params()
         ext = keeper.get_extension_params()
         policy = self.get_policy_object(ext.health_params.policy)
-        if index.epoch_start is None:
+        index.height = height  # the read lock holds the store at it
+        rules = index.rules = self._rules.get(ext)
+        if index.poc_heights is None:
             epoch = keeper.get_epoch(keeper.get_effective_epoch_index())
-            index.epoch_start = -1 if epoch is None else epoch.poc_start_block_height
-        poc = index.epoch_start >= 0 and is_poc_phase(
-            height, index.epoch_start, params.epoch_params
-        )
+            start = -1 if epoch is None else epoch.poc_start_block_height
+            index.poc_heights = (
+                range(0) if start < 0 else get_poc_heights(start, params.epoch_params)
+            )
+        poc = height in index.poc_heights
         candidates = index.candidates.get((model, poc))
         if candidates is None:
             candidates = get_candidates(keeper, model, height)
             index.candidates[(model, poc)] = candidates
         reader = PolicyReader(keeper, policy)
-        dirty = index.dirty.setdefault(model, set())
         last = index.models.get(model)
         if last is not None and last.candidates is candidates:
-            position = last.position
-            pushed = index.pushed
-            due = {position[a]: pushed.get(a) for a in dirty if a in position}
-            dirty.clear()
-            healths = last.state.healths
-            for i in last.get_expired(height):
-                if i not in due:
-                    due[i] = healths[i]
-            changed = last.process_due(
-                due, lambda address: policy.get_health(reader, address, height), height
+            return index.process_memo(
+                model, last, height, lambda address: policy.get_health(reader, address, height)
             )
-            if changed or last.table is None:
-                last.table = None  # if assembling raises, the next query raises too
-                last.table = self._assemble_table(ext, last.state, model)
-            elif last.table.height != height:
-                last.table = compute_restamped_table(last.table, height)
-            return last.table
         healths = [policy.get_health(reader, c.address, height) for c in candidates]
-        dirty.clear()
+        index.dirty.setdefault(model, set()).clear()
         memo = ModelTable(candidates, healths)
-        table = self._assemble_table(ext, memo.state, model)
+        table = memo.state.compute_table(height=height, model=model, rules=rules)
         memo.table = table
         index.models[model] = memo
         return table
-
-    def _assemble_table(
-        self, params: ExtensionParams, state: IncrementalTable, model: str
-    ) -> SelectionTable:
-        return state.compute_table(height=self.height, model=model, rules=self._rules.get(params))
 
     def get_random_executor(self, model: str = "", request_id: str = "") -> Selection:
         """GetRandomExecutor: a weighted, deterministic draw among admitted candidates."""

@@ -43,15 +43,16 @@ class SelectionTable:
     excluded_weight: int
 
 
-def is_poc_phase(height: int, epoch_start: int, params: EpochParams) -> bool:
-    """PoC stages and the gap before the new validators take over, at the start of each epoch."""
+def get_poc_heights(epoch_start: int, params: EpochParams) -> range:
+    """The heights of the PoC phase that starts at ``epoch_start``: PoC stages and the gap before
+    the new validators take over, at the start of each epoch."""
     span = (
         params.poc_stage_duration
         + params.poc_validation_delay
         + params.poc_validation_duration
         + params.set_new_validators_delay
     )
-    return epoch_start <= height < epoch_start + span
+    return range(epoch_start, epoch_start + span)
 
 
 def has_poc_slot(member: ValidationWeight) -> bool:
@@ -89,8 +90,8 @@ def get_candidates(keeper: Keeper, model: str, height: int) -> list[Candidate]:
             raise UnknownModelError(f"unknown model {model!r} in epoch {epoch_index}")
         raise NoExecutorsError(f"no epoch group for epoch {epoch_index}")
     epoch = keeper.get_epoch(epoch_index)
-    poc = epoch is not None and is_poc_phase(
-        height, epoch.poc_start_block_height, params.epoch_params
+    poc = epoch is not None and height in get_poc_heights(
+        epoch.poc_start_block_height, params.epoch_params
     )
     weighting = keeper.get_extension_params().reputation_weighting
     out: list[Candidate] = []

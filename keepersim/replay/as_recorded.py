@@ -387,7 +387,7 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
                 shadow.transitions_by_participant[event.address] = (
                     shadow.transitions_by_participant.get(event.address, 0) + 1
                 )
-        excluded, fallback, panic = get_table_exclusions(lane.chain)
+        excluded, fallback, panic = get_table_exclusions(lane.chain, lane.excluded)
         shadow.fallback_blocks += fallback
         shadow.panic_blocks += panic
         lane.excluded = excluded

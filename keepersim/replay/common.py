@@ -135,13 +135,16 @@ def make_progress(header: Header, progress: bool, desc: str) -> ProgressBar:
     )
 
 
-def get_table_exclusions(chain: Chain) -> tuple[frozenset[str], bool, bool]:
+def get_table_exclusions(
+    chain: Chain, last: frozenset[str] = frozenset()
+) -> tuple[frozenset[str], bool, bool]:
     """(kept out, fallback, panic) of the committed height's selection table for model "".
 
     In shadow mode the table reports who the policy would keep out (``get_kept_out``). When the
     table cannot be built because the gate keeps everyone out and the policy allows no fallback,
     every candidate counts as kept out; an empty pool (e.g. nobody with a PoC slot during PoC)
-    keeps nobody out.
+    keeps nobody out. ``last``: the previous block's kept out, returned itself when equal (a
+    caller can then tell an unchanged set by identity, :meth:`IntervalTracker.observe`).
     """
     try:
         table = chain.get_selection_table("")
@@ -152,7 +155,10 @@ def get_table_exclusions(chain: Chain) -> tuple[frozenset[str], bool, bool]:
         except KeepersimError:
             return frozenset(), False, False
         return frozenset(c.address for c in candidates), False, False
-    return frozenset(get_kept_out(table)), table.fallback, table.panic
+    kept_out = get_kept_out(table)
+    if len(kept_out) != len(last) or not last.issuperset(kept_out):
+        last = frozenset(kept_out)
+    return last, table.fallback, table.panic
 
 
 class IntervalTracker:
@@ -162,6 +168,10 @@ class IntervalTracker:
     memory grows with the number of exclusion episodes, not with the trace length.
     """
 
+    # The set the last observe was given (its members are then exactly the open ones); a class
+    # default so that a tracker pickled before it existed (a checkpoint) reads None.
+    observed: frozenset[str] | None = None
+
     def __init__(self) -> None:
         self.open: dict[str, int] = {}
         self.closed: dict[str, list[tuple[int, int]]] = {}
@@ -169,6 +179,10 @@ class IntervalTracker:
         self.last_height: int | None = None
 
     def observe(self, height: int, excluded: frozenset[str]) -> None:
+        if excluded is self.observed:  # the same set again: every interval stays open
+            self.last_height = height
+            return
+        self.observed = excluded
         for address in list(self.open):
             if address not in excluded:
                 self._close(address, height - 1)
@@ -184,6 +198,7 @@ class IntervalTracker:
             self.blocks[address] = self.blocks.get(address, 0) + to - start + 1
 
     def finish(self, last_height: int) -> None:
+        self.observed = None
         for address in list(self.open):
             self._close(address, last_height)
 

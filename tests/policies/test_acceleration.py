@@ -6,19 +6,29 @@ fresh one at every height either way."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, given, settings
+from policy_helpers import MODEL, make_policy_genesis
 from test_properties import (
+    ADDRESSES,
     POLICIES,
     Step,
+    make_policy_params,
     open_chain,
     run,
     steps_strategy,
     weights_strategy,
 )
 
+from keepersim.chain import BlockResult, Chain
 from keepersim.keeper.acceleration.policy_store import ChainPolicyStore
+from keepersim.keeper.acceleration.verdict_memo import SelectionIndex
 from keepersim.keeper.policies.base import ParamsView
+from keepersim.keeper.selection import SelectionTable
+from keepersim.types.errors import KeepersimError
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 
 
@@ -52,6 +62,59 @@ def test_random_sequences_are_the_same_without_the_speed_ups(
     name: str, steps: list[Step], weights: list[int]
 ) -> None:
     run_both(name, steps, weights)
+
+
+def get_table_or_error(chain: Chain) -> tuple[Any, ...]:
+    try:
+        return dataclasses.astuple(chain.get_selection_table(MODEL))
+    except KeepersimError as exc:
+        return ("error", type(exc).__name__, str(exc))
+
+
+@pytest.mark.parametrize("shadow", [False, True], ids=["gated", "shadow"])
+@pytest.mark.parametrize("name", POLICIES)
+@settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(steps=steps_strategy, weights=weights_strategy)
+def test_the_memos_own_table_equals_one_with_the_memo_dropped(
+    name: str, shadow: bool, steps: list[Step], weights: list[int], monkeypatch: Any
+) -> None:
+    """SelectionIndex.get_memo_table (the memo alone, without the store or a policy: a block
+    that moved nothing, or whose moved verdicts were all handed over with its commit) gives, at
+    every height, field for field the table a chain with no memo computes over the same
+    committed state; and it does answer at some heights (the steps' waits are empty blocks)."""
+    alone: list[int] = []
+    get_memo = SelectionIndex.get_memo_table
+
+    def spy(index: SelectionIndex, model: str, height: int) -> SelectionTable | None:
+        table = get_memo(index, model, height)
+        if table is not None:
+            alone.append(height)
+        return table
+
+    monkeypatch.setattr(SelectionIndex, "get_memo_table", spy)
+    params = make_policy_params(name)
+    params.extension_params.health_params.shadow = shadow
+    genesis = make_policy_genesis(params, dict(zip(ADDRESSES, weights, strict=True)))
+    with Chain.open(memory=True, genesis=genesis) as chain:
+        deliver = chain.deliver_block
+
+        def deliver_and_check(*args: Any, **kwargs: Any) -> BlockResult:
+            result = deliver(*args, **kwargs)
+            memo = get_table_or_error(chain)
+            assert memo == get_table_or_error(chain), chain.height  # asked twice: the same
+            dropped = Chain(chain._store.backend)  # noqa: SLF001 - the same committed state
+            assert memo == get_table_or_error(dropped), (name, chain.height)
+            return result
+
+        chain.deliver_block = deliver_and_check  # type: ignore[method-assign]
+        run(chain, steps, check=False)
+    if any(step.wait for step in steps):
+        assert alone
+    assert len(alone) == len(set(alone))
 
 
 def test_params_view_derives_once_per_params_object_and_again_for_new_ones() -> None:

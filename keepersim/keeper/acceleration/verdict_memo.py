@@ -2,9 +2,11 @@
 
 A participant's verdict is asked again only when a block wrote what it rests on (the block's
 hints, keepersim.keeper.acceleration.hints) or its ``valid_until`` passed; a table is rebuilt
-only when a verdict changed, verdict by verdict (keepersim.keeper.selection.IncrementalTable).
-Proven equal to fresh verdicts and the reference pipeline at every height by
-tests/policies/test_properties.py and tests/core/test_core_selection_memo.py.
+only when a verdict changed, verdict by verdict (keepersim.keeper.selection.IncrementalTable);
+when every verdict that moved was handed over with its commit, the memo answers alone, without
+the store (SelectionIndex.get_memo_table). Proven equal to fresh verdicts and the reference
+pipeline at every height by tests/policies/test_properties.py,
+tests/core/test_core_selection_memo.py and tests/policies/test_acceleration.py.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ import heapq
 from collections.abc import Callable
 
 from keepersim.keeper.policies.base import NEVER, Health
-from keepersim.keeper.selection import Candidate, IncrementalTable, SelectionTable
+from keepersim.keeper.selection import (
+    Candidate,
+    IncrementalTable,
+    PipelineRules,
+    SelectionTable,
+    compute_restamped_table,
+)
 
 
 class ModelTable:
@@ -85,12 +93,27 @@ class SelectionIndex:
     A participant's health verdict is recomputed only when its state changed in a block (the
     keeper's touched set) or the verdict's ``valid_until`` height passed, and the table is rebuilt
     only when a verdict actually changed: a block with outcomes costs O(changes), not O(fleet).
+    A block that moved nothing a table rests on costs one restamp (:meth:`get_quiet_table`).
     """
 
-    __slots__ = ("candidates", "tables", "models", "dirty", "pushed", "epoch_start")
+    __slots__ = (
+        "candidates",
+        "tables",
+        "models",
+        "dirty",
+        "pushed",
+        "poc_heights",
+        "rules",
+        "height",
+    )
 
     def __init__(self) -> None:
-        self.epoch_start: int | None = None  # first height of the effective epoch (-1: none)
+        # The PoC phase of the effective epoch (get_poc_heights; empty: no epoch), once read.
+        self.poc_heights: range | None = None
+        self.rules: PipelineRules | None = None  # the pipeline rules of the params in force
+        # The committed height these memos describe: set by a table computed under the chain's
+        # read lock, one on per commit (a chain commits heights in order), None after a reset.
+        self.height: int | None = None
         self.candidates: dict[tuple[str, bool], list[Candidate]] = {}
         self.tables: dict[str, SelectionTable] = {}
         self.models: dict[str, ModelTable] = {}
@@ -102,12 +125,16 @@ class SelectionIndex:
     def process_commit(self, touched: set[str], reset: bool, verdicts: dict[str, Health]) -> None:
         self.tables = {}
         if reset:
-            self.epoch_start = None
+            self.poc_heights = None
+            self.rules = None
+            self.height = None
             self.candidates.clear()
             self.models.clear()
             self.dirty.clear()
             self.pushed.clear()
             return
+        if self.height is not None:
+            self.height += 1
         pushed = self.pushed
         for address in touched:
             pushed.pop(address, None)
@@ -115,3 +142,60 @@ class SelectionIndex:
         for dirty in self.dirty.values():
             dirty.update(touched)
             dirty.update(verdicts)
+
+    def get_memo_table(self, model: str, height: int) -> SelectionTable | None:
+        """The table of committed ``height`` from the memo alone, when it needs neither the
+        store nor a policy: the memo describes ``height``, the PoC phase (so the candidates)
+        is that of the model's last table, no verdict lapsed, and each verdict a commit since
+        moved was handed over with it, valid at ``height``. It is then what
+        :meth:`process_memo` makes with a policy to ask. None otherwise (the chain computes it,
+        Chain._compute_table). Call it under the index lock."""
+        if self.height != height or self.poc_heights is None:
+            return None
+        memo = self.models.get(model)
+        if memo is None:
+            return None
+        if self.candidates.get((model, height in self.poc_heights)) is not memo.candidates:
+            return None
+        expiry = memo.expiry
+        if expiry and expiry[0][0] < height:
+            return None  # a verdict lapsed: what comes next may need the policy
+        pushed, position = self.pushed, memo.position
+        for address in self.dirty.get(model, ()):
+            health = pushed.get(address)
+            if (health is None or health.valid_until < height) and address in position:
+                return None  # the policy must say it
+        table = self.process_memo(model, memo, height, _ask_nobody)
+        self.tables[model] = table
+        return table
+
+    def process_memo(
+        self, model: str, memo: ModelTable, height: int, ask: Callable[[str], Health]
+    ) -> SelectionTable:
+        """``memo``'s table at ``height`` (its candidates are those of ``height``): the verdicts
+        due processed (a commit moved them, or they lapsed; ``ask`` says one the commits did not
+        hand over), then the table reassembled if one selects differently, else restamped."""
+        assert self.rules is not None, "rules are set with the memo's first table"
+        dirty = self.dirty.setdefault(model, set())
+        expiry = memo.expiry
+        changed = False
+        if dirty or (expiry and expiry[0][0] < height):  # else nothing is due
+            position, pushed = memo.position, self.pushed
+            due = {position[a]: pushed.get(a) for a in dirty if a in position}
+            dirty.clear()
+            healths = memo.state.healths
+            for i in memo.get_expired(height):
+                if i not in due:
+                    due[i] = healths[i]
+            changed = memo.process_due(due, ask, height)
+        if changed or memo.table is None:
+            memo.table = None  # if assembling raises, the next query raises too
+            memo.table = memo.state.compute_table(height=height, model=model, rules=self.rules)
+        elif memo.table.height != height:
+            memo.table = compute_restamped_table(memo.table, height)
+        return memo.table
+
+
+def _ask_nobody(address: str) -> Health:
+    """get_memo_table hands process_memo only verdicts valid at the height: none is asked."""
+    raise AssertionError(f"the verdict of {address} was asked without a policy")
