@@ -108,7 +108,7 @@ class StateCache:
         self._unwritten: dict[bytes, bytes | None] = {}
         # Resident keys put since the last write-back that the backend does not hold: deleted
         # before the next one, they leave the batch (a put and a delete the backend would
-        # only write to drop; most timeouts expire within a write-back's 64 blocks).
+        # only write to drop: a timeout whose expiration comes before the next write-back).
         self._fresh: set[bytes] = set()
         self._commits = 0
         self._closed = False
