@@ -141,8 +141,10 @@ class BlockBuffer:
             return None if raw is None else decode(raw)
         cache = self._cache
         if cache is not None:
-            obj, size = cache.take_decoded(key, decode)
-            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (len(key) + size)
+            obj, raw = cache.take_decoded(key, decode)
+            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
+                len(key) + (0 if raw is None else len(raw))
+            )
             return obj
         raw = self.backend.get(key)
         self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
@@ -162,8 +164,10 @@ class BlockBuffer:
             return None if raw is None else decode(raw)
         cache = self._cache
         if cache is not None:
-            obj, size = cache.peek_decoded(key, decode)
-            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (len(key) + size)
+            obj, raw = cache.peek_decoded(key, decode)
+            self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
+                len(key) + (0 if raw is None else len(raw))
+            )
             return obj
         raw = self.backend.get(key)
         self.gas += READ_COST_FLAT + READ_COST_PER_BYTE * (
@@ -186,10 +190,10 @@ class BlockBuffer:
         pending[key] = raw
         self._objects[key] = (message, raw)
 
-    def get_objects(self) -> dict[bytes, Message]:
-        """The written messages whose bytes are still their key's last write (for the commit)."""
-        pending = self._pending
-        return {key: obj for key, (obj, raw) in self._objects.items() if pending.get(key) is raw}
+    def get_written(self) -> dict[bytes, tuple[Message, bytes]]:
+        """The messages written with set_message, each with the bytes it was written as (for
+        the commit: the cache keeps those still their key's last write); not a copy."""
+        return self._objects
 
     def give_memo(self, name: object, value: object) -> None:
         """Hand ``value`` to the next block under ``name`` if this block commits."""

@@ -39,10 +39,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from heapq import merge
 from typing import Any, TypeVar
 
-from sortedcontainers import SortedList
-
 from keepersim.store.apphash import compute_entry_term
 from keepersim.store.errors import StoreClosedError
+from keepersim.store.keyindex import KeyIndex
 from keepersim.store.kv import KVBackend, KVReader, check_batch
 
 T = TypeVar("T")
@@ -102,23 +101,23 @@ class StateCache:
         self._old: dict[bytes, bytes | None] = {}
         self._terms: dict[bytes, int] = {}
         self._old_terms: dict[bytes, int] = {}
-        # key -> (decoded object, the length of its stored bytes: its read's gas)
-        self._decoded: dict[bytes, tuple[object, int]] = {}
+        # key -> (decoded object, its stored bytes: their length is its read's gas)
+        self._decoded: dict[bytes, tuple[object, bytes]] = {}
         self._memos: dict[object, object] = {}
         # key -> value (None: deleted) committed here but not yet written to the backend.
         self._unwritten: dict[bytes, bytes | None] = {}
         # Resident keys put since the last write-back that the backend does not hold: deleted
         # before the next one, they leave the batch (a put and a delete the backend would
-        # only write to drop; most timeouts expire within a write-back's 64 blocks).
+        # only write to drop: a timeout whose expiration comes before the next write-back).
         self._fresh: set[bytes] = set()
         self._commits = 0
         self._closed = False
-        # The resident entries: a dict, and their keys in order beside it for the range scans
-        # (a SortedDict is both, at one more Python call per insert and removal).
+        # The resident entries: a dict, and their keys in order beside it for the range scans,
+        # one sorted list per collection (keyindex.py).
         self._resident: dict[bytes, bytes] = {}
         for start, stop in _get_resident_ranges(self._streamed):
             self._resident.update(backend.iterate(start, stop))
-        self._resident_keys = SortedList(self._resident)
+        self._resident_keys = KeyIndex(self._resident)
         # Every streamed key is in memory while the backend had none at open and nothing was
         # evicted: a key not in memory is then known to be absent, without a read.
         self._complete = not any(
@@ -216,26 +215,30 @@ class StateCache:
         return delta, new_terms
 
     # -- decoded objects and memos, for the block being built (never for queries) --------------
-    def peek_decoded(self, key: bytes, decode: Callable[[bytes], T]) -> tuple[T | None, int]:
-        """The committed entry of ``key`` decoded, to read only (None: absent), and the length
-        of its stored bytes (0: absent)."""
+    def peek_decoded(
+        self, key: bytes, decode: Callable[[bytes], T]
+    ) -> tuple[T | None, bytes | None]:
+        """The committed entry of ``key`` decoded, to read only, and its stored bytes (None,
+        None: absent)."""
         entry = self._decoded.get(key)
         if entry is None:
             raw = self.get(key)
             if raw is None:
-                return None, 0
-            entry = self._decoded[key] = (decode(raw), len(raw))
+                return None, None
+            entry = self._decoded[key] = (decode(raw), raw)
         return entry  # type: ignore[return-value]
 
-    def take_decoded(self, key: bytes, decode: Callable[[bytes], T]) -> tuple[T | None, int]:
+    def take_decoded(
+        self, key: bytes, decode: Callable[[bytes], T]
+    ) -> tuple[T | None, bytes | None]:
         """The committed entry of ``key`` decoded, for the caller to change and write (the
-        cache forgets it until a commit hands a written object back), and the length of its
-        stored bytes (0: absent)."""
+        cache forgets it until a commit hands a written object back), and its stored bytes
+        (None, None: absent)."""
         entry = self._decoded.pop(key, None)
         if entry is not None:
             return entry  # type: ignore[return-value]
         raw = self.get(key)
-        return (None, 0) if raw is None else (decode(raw), len(raw))
+        return (None, None) if raw is None else (decode(raw), raw)
 
     def take_memo(self, name: object) -> object | None:
         """The memo the last commit handed on under ``name`` (taken: a failed block leaves none)."""
@@ -256,30 +259,31 @@ class StateCache:
         puts: Mapping[bytes, bytes],
         deletes: Iterable[bytes],
         terms: Mapping[bytes, int],
-        decoded: Mapping[bytes, object],
+        written: Mapping[bytes, tuple[object, bytes]],
         memos: Mapping[object, object],
     ) -> None:
         """Apply one commit: ``puts`` then ``deletes`` (see commit_changes)."""
         changes: dict[bytes, bytes | None] = dict(puts)
         changes.update(dict.fromkeys(deletes))
-        self.commit_changes(changes, terms, decoded, memos)
+        self.commit_changes(changes, terms, written, memos)
 
     def commit_changes(
         self,
         changes: Mapping[bytes, bytes | None],
         terms: Mapping[bytes, int],
-        decoded: Mapping[bytes, object],
+        written: Mapping[bytes, tuple[object, bytes]],
         memos: Mapping[object, object],
     ) -> None:
         """Apply one commit: ``changes`` (key -> new value, None: deleted), with the new
-        entries' app-hash terms (those not given are computed when next asked), the decoded
-        objects of written values and the memos handed to the next block. Written back every
-        ``write_every`` commits. A put without a term in ``terms`` must leave its value as it
-        was, or be metadata. Keys and values are bytes (the block buffer checked them)."""
+        entries' app-hash terms (those not given are computed when next asked), the objects
+        written with the bytes each was written as (kept for the next block where those very
+        bytes are the key's new value) and the memos handed to the next block. Written back
+        every ``write_every`` commits. A put without a term in ``terms`` must leave its value
+        as it was, or be metadata. Keys and values are bytes (the block buffer checked them)."""
         self._check_open()
         if self.verify_objects:
-            for key, obj in decoded.items():
-                if obj.SerializeToString() != changes.get(key):  # type: ignore[attr-defined]
+            for key, (obj, raw) in written.items():
+                if raw is changes.get(key) and obj.SerializeToString() != raw:  # type: ignore[attr-defined]
                     raise AssertionError(f"the object handed back for {key!r} was changed")
         if (self._commits + 1) % self.write_every == 0:
             # Written first: if the backend refuses the batch, memory has not moved either.
@@ -296,10 +300,18 @@ class StateCache:
         young = self._young
         terms_pop = self._terms.pop
         fresh = self._fresh
+        objects = self._decoded
+        forget_object = objects.pop
+        written_get = written.get
         unheld: list[bytes] = []  # fresh keys deleted: they never reach the backend
         # One pass over the written keys; a deleted key's term goes with it (an absent key's
         # term is never read: kept, it would only pile up).
         for key, value in changes.items():
+            entry = written_get(key)
+            if entry is not None and entry[1] is value:
+                objects[key] = entry
+            else:
+                forget_object(key, None)
             if key and key[0] in streamed:
                 young[key] = value
                 if value is None:
@@ -325,11 +337,6 @@ class StateCache:
                 fresh.discard(key)
         # A put without a new term left its value as it was (or is metadata, never hashed).
         self._terms.update(terms)
-        objects = self._decoded
-        for key in changes.keys() - decoded.keys():
-            objects.pop(key, None)
-        for key, obj in decoded.items():
-            objects[key] = (obj, len(changes[key]))  # type: ignore[arg-type]
         self._memos = dict(memos)
         self._commits += 1
         if unwritten is None and len(young) >= self._max_streamed:
@@ -379,7 +386,7 @@ class StateCache:
                 self.backend.close()
                 # Every read now reaches the closed backend, which raises.
                 self._resident = {}
-                self._resident_keys = SortedList()
+                self._resident_keys = KeyIndex()
                 self._streamed = frozenset(range(256))
                 self._young, self._old = {}, {}
                 self._complete = False
@@ -441,18 +448,15 @@ class CacheSnapshot:
 
 def get_resident_range(
     resident: Mapping[bytes, bytes],
-    keys: SortedList,
+    keys: KeyIndex,
     start: bytes | None,
     stop: bytes | None,
     reverse: bool,
 ) -> list[tuple[bytes, bytes]]:
-    """The entries of ``[start, stop)`` in key order (reversed if asked). Found by bisection:
-    an empty range, as most of a block's queue lookups are, costs two bisections."""
-    lo = 0 if start is None else keys.bisect_left(start)
-    hi = len(keys) if stop is None else keys.bisect_left(stop)
-    if lo >= hi:
-        return []
-    return [(key, resident[key]) for key in keys.islice(lo, hi, reverse=reverse)]
+    """The entries of ``[start, stop)`` in key order (reversed if asked). Found by bisection
+    of the range's collection: an empty range, as most of a block's queue lookups are, costs
+    two bisections."""
+    return [(key, resident[key]) for key in keys.get_range(start, stop, reverse)]
 
 
 def _iterate_streamed(

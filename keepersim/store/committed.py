@@ -111,7 +111,7 @@ class CommitStore:
         changes[APP_HASH_KEY] = app_hash
         if meta:
             changes.update(meta)  # None deletes
-        cache.commit_changes(changes, terms, buffer.get_objects(), buffer.get_memos())
+        cache.commit_changes(changes, terms, buffer.get_written(), buffer.get_memos())
         self._has_commit = True
         self._height = height
         self._state_sum = state_sum
