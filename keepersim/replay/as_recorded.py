@@ -96,7 +96,7 @@ from keepersim.store.checkpoint import (
     process_kill_point,
 )
 from keepersim.store.committed import RUN_META_PREFIX
-from keepersim.trace.blocks import RecordedBlockFeeder, resolve_scheduled
+from keepersim.trace.blocks import ParamsPart, RecordedBlockFeeder, resolve_scheduled
 from keepersim.trace.genesis import Prologue
 from keepersim.trace.messages import Listed, ParticipantTracker, Schedule
 from keepersim.trace.reader import TraceCursor
@@ -179,44 +179,50 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
     def process_scheduled(self) -> None:
         self.tracker_dirty = [True for _ in self.lanes]
 
-    def process_start(self, record: InferenceRecord) -> None:
-        self.gather_start(record.start_height, record)
-        if self.push_outcome(record):
-            self.report.max_pending = max(self.report.max_pending, len(self.pending))
-        self.count_recorded(record)
-
     def get_bad_lines(self) -> BadLines:
         return self.report.bad_lines
 
-    def count_recorded(self, record: InferenceRecord) -> None:
-        key = get_outcome_key(record)
-        recorded = self.report.recorded
-        recorded["inferences"] += 1
-        recorded[key] += 1
-        address = record.assigned_to
-        per = self.report.recorded_by_participant.get(address)
-        if per is None:
-            per = self.report.recorded_by_participant[address] = Counter()
-        per["inferences"] += 1
-        per[key] += 1
-        if self.fingerprint is not None:
-            for touched in self.touched_participants:
-                touched.add(address)
-
-    # -- blocks -------------------------------------------------------------------------------
-
-    def deliver(self, height: int, starts: list[InferenceRecord]) -> None:
-        for lane, shadow in zip(self.lanes, self.shadows, strict=True):
-            self.count_inside(lane, shadow, starts)
-        items, meta = self.build_recorded_block(height, starts)
+    def count_recorded(self, starts: list[InferenceRecord]) -> None:
+        """A block's recorded starts: counted (all, and by outcome, per participant) and put in
+        flight on the reference chain, in one pass over them."""
+        report = self.report
+        recorded, by_participant = report.recorded, report.recorded_by_participant
+        inflight = self.inflight
+        recorded["inferences"] += len(starts)
         for record in starts:
-            self.inflight[record.inference_id] = (
+            key = get_outcome_key(record)
+            recorded[key] += 1
+            address = record.assigned_to
+            per = by_participant.get(address)
+            if per is None:
+                per = by_participant[address] = Counter()
+            per["inferences"] += 1
+            per[key] += 1
+            inflight[record.inference_id] = (
                 record.status,
                 record.line,
                 record.start_height,
                 record.end_height,
             )
-        self.report.max_inflight = max(self.report.max_inflight, len(self.inflight))
+        if len(inflight) > report.max_inflight:
+            report.max_inflight = len(inflight)
+        if self.fingerprint is not None:
+            addresses = {record.assigned_to for record in starts}
+            for touched in self.touched_participants:
+                touched.update(addresses)
+
+    # -- blocks -------------------------------------------------------------------------------
+
+    def deliver(self, height: int, starts: list[InferenceRecord]) -> None:
+        # The outcomes pending only grow between blocks: their peak is seen as a block begins.
+        report = self.report
+        if len(self.pending) > report.max_pending:
+            report.max_pending = len(self.pending)
+        if starts:
+            for lane, shadow in zip(self.lanes, self.shadows, strict=True):
+                self.count_inside(lane, shadow, starts)
+            self.count_recorded(starts)
+        items, meta = self.build_recorded_block(height, starts)
         self.block = (height, items, meta)
         self.deliver_lanes(height, items, meta, 0)
 
@@ -230,12 +236,14 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
     ) -> None:
         """Block ``height`` through the lanes from ``first`` on (``recovered``: the result of
         lane ``first``, which committed it before a resume), then the block's bookkeeping."""
+        # A params change is made a message per lane (its policy); the other items as they are.
+        parts = any(item.__class__ is ParamsPart for item in items)
         for i in range(first, len(self.lanes)):
             lane = self.lanes[i]
             if recovered is not None and i == first:
                 result = recovered
             else:
-                msgs = [resolve_scheduled(x, lane.policy, True) for x in items]
+                msgs = [resolve_scheduled(x, lane.policy, True) for x in items] if parts else items
                 result = self.deliver_lane(lane, height, msgs, meta, i)
             if i == 0:
                 self.process_reference(result, meta)

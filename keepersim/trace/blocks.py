@@ -158,10 +158,11 @@ class BlockFeeder(Generic[T]):
 
     def pop_scheduled(self, height: int) -> list[tuple[BlockMeta, Message | ParamsPart]]:
         """The scheduled block items due at ``height``, each with what it came from."""
+        due = self.schedule.pop_due(height)
+        if not due:  # nearly every block
+            return []
         return [
-            ((item.kind, item.line, ""), part)
-            for item in self.schedule.pop_due(height)
-            for part in expand_scheduled(item)
+            ((item.kind, item.line, ""), part) for item in due for part in expand_scheduled(item)
         ]
 
     def gather_start(self, start: int, item: T) -> None:
@@ -203,10 +204,7 @@ class RecordedBlockFeeder(BlockFeeder[InferenceRecord]):
 
     def process_start(self, record: InferenceRecord) -> None:
         self.gather_start(record.start_height, record)
-        self.push_outcome(record)
-
-    def push_outcome(self, record: InferenceRecord) -> bool:
-        return push_outcome(self.pending, record)
+        push_outcome(self.pending, record)
 
     def build_recorded_block(
         self, height: int, starts: list[InferenceRecord]
