@@ -96,7 +96,7 @@ from keepersim.store.checkpoint import (
     process_kill_point,
 )
 from keepersim.store.committed import RUN_META_PREFIX
-from keepersim.trace.blocks import ParamsPart, RecordedBlockFeeder, resolve_scheduled
+from keepersim.trace.blocks import RecordedBlockFeeder, resolve_scheduled
 from keepersim.trace.genesis import Prologue
 from keepersim.trace.messages import Listed, ParticipantTracker, Schedule
 from keepersim.trace.reader import TraceCursor
@@ -222,9 +222,11 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
             for lane, shadow in zip(self.lanes, self.shadows, strict=True):
                 self.count_inside(lane, shadow, starts)
             self.count_recorded(starts)
+        # Only a scheduled item can be a params change, which each lane gets with its policy.
+        due = self.schedule.get_next_height()
         items, meta = self.build_recorded_block(height, starts)
         self.block = (height, items, meta)
-        self.deliver_lanes(height, items, meta, 0)
+        self.deliver_lanes(height, items, meta, 0, resolve=due is not None and due <= height)
 
     def deliver_lanes(
         self,
@@ -233,17 +235,21 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
         meta: list[tuple[str, int, str]],
         first: int,
         recovered: BlockResult | None = None,
+        *,
+        resolve: bool = True,
     ) -> None:
         """Block ``height`` through the lanes from ``first`` on (``recovered``: the result of
-        lane ``first``, which committed it before a resume), then the block's bookkeeping."""
-        # A params change is made a message per lane (its policy); the other items as they are.
-        parts = any(item.__class__ is ParamsPart for item in items)
+        lane ``first``, which committed it before a resume), then the block's bookkeeping.
+        ``resolve``: the items may hold a params change (:func:`resolve_scheduled` makes it
+        each lane's message, with its policy); else they go to every lane as they are."""
         for i in range(first, len(self.lanes)):
             lane = self.lanes[i]
             if recovered is not None and i == first:
                 result = recovered
             else:
-                msgs = [resolve_scheduled(x, lane.policy, True) for x in items] if parts else items
+                msgs = (
+                    [resolve_scheduled(x, lane.policy, True) for x in items] if resolve else items
+                )
                 result = self.deliver_lane(lane, height, msgs, meta, i)
             if i == 0:
                 self.process_reference(result, meta)

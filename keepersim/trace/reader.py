@@ -543,7 +543,8 @@ def iterate_trace(
         for number, raw in enumerate(lines, start=cursor.line + 1):  # noqa: B007
             if stop is not None and cursor.offset >= stop:
                 break
-            if len(raw) == limit and not raw.endswith(b"\n"):
+            size = len(raw)
+            if size == limit and not raw.endswith(b"\n"):
                 raise TraceError(
                     name,
                     number,
@@ -551,7 +552,7 @@ def iterate_trace(
                     f"longer than the limit of {MAX_TRACE_LINE_BYTES:,} bytes for a trace line "
                     "(keepersim/limits.py): not a trace, or a line without its end",
                 )
-            cursor.offset += len(raw)
+            cursor.offset += size
             cursor.line = number
             try:
                 record = reader.parse(raw, number)
