@@ -183,21 +183,21 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
         return self.report.bad_lines
 
     def count_recorded(self, starts: list[InferenceRecord]) -> None:
-        """A block's recorded starts: counted (all, and by outcome, per participant) and put in
-        flight on the reference chain, in one pass over them."""
+        """A block's recorded starts: counted per participant (all, and by outcome; plain
+        dicts, the report's totals are their sums) and put in flight on the reference chain, in
+        one pass over them."""
         report = self.report
-        recorded, by_participant = report.recorded, report.recorded_by_participant
+        by_participant = report.recorded_by_participant
         inflight = self.inflight
-        recorded["inferences"] += len(starts)
         for record in starts:
             key = get_outcome_key(record)
-            recorded[key] += 1
             address = record.assigned_to
             per = by_participant.get(address)
             if per is None:
-                per = by_participant[address] = Counter()
-            per["inferences"] += 1
-            per[key] += 1
+                per = by_participant[address] = {"inferences": 1, key: 1}
+            else:
+                per["inferences"] += 1
+                per[key] = per.get(key, 0) + 1
             inflight[record.inference_id] = (
                 record.status,
                 record.line,
@@ -423,6 +423,7 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
         last = self.report.last_height
         self.finish_blocks()
         self.report.beyond_trace = len(self.pending)
+        self.report.count_recorded_totals()
         self.check_unresolved_at_end()
         for lane, shadow in zip(self.lanes, self.shadows, strict=True):
             shadow.intervals.finish(last)
