@@ -98,7 +98,7 @@ from keepersim.store.checkpoint import (
 from keepersim.store.committed import RUN_META_PREFIX
 from keepersim.trace.blocks import RecordedBlockFeeder, resolve_scheduled
 from keepersim.trace.genesis import Prologue
-from keepersim.trace.messages import Listed, ParticipantTracker, Schedule
+from keepersim.trace.messages import Listed, ParticipantTracker, Schedule, build_block
 from keepersim.trace.reader import TraceCursor
 from keepersim.trace.records import BadLines, EpochSummaryRecord, InferenceRecord, TraceRecord
 from keepersim.types.errors import BlockError
@@ -224,9 +224,13 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
             self.count_recorded(starts)
         # Only a scheduled item can be a params change, which each lane gets with its policy.
         due = self.schedule.get_next_height()
-        items, meta = self.build_recorded_block(height, starts)
+        scheduled = due is not None and due <= height
+        if scheduled:
+            items, meta = self.build_recorded_block(height, starts)
+        else:  # nearly every block: nothing scheduled to pop
+            items, meta = build_block(height, (), self.pending, starts)
         self.block = (height, items, meta)
-        self.deliver_lanes(height, items, meta, 0, resolve=due is not None and due <= height)
+        self.deliver_lanes(height, items, meta, 0, resolve=scheduled)
 
     def deliver_lanes(
         self,
@@ -369,7 +373,9 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
             ) from exc
 
     def process_reference(self, result: BlockResult, meta: list[tuple[str, int, str]]) -> None:
-        for tx in result.get_failed():
+        for tx in result.tx_results:
+            if tx.ok:
+                continue
             kind, line, inference_id = meta[tx.index]
             self.report.tx_failures.add(
                 {
