@@ -98,7 +98,7 @@ from keepersim.store.checkpoint import (
 from keepersim.store.committed import RUN_META_PREFIX
 from keepersim.trace.blocks import RecordedBlockFeeder, resolve_scheduled
 from keepersim.trace.genesis import Prologue
-from keepersim.trace.messages import Listed, ParticipantTracker, Schedule
+from keepersim.trace.messages import Listed, ParticipantTracker, Schedule, build_block
 from keepersim.trace.reader import TraceCursor
 from keepersim.trace.records import BadLines, EpochSummaryRecord, InferenceRecord, TraceRecord
 from keepersim.types.errors import BlockError
@@ -179,46 +179,58 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
     def process_scheduled(self) -> None:
         self.tracker_dirty = [True for _ in self.lanes]
 
-    def process_start(self, record: InferenceRecord) -> None:
-        self.gather_start(record.start_height, record)
-        if self.push_outcome(record):
-            self.report.max_pending = max(self.report.max_pending, len(self.pending))
-        self.count_recorded(record)
-
     def get_bad_lines(self) -> BadLines:
         return self.report.bad_lines
 
-    def count_recorded(self, record: InferenceRecord) -> None:
-        key = get_outcome_key(record)
-        recorded = self.report.recorded
-        recorded["inferences"] += 1
-        recorded[key] += 1
-        address = record.assigned_to
-        per = self.report.recorded_by_participant.get(address)
-        if per is None:
-            per = self.report.recorded_by_participant[address] = Counter()
-        per["inferences"] += 1
-        per[key] += 1
-        if self.fingerprint is not None:
-            for touched in self.touched_participants:
-                touched.add(address)
-
-    # -- blocks -------------------------------------------------------------------------------
-
-    def deliver(self, height: int, starts: list[InferenceRecord]) -> None:
-        for lane, shadow in zip(self.lanes, self.shadows, strict=True):
-            self.count_inside(lane, shadow, starts)
-        items, meta = self.build_recorded_block(height, starts)
+    def count_recorded(self, starts: list[InferenceRecord]) -> None:
+        """A block's recorded starts: counted per participant (all, and by outcome; plain
+        dicts, the report's totals are their sums) and put in flight on the reference chain, in
+        one pass over them."""
+        report = self.report
+        by_participant = report.recorded_by_participant
+        inflight = self.inflight
         for record in starts:
-            self.inflight[record.inference_id] = (
+            key = get_outcome_key(record)
+            address = record.assigned_to
+            per = by_participant.get(address)
+            if per is None:
+                per = by_participant[address] = {"inferences": 1, key: 1}
+            else:
+                per["inferences"] += 1
+                per[key] = per.get(key, 0) + 1
+            inflight[record.inference_id] = (
                 record.status,
                 record.line,
                 record.start_height,
                 record.end_height,
             )
-        self.report.max_inflight = max(self.report.max_inflight, len(self.inflight))
+        if len(inflight) > report.max_inflight:
+            report.max_inflight = len(inflight)
+        if self.fingerprint is not None:
+            addresses = {record.assigned_to for record in starts}
+            for touched in self.touched_participants:
+                touched.update(addresses)
+
+    # -- blocks -------------------------------------------------------------------------------
+
+    def deliver(self, height: int, starts: list[InferenceRecord]) -> None:
+        # The outcomes pending only grow between blocks: their peak is seen as a block begins.
+        report = self.report
+        if len(self.pending) > report.max_pending:
+            report.max_pending = len(self.pending)
+        if starts:
+            for lane, shadow in zip(self.lanes, self.shadows, strict=True):
+                self.count_inside(lane, shadow, starts)
+            self.count_recorded(starts)
+        # Only a scheduled item can be a params change, which each lane gets with its policy.
+        due = self.schedule.get_next_height()
+        scheduled = due is not None and due <= height
+        if scheduled:
+            items, meta = self.build_recorded_block(height, starts)
+        else:  # nearly every block: nothing scheduled to pop
+            items, meta = build_block(height, (), self.pending, starts)
         self.block = (height, items, meta)
-        self.deliver_lanes(height, items, meta, 0)
+        self.deliver_lanes(height, items, meta, 0, resolve=scheduled)
 
     def deliver_lanes(
         self,
@@ -227,15 +239,21 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
         meta: list[tuple[str, int, str]],
         first: int,
         recovered: BlockResult | None = None,
+        *,
+        resolve: bool = True,
     ) -> None:
         """Block ``height`` through the lanes from ``first`` on (``recovered``: the result of
-        lane ``first``, which committed it before a resume), then the block's bookkeeping."""
+        lane ``first``, which committed it before a resume), then the block's bookkeeping.
+        ``resolve``: the items may hold a params change (:func:`resolve_scheduled` makes it
+        each lane's message, with its policy); else they go to every lane as they are."""
         for i in range(first, len(self.lanes)):
             lane = self.lanes[i]
             if recovered is not None and i == first:
                 result = recovered
             else:
-                msgs = [resolve_scheduled(x, lane.policy, True) for x in items]
+                msgs = (
+                    [resolve_scheduled(x, lane.policy, True) for x in items] if resolve else items
+                )
                 result = self.deliver_lane(lane, height, msgs, meta, i)
             if i == 0:
                 self.process_reference(result, meta)
@@ -355,7 +373,9 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
             ) from exc
 
     def process_reference(self, result: BlockResult, meta: list[tuple[str, int, str]]) -> None:
-        for tx in result.get_failed():
+        for tx in result.tx_results:
+            if tx.ok:
+                continue
             kind, line, inference_id = meta[tx.index]
             self.report.tx_failures.add(
                 {
@@ -409,6 +429,7 @@ class _AsRecordedRun(RecordedChecks, RecordedBlockFeeder):
         last = self.report.last_height
         self.finish_blocks()
         self.report.beyond_trace = len(self.pending)
+        self.report.count_recorded_totals()
         self.check_unresolved_at_end()
         for lane, shadow in zip(self.lanes, self.shadows, strict=True):
             shadow.intervals.finish(last)

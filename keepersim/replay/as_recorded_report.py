@@ -140,8 +140,10 @@ class ReplayReport:
     last_height: int = 0
     blocks: int = 0
     txs: int = 0
+    # The recorded inferences by outcome (get_outcome_key), and in all ("inferences"): the sums
+    # of the counts per participant (count_recorded_totals, at the end).
     recorded: Counter[str] = field(default_factory=Counter)
-    recorded_by_participant: dict[str, Counter[str]] = field(default_factory=dict)
+    recorded_by_participant: dict[str, dict[str, int]] = field(default_factory=dict)
     summaries_checked: list[dict[str, Any]] = field(default_factory=list)
     summary_mismatches: list[dict[str, Any]] = field(default_factory=list)
     summary_mismatch_count: int = 0
@@ -175,6 +177,12 @@ class ReplayReport:
             or self.status_mismatches.count
             or self.tx_failures.count
         )
+
+    def count_recorded_totals(self) -> None:
+        """``recorded`` from the counts per participant."""
+        self.recorded = Counter()
+        for counts in self.recorded_by_participant.values():
+            self.recorded.update(counts)
 
     def get_shadow(self, policy: str) -> PolicyShadow:
         for shadow in self.shadows:

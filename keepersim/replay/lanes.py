@@ -155,8 +155,9 @@ def drive_records(
         )
         if state["current"] is not None:
             run.feed(state["current"])
+    feed = run.feed
     for record in records:
         run.current = record
-        run.feed(record)
+        feed(record)
     run.current = None
     run.finish()

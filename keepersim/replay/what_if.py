@@ -219,9 +219,7 @@ class _WhatIfRun(BlockFeeder[tuple[str, str, str]]):
         self.excluded: frozenset[str] = frozenset()
 
     def process_start(self, record: InferenceRecord) -> None:
-        self.gather_start(
-            record.start_height, (record.inference_id, record.model, record.requested_by)
-        )
+        self.gather.append((record.inference_id, record.model, record.requested_by))
         status = record.status
         self.recorded["inferences"] += 1
         if status in FINISHED_LIKE:

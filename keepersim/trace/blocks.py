@@ -111,7 +111,8 @@ class BlockFeeder(Generic[T]):
     ``last_height`` is one block, delivered in height order, empty or not.
 
     :meth:`feed` takes the records in trace order: a start goes to :meth:`process_start` (which
-    gathers it with :meth:`gather_start`), a params or participants line is scheduled, an epoch
+    appends its block item to ``gather``) once the blocks before its height are delivered, a
+    params or participants line is scheduled, an epoch
     summary goes to :meth:`process_summary`. The starts of a height (records come in
     start-height order) go into that height's block once a later start shows the height is
     complete; the heights before it are delivered first. :meth:`finish_blocks` delivers what is
@@ -138,6 +139,7 @@ class BlockFeeder(Generic[T]):
         raise NotImplementedError
 
     def process_start(self, record: InferenceRecord) -> None:
+        """A start of height ``gather_height``: append its block item to ``gather``."""
         raise NotImplementedError
 
     def process_scheduled(self) -> None:
@@ -149,6 +151,12 @@ class BlockFeeder(Generic[T]):
     def feed(self, record: TraceRecord) -> None:
         """One record, in trace order."""
         if isinstance(record, InferenceRecord):
+            start = record.start_height
+            if self.gather_height is not None and start > self.gather_height:
+                # Deliver the gathered block and the empty ones up to this start: pending
+                # outcomes are then all of inferences in flight at ``start``.
+                self.flush_through(start - 1)
+            self.gather_height = start
             self.process_start(record)
         elif isinstance(record, ParamsRecord | ParticipantsRecord):
             schedule_record(self.schedule, record, self.tracker, self.committed)
@@ -158,19 +166,12 @@ class BlockFeeder(Generic[T]):
 
     def pop_scheduled(self, height: int) -> list[tuple[BlockMeta, Message | ParamsPart]]:
         """The scheduled block items due at ``height``, each with what it came from."""
+        due = self.schedule.pop_due(height)
+        if not due:  # nearly every block
+            return []
         return [
-            ((item.kind, item.line, ""), part)
-            for item in self.schedule.pop_due(height)
-            for part in expand_scheduled(item)
+            ((item.kind, item.line, ""), part) for item in due for part in expand_scheduled(item)
         ]
-
-    def gather_start(self, start: int, item: T) -> None:
-        if self.gather_height is not None and start > self.gather_height:
-            # Deliver the gathered block and the empty ones up to this start: pending outcomes
-            # are then all of inferences in flight at ``start``.
-            self.flush_through(start - 1)
-        self.gather_height = start
-        self.gather.append(item)
 
     def flush_through(self, target: int) -> None:
         while self.committed < target:
@@ -202,11 +203,8 @@ class RecordedBlockFeeder(BlockFeeder[InferenceRecord]):
         self.pending: list[Outcome] = []
 
     def process_start(self, record: InferenceRecord) -> None:
-        self.gather_start(record.start_height, record)
-        self.push_outcome(record)
-
-    def push_outcome(self, record: InferenceRecord) -> bool:
-        return push_outcome(self.pending, record)
+        self.gather.append(record)
+        push_outcome(self.pending, record)
 
     def build_recorded_block(
         self, height: int, starts: list[InferenceRecord]

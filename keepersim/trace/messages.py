@@ -72,32 +72,33 @@ Outcome = tuple[int, int, str, str, Message, int]
 BlockMeta = tuple[str, int, str]
 
 
+# The two messages of nearly every inference are built field by field: the protobuf runtime's
+# keyword constructor costs about 0.3 us more per message than the same fields set one by one
+# (the message, and its bytes, are the same).
+
+
 def build_recorded_start(record: InferenceRecord) -> MsgStartInference:
     """A recorded inference's MsgStartInference: requested and assigned as recorded."""
-    requested_by = record.requested_by
-    return MsgStartInference(
-        creator=requested_by,
-        inference_id=record.inference_id,
-        model=record.model,
-        requested_by=requested_by,
-        assigned_to=record.assigned_to,
-        prompt_token_count=record.prompt_token_count,
-        max_tokens=record.max_tokens,
-    )
+    msg = MsgStartInference()
+    msg.creator = msg.requested_by = record.requested_by
+    msg.inference_id = record.inference_id
+    msg.model = record.model
+    msg.assigned_to = record.assigned_to
+    msg.prompt_token_count = record.prompt_token_count
+    msg.max_tokens = record.max_tokens
+    return msg
 
 
 def build_recorded_finish(record: InferenceRecord) -> MsgFinishInference:
     """A recorded finish: by the recorded executor, with the recorded token counts."""
-    executed_by = record.executed_by
-    return MsgFinishInference(
-        creator=executed_by,
-        inference_id=record.inference_id,
-        executed_by=executed_by,
-        model=record.model,
-        requested_by=record.requested_by,
-        prompt_token_count=record.prompt_token_count,
-        completion_token_count=record.completion_token_count,
-    )
+    msg = MsgFinishInference()
+    msg.creator = msg.executed_by = record.executed_by
+    msg.inference_id = record.inference_id
+    msg.model = record.model
+    msg.requested_by = record.requested_by
+    msg.prompt_token_count = record.prompt_token_count
+    msg.completion_token_count = record.completion_token_count
+    return msg
 
 
 def build_recorded_decline(record: InferenceRecord) -> MsgDeclineInference:
@@ -162,7 +163,8 @@ def build_block(
             items.append(outcome[4])
             meta.append((outcome[3], outcome[5], outcome[2]))
     for record in starts:
-        if is_finished_before_start(record):
+        # (end below start first: the rule's own test costs a call, and nearly no start has it)
+        if record.end_height < record.start_height and is_finished_before_start(record):
             items.append(build_recorded_finish(record))
             meta.append(("finish", record.line, record.inference_id))
         items.append(build_recorded_start(record))

@@ -358,7 +358,18 @@ class _Reader:
         if not (self.have_params and self.have_participants):
             self.require_prologue(line, "inference")  # raises, saying which is missing
         del data["type"]  # the line's own dict: what is left is the Inference
-        record = self.build_inference(data, line)
+        # Its values directly when they are all strings (nearly every line: the Inference is
+        # built only if asked for), else from the Inference built now.
+        try:
+            kwargs = _INFERENCE_BUILDER.compute_flat_kwargs(data)
+        except FastParseError:
+            kwargs = None  # _parse_message words the error
+        if kwargs is not None:
+            record = InferenceRecord.from_kwargs(line, kwargs)
+        else:
+            record = InferenceRecord(
+                line, _parse_message(data, Inference, "inference", self.path, line)
+            )
         header = self.header
         assert header is not None
         start = record.start_height
@@ -414,18 +425,6 @@ class _Reader:
         self.last_inference = key
         self.last_inference_line = line
         return record
-
-    def build_inference(self, data: dict[str, Any], line: int) -> InferenceRecord:
-        """The record of a schema-valid inference line: from its values directly when they are
-        all strings (nearly every line: the Inference is built only if asked for), else from
-        the Inference built now."""
-        try:
-            kwargs = _INFERENCE_BUILDER.compute_flat_kwargs(data)
-        except FastParseError:
-            kwargs = None  # _parse_message words the error
-        if kwargs is not None:
-            return InferenceRecord.from_kwargs(line, kwargs)
-        return InferenceRecord(line, _parse_message(data, Inference, "inference", self.path, line))
 
     def parse_summary(self, data: dict[str, Any], line: int) -> EpochSummaryRecord:
         self.require_prologue(line, "epoch_summary")
@@ -544,7 +543,8 @@ def iterate_trace(
         for number, raw in enumerate(lines, start=cursor.line + 1):  # noqa: B007
             if stop is not None and cursor.offset >= stop:
                 break
-            if len(raw) == limit and not raw.endswith(b"\n"):
+            size = len(raw)
+            if size == limit and not raw.endswith(b"\n"):
                 raise TraceError(
                     name,
                     number,
@@ -552,7 +552,7 @@ def iterate_trace(
                     f"longer than the limit of {MAX_TRACE_LINE_BYTES:,} bytes for a trace line "
                     "(keepersim/limits.py): not a trace, or a line without its end",
                 )
-            cursor.offset += len(raw)
+            cursor.offset += size
             cursor.line = number
             try:
                 record = reader.parse(raw, number)

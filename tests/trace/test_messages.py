@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from google.protobuf.message import Message
+from hypothesis import given
+from hypothesis import strategies as st
 from replay_helpers import (
     declined_line,
     header_line,
@@ -25,7 +27,15 @@ from keepersim.chain import Chain
 from keepersim.replay.as_recorded import replay_as_recorded
 from keepersim.server.runner import BlockSink, TraceRunner, TraceSource
 from keepersim.trace.format import DECLINE_REASON
-from keepersim.types.messages import MsgFinishInference, MsgStartInference, MsgUpdateParams
+from keepersim.trace.messages import build_recorded_finish, build_recorded_start
+from keepersim.trace.records import InferenceRecord
+from keepersim.types.messages import (
+    FINISHED,
+    Inference,
+    MsgFinishInference,
+    MsgStartInference,
+    MsgUpdateParams,
+)
 from keepersim.types.pb.keepersim.v1.genesis_pb2 import Genesis
 from keepersim.types.pb.keepersim.v1.tx_pb2 import (
     MsgDeclineInference,
@@ -180,3 +190,62 @@ def test_block_order_and_decline_reason_follow_the_format(
             (MsgRegisterParticipant, 250)
         ]
     assert DECLINE_REASON == "capacity"
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
+_UINT64 = st.integers(0, 2**64 - 1)
+
+
+@given(_TEXT, _TEXT, _TEXT, _TEXT, _TEXT, _UINT64, _UINT64, _UINT64)
+def test_recorded_messages_carry_the_recorded_inference(
+    inference_id: str,
+    model: str,
+    requested_by: str,
+    assigned_to: str,
+    executed_by: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    max_tokens: int,
+) -> None:
+    """The start and finish built field by field are the messages of the recorded Inference's
+    fields (the keyword form), to the byte."""
+    inference = Inference(
+        inference_id=inference_id,
+        model=model,
+        requested_by=requested_by,
+        assigned_to=assigned_to,
+        executed_by=executed_by,
+        prompt_token_count=prompt_tokens,
+        completion_token_count=completion_tokens,
+        max_tokens=max_tokens,
+        status=FINISHED,
+        start_block_height=5,
+        end_block_height=7,
+    )
+    record = InferenceRecord(3, inference)
+    start = MsgStartInference(
+        creator=inference.requested_by,
+        inference_id=inference.inference_id,
+        model=inference.model,
+        requested_by=inference.requested_by,
+        assigned_to=inference.assigned_to,
+        prompt_token_count=inference.prompt_token_count,
+        max_tokens=inference.max_tokens,
+    )
+    finish = MsgFinishInference(
+        creator=inference.executed_by,
+        inference_id=inference.inference_id,
+        executed_by=inference.executed_by,
+        model=inference.model,
+        requested_by=inference.requested_by,
+        prompt_token_count=inference.prompt_token_count,
+        completion_token_count=inference.completion_token_count,
+    )
+    for built, expected in (
+        (build_recorded_start(record), start),
+        (build_recorded_finish(record), finish),
+    ):
+        assert built == expected
+        assert built.SerializeToString(deterministic=True) == expected.SerializeToString(
+            deterministic=True
+        )
