@@ -17,16 +17,29 @@ from keepersim.types.messages import Inference
 
 
 class BlockContext:
-    __slots__ = ("keeper", "policy", "height", "policy_store", "_sprt", "policy_calls")
+    __slots__ = (
+        "keeper",
+        "policy",
+        "height",
+        "policy_store",
+        "policy_calls",
+        "expiration_blocks",
+        "_sprt",
+        "_sprt_read",
+    )
 
     def __init__(self, keeper: Keeper, policy: HealthPolicy, height: int) -> None:
         self.keeper = keeper
         self.policy = policy
         self.height = height
         self.policy_store = ChainPolicyStore(keeper, policy, height)
-        self._sprt: SprtConstants | None = None
         # Calls of the policy's hooks so far (process_policy_start / process_policy_outcome).
         self.policy_calls = 0
+        # The chain's ValidationParams.expiration_blocks (every start reads it): params change
+        # only between blocks, so it is read once per block.
+        self.expiration_blocks: int = keeper.get_params().validation_params.expiration_blocks
+        self._sprt: SprtConstants | None = None
+        self._sprt_read = False
 
     def process_policy_start(self, address: str, inference: Inference) -> None:
         """The policy's start hook (counted: a rejected message that reached it is rebuilt)."""
@@ -40,8 +53,13 @@ class BlockContext:
 
     def get_message_mark(self) -> tuple[int, int, int, int]:
         """How far the block's in-memory state goes before a message (discard_message)."""
-        touched, verdict_touched = self.keeper.hints.get_mark()
-        return (len(self.keeper.events), touched, verdict_touched, self.policy_calls)
+        hints = self.keeper.hints
+        return (
+            len(self.keeper.events),
+            len(hints.touched),
+            len(hints.verdict_touched),
+            self.policy_calls,
+        )
 
     def discard_message(self, mark: tuple[int, int, int, int]) -> bool:
         """The message begun at ``mark`` was rejected: take back its events and decoded
@@ -54,8 +72,13 @@ class BlockContext:
         keeper.discard_cached()
         return keeper.hints.get_mark() == (touched, verdict_touched) and self.policy_calls == calls
 
-    def get_sprt_constants(self) -> SprtConstants:
-        """The SPRT's logarithms for this block's params (params change only between blocks)."""
-        if self._sprt is None:
-            self._sprt = compute_sprt_constants(self.keeper.get_params().validation_params)
+    def get_sprt_constants(self) -> SprtConstants | None:
+        """The SPRT's logarithms for this block's params; None when the SPRT is off
+        (``extension_params.sprt_enabled``). Read once per block: params change only between
+        blocks (begin block applies an update)."""
+        if not self._sprt_read:
+            keeper = self.keeper
+            if keeper.get_extension_params().sprt_enabled:
+                self._sprt = compute_sprt_constants(keeper.get_params().validation_params)
+            self._sprt_read = True
         return self._sprt

@@ -69,12 +69,12 @@ def _require_field(value: str, msg_name: str, field: str) -> None:
         raise InvalidMessageError(f"{msg_name}.{field} contains a 0x00 byte")
 
 
-def _require_fields(msg_name: str, fields: dict[str, str]) -> None:
-    """Each of ``fields`` (name -> value) set and without a 0x00 byte (:func:`_require_field`),
-    checked in one go for the usual message, field by field for the error."""
-    values = fields.values()
+def _require_fields(msg_name: str, fields: tuple[str, ...], *values: str) -> None:
+    """Each of ``values`` (of the fields named ``fields``, in order) set and without a 0x00 byte
+    (:func:`_require_field`), checked in one go for the usual message (a tuple's ``in``, not a
+    dict view's: several times faster), field by field for the error."""
     if "" in values or "\x00" in "".join(values):
-        for field, value in fields.items():
+        for field, value in zip(fields, values, strict=True):
             _require_field(value, msg_name, field)
 
 
@@ -86,7 +86,10 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
     inference_id, assigned_to, model = msg.inference_id, msg.assigned_to, msg.model
     _require_fields(
         "MsgStartInference",
-        {"inference_id": inference_id, "assigned_to": assigned_to, "model": model},
+        ("inference_id", "assigned_to", "model"),
+        inference_id,
+        assigned_to,
+        model,
     )
     keeper = ctx.keeper
     if not keeper.has_participant(assigned_to):
@@ -109,9 +112,7 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
         inference.max_tokens = msg.max_tokens
         inference.prompt_token_count = msg.prompt_token_count
     else:
-        keeper.set_timeout(
-            height + keeper.get_params().validation_params.expiration_blocks, inference_id
-        )
+        keeper.set_timeout(height + ctx.expiration_blocks, inference_id)
         inference = Inference(  # the stored record, built once from the message's fields
             inference_id=inference_id,
             status=STARTED,
@@ -132,7 +133,7 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
 def process_finish_inference(ctx: BlockContext, msg: MsgFinishInference) -> None:
     inference_id = msg.inference_id
     executor = msg.executed_by or msg.creator
-    _require_fields("MsgFinishInference", {"inference_id": inference_id, "executed_by": executor})
+    _require_fields("MsgFinishInference", ("inference_id", "executed_by"), inference_id, executor)
     keeper = ctx.keeper
     if not keeper.has_participant(executor):
         raise _unknown_participant("MsgFinishInference", "executed_by", executor)

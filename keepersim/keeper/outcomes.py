@@ -51,9 +51,9 @@ def process_decline_count(keeper: Keeper, address: str) -> None:
 
 def process_sprt(ctx: BlockContext, participant: Participant, fails: int, passes: int) -> None:
     """Downtime SPRT: fails = new misses, passes = new completions; INACTIVE for the epoch at +H."""
-    if not ctx.keeper.get_extension_params().sprt_enabled:
-        return
     constants = ctx.get_sprt_constants()
+    if constants is None:  # extension_params.sprt_enabled is off
+        return
     stats = participant.current_epoch_stats
     llr = compute_llr_update(get_llr(stats.inactiveLLR), fails, passes, constants)
     set_llr(stats.inactiveLLR, llr)

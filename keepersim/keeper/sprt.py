@@ -70,10 +70,11 @@ def is_sprt_failed(llr: int, constants: SprtConstants) -> bool:
 
 def get_llr(d: Decimal) -> int:
     """A stored LLR in 1e-12 units (an unset Decimal is 0)."""
-    if d.value == 0:
-        return 0
-    shift: int = d.exponent - DECIMAL_EXPONENT
     value: int = d.value
+    exponent: int = d.exponent
+    if exponent == DECIMAL_EXPONENT or value == 0:  # as set_llr writes it, or unset
+        return value
+    shift: int = exponent - DECIMAL_EXPONENT
     scale: int = 10 ** abs(shift)
     return value * scale if shift >= 0 else value // scale
 

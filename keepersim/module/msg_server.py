@@ -144,7 +144,14 @@ _HANDLERS: dict[type[Message], Callable[[BlockContext, Any], None]] = {
 }
 
 
+# A module message's kind is its class name (the usual case: one dict lookup, as the dispatch).
+_KINDS: dict[type[Message], str] = {cls: cls.__name__ for cls in _HANDLERS}
+
+
 def get_message_kind(msg: Message) -> str:
+    kind = _KINDS.get(type(msg))
+    if kind is not None:
+        return kind
     if isinstance(msg, Tx):
         return msg.WhichOneof("msg") or "empty"
     return type(msg).__name__
