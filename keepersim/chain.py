@@ -151,6 +151,9 @@ class Chain:
             lambda ext: get_pipeline_rules(self.get_policy_object(ext.health_params.policy), ext)
         )
         self._policies: dict[str, HealthPolicy] = {}
+        # The policy of the block's extension params, looked up once per params object (the
+        # chain replaces its params on a change and never edits them).
+        self._block_policy: tuple[ExtensionParams | None, HealthPolicy] = (None, HealthPolicy())
         self._override = None if policy_override is None else get_override(policy_override)
         self._chain_id = ""
         # Decoded params of the last commit (read-only; replaced, never mutated).
@@ -318,7 +321,12 @@ class Chain:
         try:
             keeper = Keeper(buffer, self._chain_id, self._params, self._extension_params)
             begin_block(keeper, h)
-            policy = self.get_policy_object(keeper.get_extension_params().health_params.policy)
+            ext = keeper.get_extension_params()
+            params_policy = self._block_policy
+            if params_policy[0] is not ext:  # new params (or the first block): look it up
+                params_policy = (ext, self.get_policy_object(ext.health_params.policy))
+                self._block_policy = params_policy
+            policy = params_policy[1]
             ctx = BlockContext(keeper, policy, h)
             gas_by_step: dict[str, int] = {"begin_block": buffer.gas}  # the block's set-up too
             results = []

@@ -116,6 +116,8 @@ class HeightQueue:
 
     def flush(self) -> None:
         """Write the block's wake-ups, one key per height."""
+        if not self._pending:
+            return
         store = self._store
         for height in sorted(self._pending):
             key = self._prefix + keys.height_key(height)
@@ -311,6 +313,8 @@ class PolicyStore:
 
     def _write_entries(self) -> None:
         """Write the entries set so far (before a read that goes to the store: iterate)."""
+        if not self._dirty:
+            return
         store = self._store
         for address in sorted(self._dirty):
             store.set_message(self._state + address.encode(), self._entries[address])
