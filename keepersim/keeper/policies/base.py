@@ -104,15 +104,20 @@ class HeightQueue:
         """Items due at a height <= ``height`` (default: now), distinct and sorted; removed from
         the queue."""
         now = self._height if height is None else height
+        items = self._pop_stored(now)
+        for due in [h for h in self._pending if h <= now]:
+            items.update(self._pending.pop(due))
+        return sorted(items)
+
+    def _pop_stored(self, now: int) -> set[str]:
+        """The stored items due by ``now``, their keys deleted."""
         store = self._store
         items: set[str] = set()
         stop = self._prefix + keys.height_key(now + 1)
         for key, raw in list(store.iterate(self._prefix, stop)):
             store.delete(key)
             items.update(keys.decode_address_set(raw))
-        for due in [h for h in self._pending if h <= now]:
-            items.update(self._pending.pop(due))
-        return sorted(items)
+        return items
 
     def flush(self) -> None:
         """Write the block's wake-ups, one key per height."""
@@ -231,6 +236,11 @@ class PolicyStore:
         "_log",
     )
 
+    @staticmethod
+    def _open_queue(store: KVStore, prefix: bytes, height: int) -> HeightQueue:
+        """A wake-up queue of the block (the chain's store opens them with their speed-up)."""
+        return HeightQueue(store, prefix, height)
+
     def __init__(self, keeper: KeeperReads, policy: HealthPolicy, height: int) -> None:
         self.chain = ChainView(keeper)
         self.block: dict[str, object] = {}
@@ -248,8 +258,9 @@ class PolicyStore:
         # (only this PolicyStore writes the policy's entries while a block is processed).
         self._absent: set[str] = set()
         self._dirty: set[str] = set()
-        self._queue = HeightQueue(store, keys.POLICY_QUEUE + policy.prefix, height)
-        self._items = HeightQueue(store, keys.POLICY_ITEMS + policy.prefix, height)
+        open_queue = self._open_queue
+        self._queue = open_queue(store, keys.POLICY_QUEUE + policy.prefix, height)
+        self._items = open_queue(store, keys.POLICY_ITEMS + policy.prefix, height)
 
     # -- entries -----------------------------------------------------------------------------
     def get(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
