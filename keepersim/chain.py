@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -80,10 +80,11 @@ class TxResult:
     gas_used: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BlockResult:
     """``gas_used``: the block's gas, begin block, messages and end block; ``gas_by_step``: it
-    by ``begin_block``, message kind (its messages summed) and end-block step name."""
+    by ``begin_block``, message kind (its messages summed) and end-block step name. Not changed
+    once made; not frozen, as TxResult: one is made per block."""
 
     height: int
     app_hash: bytes
@@ -124,6 +125,33 @@ class Selection:
     request_id: str
     fallback: bool
     panic: bool
+
+
+class _CommittedRead:
+    """Chain.read(): ``with`` it, a read-only keeper over the last committed block, the chain's
+    read lock held (a class, not a generator: the chain reads at every block)."""
+
+    __slots__ = ("_chain",)
+
+    def __init__(self, chain: Chain) -> None:
+        self._chain = chain
+
+    def __enter__(self) -> Keeper:
+        chain = self._chain
+        chain._rw.acquire_read()
+        try:
+            return Keeper(
+                ReadOnlyStore(chain._store.backend),
+                chain._chain_id,
+                chain._params,
+                chain._extension_params,
+            )
+        except BaseException:
+            chain._rw.release_read()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self._chain._rw.release_read()
 
 
 class Chain:
@@ -291,12 +319,11 @@ class Chain:
         with self._block_lock:
             if not self.has_genesis():
                 raise BlockError("the chain has no genesis")
-            h = self.height + 1 if height is None else height
-            if h != self.height + 1:
+            last = self._store.get_height()
+            h = last + 1 if height is None else height
+            if h != last + 1:
                 # Expiries and epoch boundaries happen at exact heights: a gap would skip them.
-                raise BlockError(
-                    f"block height {h} does not follow the last committed {self.height}"
-                )
+                raise BlockError(f"block height {h} does not follow the last committed {last}")
             msgs = list(txs)
             rejected: dict[int, TxResult] = {}
             while True:
@@ -402,16 +429,9 @@ class Chain:
         )
 
     # queries (read the last committed block)
-    @contextmanager
-    def read(self) -> Iterator[Keeper]:
+    def read(self) -> AbstractContextManager[Keeper]:
         """A read-only keeper over the last committed block, held consistent while in use."""
-        with self._rw.read():
-            yield Keeper(
-                ReadOnlyStore(self._store.backend),
-                self._chain_id,
-                self._params,
-                self._extension_params,
-            )
+        return _CommittedRead(self)
 
     def get_params(self) -> ModuleParams:
         """A copy of the params in force, the chain's and the extension's (the chain's own copies

@@ -50,19 +50,21 @@ class RWLock:
         finally:
             self._waiting -= 1
 
-    def _acquire_read(self) -> None:
+    def acquire_read(self) -> None:
+        """read()'s entry, for a caller that makes its own guard (release with release_read)."""
         with self._lock:
             while self._writer or self._writers_waiting:
                 self._wait()
             self._readers += 1
 
-    def _release_read(self) -> None:
+    def release_read(self) -> None:
         with self._lock:
             self._readers -= 1
             if self._readers == 0 and self._waiting:
                 self._cond.notify_all()
 
-    def _acquire_write(self) -> None:
+    def acquire_write(self) -> None:
+        """write()'s entry (release with release_write)."""
         with self._lock:
             if self._writer or self._readers:
                 self._writers_waiting += 1
@@ -73,7 +75,7 @@ class RWLock:
                     self._writers_waiting -= 1
             self._writer = True
 
-    def _release_write(self) -> None:
+    def release_write(self) -> None:
         with self._lock:
             self._writer = False
             if self._waiting:
@@ -87,10 +89,10 @@ class _ReadGuard:
         self._lock = lock
 
     def __enter__(self) -> None:
-        self._lock._acquire_read()
+        self._lock.acquire_read()
 
     def __exit__(self, *exc: object) -> None:
-        self._lock._release_read()
+        self._lock.release_read()
 
 
 class _WriteGuard:
@@ -100,7 +102,7 @@ class _WriteGuard:
         self._lock = lock
 
     def __enter__(self) -> None:
-        self._lock._acquire_write()
+        self._lock.acquire_write()
 
     def __exit__(self, *exc: object) -> None:
-        self._lock._release_write()
+        self._lock.release_write()

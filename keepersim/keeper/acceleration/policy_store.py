@@ -100,7 +100,8 @@ class ChainPolicyStore(PolicyStore):
             self.verify_unchanged()
         self._write_entries()
         self._queue.flush()
-        self._items.flush()
+        if self._items is not None:
+            self._items.flush()
         if self._buffer is not None:
             self._buffer.give_memo(self._state, self.memo)
 

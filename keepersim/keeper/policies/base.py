@@ -233,6 +233,7 @@ class PolicyStore:
         "_dirty",
         "_queue",
         "_items",
+        "_prefix",
         "_log",
     )
 
@@ -258,9 +259,10 @@ class PolicyStore:
         # (only this PolicyStore writes the policy's entries while a block is processed).
         self._absent: set[str] = set()
         self._dirty: set[str] = set()
-        open_queue = self._open_queue
-        self._queue = open_queue(store, keys.POLICY_QUEUE + policy.prefix, height)
-        self._items = open_queue(store, keys.POLICY_ITEMS + policy.prefix, height)
+        self._prefix = policy.prefix
+        self._queue = self._open_queue(store, keys.POLICY_QUEUE + policy.prefix, height)
+        # Opened when first used: most policies never schedule an item.
+        self._items: HeightQueue | None = None
 
     # -- entries -----------------------------------------------------------------------------
     def get(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
@@ -317,7 +319,7 @@ class PolicyStore:
             self.delete(address)
         self._entries.clear()  # entries decoded but never stored go too
         self._queue.clear()
-        self._items.clear()
+        self._get_items().clear()
         for height, _ in self.get_log_records():
             self.delete_log(height)
         return addresses
@@ -345,10 +347,17 @@ class PolicyStore:
 
     def schedule_item(self, height: int, item: str) -> None:
         """Like schedule, for an item of the policy's own choosing (e.g. an inference id)."""
-        self._items.schedule(height, item)
+        self._get_items().schedule(height, item)
 
     def pop_due_items(self) -> list[str]:
-        return self._items.pop_due()
+        return self._get_items().pop_due()
+
+    def _get_items(self) -> HeightQueue:
+        items = self._items
+        if items is None:
+            prefix = keys.POLICY_ITEMS + self._prefix
+            items = self._items = self._open_queue(self._store, prefix, self.height)
+        return items
 
     # -- the log: one record per height the policy chooses, kept until it deletes it ---------
     def set_log(self, height: int, message: Message) -> None:
