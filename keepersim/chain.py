@@ -94,7 +94,8 @@ class BlockResult:
     gas_by_step: Mapping[str, int] = field(default_factory=dict)
 
     def get_failed(self) -> list[TxResult]:
-        return [r for r in self.tx_results if not r.ok]
+        results = self.tx_results
+        return [r for r in results if not r.ok] if results else []
 
 
 MetaHook = Callable[[BlockResult], Mapping[bytes, bytes | None]]
@@ -391,7 +392,7 @@ class Chain:
                     buffer.merge_nested()
                     gas = buffer.gas - before
                     gas_by_step[kind] = gas_by_step.get(kind, 0) + gas
-                    results.append(TxResult(i, kind, True, gas_used=gas))
+                    results.append(TxResult(i, kind, True, "", gas))
                     registered = registered or kind in _REGISTRATION_KINDS
             end_block(ctx, gas_by_step)
             reset = (
