@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -78,10 +78,11 @@ class TxResult:
     gas_used: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BlockResult:
     """``gas_used``: the block's gas, begin block, messages and end block; ``gas_by_step``: it
-    by ``begin_block``, message kind (its messages summed) and end-block step name."""
+    by ``begin_block``, message kind (its messages summed) and end-block step name. Not changed
+    once made; not frozen, as TxResult: one is made per block."""
 
     height: int
     app_hash: bytes
@@ -91,7 +92,8 @@ class BlockResult:
     gas_by_step: Mapping[str, int] = field(default_factory=dict)
 
     def get_failed(self) -> list[TxResult]:
-        return [r for r in self.tx_results if not r.ok]
+        results = self.tx_results
+        return [r for r in results if not r.ok] if results else []
 
 
 MetaHook = Callable[[BlockResult], Mapping[bytes, bytes | None]]
@@ -124,6 +126,33 @@ class Selection:
     panic: bool
 
 
+class _CommittedRead:
+    """Chain.read(): ``with`` it, a read-only keeper over the last committed block, the chain's
+    read lock held (a class, not a generator: the chain reads at every block)."""
+
+    __slots__ = ("_chain",)
+
+    def __init__(self, chain: Chain) -> None:
+        self._chain = chain
+
+    def __enter__(self) -> Keeper:
+        chain = self._chain
+        chain._rw.acquire_read()
+        try:
+            return Keeper(
+                ReadOnlyStore(chain._store.backend),
+                chain._chain_id,
+                chain._params,
+                chain._extension_params,
+            )
+        except BaseException:
+            chain._rw.release_read()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self._chain._rw.release_read()
+
+
 class Chain:
     """A keepersim chain: genesis, blocks, messages, queries, selection, events."""
 
@@ -149,6 +178,9 @@ class Chain:
             lambda ext: get_pipeline_rules(self.get_policy_object(ext.health_params.policy), ext)
         )
         self._policies: dict[str, HealthPolicy] = {}
+        # The policy of the block's extension params, looked up once per params object (the
+        # chain replaces its params on a change and never edits them).
+        self._block_policy: tuple[ExtensionParams | None, HealthPolicy] = (None, HealthPolicy())
         self._override = None if policy_override is None else get_override(policy_override)
         self._chain_id = ""
         # Decoded params of the last commit (read-only; replaced, never mutated).
@@ -286,12 +318,11 @@ class Chain:
         with self._block_lock:
             if not self.has_genesis():
                 raise BlockError("the chain has no genesis")
-            h = self.height + 1 if height is None else height
-            if h != self.height + 1:
+            last = self._store.get_height()
+            h = last + 1 if height is None else height
+            if h != last + 1:
                 # Expiries and epoch boundaries happen at exact heights: a gap would skip them.
-                raise BlockError(
-                    f"block height {h} does not follow the last committed {self.height}"
-                )
+                raise BlockError(f"block height {h} does not follow the last committed {last}")
             msgs = list(txs)
             rejected: dict[int, TxResult] = {}
             while True:
@@ -316,7 +347,12 @@ class Chain:
         try:
             keeper = Keeper(buffer, self._chain_id, self._params, self._extension_params)
             begin_block(keeper, h)
-            policy = self.get_policy_object(keeper.get_extension_params().health_params.policy)
+            ext = keeper.get_extension_params()
+            params_policy = self._block_policy
+            if params_policy[0] is not ext:  # new params (or the first block): look it up
+                params_policy = (ext, self.get_policy_object(ext.health_params.policy))
+                self._block_policy = params_policy
+            policy = params_policy[1]
             ctx = BlockContext(keeper, policy, h)
             gas_by_step: dict[str, int] = {"begin_block": buffer.gas}  # the block's set-up too
             results = []
@@ -354,7 +390,7 @@ class Chain:
                     buffer.merge_nested()
                     gas = buffer.gas - before
                     gas_by_step[kind] = gas_by_step.get(kind, 0) + gas
-                    results.append(TxResult(i, kind, True, gas_used=gas))
+                    results.append(TxResult(i, kind, True, "", gas))
                     registered = registered or kind in _REGISTRATION_KINDS
             end_block(ctx, gas_by_step)
             reset = (
@@ -392,16 +428,9 @@ class Chain:
         )
 
     # queries (read the last committed block)
-    @contextmanager
-    def read(self) -> Iterator[Keeper]:
+    def read(self) -> AbstractContextManager[Keeper]:
         """A read-only keeper over the last committed block, held consistent while in use."""
-        with self._rw.read():
-            yield Keeper(
-                ReadOnlyStore(self._store.backend),
-                self._chain_id,
-                self._params,
-                self._extension_params,
-            )
+        return _CommittedRead(self)
 
     def get_params(self) -> ModuleParams:
         """A copy of the params in force, the chain's and the extension's (the chain's own copies

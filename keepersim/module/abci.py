@@ -64,17 +64,32 @@ def flush_policy_store(ctx: BlockContext) -> None:
     ctx.policy_store.flush()
 
 
+_NamedStep = tuple[Callable[[BlockContext], None], str]
+# The steps with their names (gas_by_step's keys), made once per END_BLOCK_STEPS tuple (a test
+# may put in its own): end block runs in every block.
+_named: tuple[tuple[Callable[[BlockContext], None], ...], tuple[_NamedStep, ...]] = ((), ())
+
+
+def _get_named_steps() -> tuple[_NamedStep, ...]:
+    global _named
+    steps, named = _named
+    if steps is not END_BLOCK_STEPS:
+        steps = END_BLOCK_STEPS
+        named = tuple((step, step.__name__) for step in (*steps, flush_policy_store))
+        _named = steps, named
+    return named
+
+
 def end_block(ctx: BlockContext, gas_by_step: dict[str, int] | None = None) -> None:
     """The steps in order, then the policy's writes. ``gas_by_step``: each step's gas (the
     block buffer's, keepersim/store/gas.py) added under the step's name."""
     store = ctx.keeper.store
-    meter = store if gas_by_step is not None and isinstance(store, BlockBuffer) else None
-    gas = {} if gas_by_step is None else gas_by_step
-    for step in (*END_BLOCK_STEPS, flush_policy_store):
-        if meter is None:
+    if gas_by_step is None or not isinstance(store, BlockBuffer):
+        for step, _ in _get_named_steps():
             step(ctx)
-            continue
-        before = meter.gas
+        return
+    gas = gas_by_step
+    for step, name in _get_named_steps():
+        before = store.gas
         step(ctx)
-        name = step.__name__
-        gas[name] = gas.get(name, 0) + meter.gas - before
+        gas[name] = gas.get(name, 0) + store.gas - before

@@ -24,6 +24,8 @@ APP_HASH_KEY = META_PREFIX + b"app_hash"
 RUN_META_PREFIX = META_PREFIX + b"run/"
 """Unhashed metadata a caller commits with a block (e.g. a resumable run's checkpoint)."""
 
+_NO_TERMS: Mapping[bytes, int] = {}  # a commit of no entry: no new app-hash term (never written)
+
 
 class CommitStore:
     """Owns a backend behind the state cache (keepersim.store.cache); hands out one BlockBuffer
@@ -97,15 +99,22 @@ class CommitStore:
             raise ValueError("buffer belongs to a different backend")
         if height < 0 or (self._has_commit and height <= self._height):
             raise ValueError(f"height {height} must be above last committed {self._height}")
-        for key in meta or ():
-            if not key.startswith(RUN_META_PREFIX):
-                raise ValueError(f"meta key {key!r} must start with {RUN_META_PREFIX!r}")
+        if meta:
+            for key in meta:
+                if not key.startswith(RUN_META_PREFIX):
+                    raise ValueError(f"meta key {key!r} must start with {RUN_META_PREFIX!r}")
         changes = buffer.get_changes()
         cache = self.backend
-        delta, terms = cache.compute_sum_change(changes)
-        state_sum = self._state_sum + delta
-        state_sum %= MODULUS
-        app_hash = compute_app_hash(state_sum)
+        terms: Mapping[bytes, int]
+        if changes:
+            delta, terms = cache.compute_sum_change(changes)
+            state_sum = (self._state_sum + delta) % MODULUS
+        else:
+            terms = _NO_TERMS
+            state_sum = self._state_sum
+        # The same sum, the same hash: a block that changed no entry (most blocks of a quiet
+        # chain) hashes nothing.
+        app_hash = self._app_hash if state_sum == self._state_sum else compute_app_hash(state_sum)
         changes[HEIGHT_KEY] = height.to_bytes(8, "big")
         changes[STATE_SUM_KEY] = state_sum.to_bytes(32, "big")
         changes[APP_HASH_KEY] = app_hash

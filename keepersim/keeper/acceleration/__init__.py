@@ -7,6 +7,7 @@ acceleration layer", lists them all with their tests).
 * :mod:`.policy_store`: the chain's side of a policy's store (ChainPolicyStore: writing the
   block's entries, the memo handed between blocks, the checks of the tests) and the few calls a
   policy's own index (``<policy>_index.py``) makes on it.
+* :mod:`.queue_index`: a policy's wake-up queue that skips the store when nothing stored is due.
 * :mod:`.verdict_memo`: the chain's verdict memo between blocks (SelectionIndex, ModelTable).
 
 The state cache beneath the block buffer (keepersim.store.cache) is the state's part of it.

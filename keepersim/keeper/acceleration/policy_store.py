@@ -19,9 +19,16 @@ from typing import ClassVar, TypeVar
 from google.protobuf.message import Message
 
 from keepersim.keeper.acceleration.hints import BlockHints
+from keepersim.keeper.acceleration.queue_index import IndexedHeightQueue
 from keepersim.keeper.keeper import Keeper
-from keepersim.keeper.policies.base import Health, HealthPolicy, PolicyReader, PolicyStore
-from keepersim.store.buffer import BlockBuffer
+from keepersim.keeper.policies.base import (
+    Health,
+    HealthPolicy,
+    HeightQueue,
+    PolicyReader,
+    PolicyStore,
+)
+from keepersim.store.buffer import BlockBuffer, KVStore
 from keepersim.store.cache import StateCache
 
 #: The keeper a ChainPolicyStore opens over (the policies' _api adapters name it from here).
@@ -37,6 +44,13 @@ class ChainPolicyStore(PolicyStore):
 
     #: Off: every function below takes its plain form (tests compare the two).
     hints_enabled: ClassVar[bool] = True
+
+    @staticmethod
+    def _open_queue(store: KVStore, prefix: bytes, height: int) -> HeightQueue:
+        """The block's wake-up queues skip the store when nothing stored is due (queue_index)."""
+        if ChainPolicyStore.hints_enabled and isinstance(store, BlockBuffer):
+            return IndexedHeightQueue(store, prefix, height)
+        return HeightQueue(store, prefix, height)
 
     def __init__(self, keeper: Keeper, policy: HealthPolicy, height: int) -> None:
         super().__init__(keeper, policy, height)
@@ -86,7 +100,8 @@ class ChainPolicyStore(PolicyStore):
             self.verify_unchanged()
         self._write_entries()
         self._queue.flush()
-        self._items.flush()
+        if self._items is not None:
+            self._items.flush()
         if self._buffer is not None:
             self._buffer.give_memo(self._state, self.memo)
 

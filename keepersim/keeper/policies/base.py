@@ -104,18 +104,25 @@ class HeightQueue:
         """Items due at a height <= ``height`` (default: now), distinct and sorted; removed from
         the queue."""
         now = self._height if height is None else height
+        items = self._pop_stored(now)
+        for due in [h for h in self._pending if h <= now]:
+            items.update(self._pending.pop(due))
+        return sorted(items)
+
+    def _pop_stored(self, now: int) -> set[str]:
+        """The stored items due by ``now``, their keys deleted."""
         store = self._store
         items: set[str] = set()
         stop = self._prefix + keys.height_key(now + 1)
         for key, raw in list(store.iterate(self._prefix, stop)):
             store.delete(key)
             items.update(keys.decode_address_set(raw))
-        for due in [h for h in self._pending if h <= now]:
-            items.update(self._pending.pop(due))
-        return sorted(items)
+        return items
 
     def flush(self) -> None:
         """Write the block's wake-ups, one key per height."""
+        if not self._pending:
+            return
         store = self._store
         for height in sorted(self._pending):
             key = self._prefix + keys.height_key(height)
@@ -226,8 +233,14 @@ class PolicyStore:
         "_dirty",
         "_queue",
         "_items",
+        "_prefix",
         "_log",
     )
+
+    @staticmethod
+    def _open_queue(store: KVStore, prefix: bytes, height: int) -> HeightQueue:
+        """A wake-up queue of the block (the chain's store opens them with their speed-up)."""
+        return HeightQueue(store, prefix, height)
 
     def __init__(self, keeper: KeeperReads, policy: HealthPolicy, height: int) -> None:
         self.chain = ChainView(keeper)
@@ -246,8 +259,10 @@ class PolicyStore:
         # (only this PolicyStore writes the policy's entries while a block is processed).
         self._absent: set[str] = set()
         self._dirty: set[str] = set()
-        self._queue = HeightQueue(store, keys.POLICY_QUEUE + policy.prefix, height)
-        self._items = HeightQueue(store, keys.POLICY_ITEMS + policy.prefix, height)
+        self._prefix = policy.prefix
+        self._queue = self._open_queue(store, keys.POLICY_QUEUE + policy.prefix, height)
+        # Opened when first used: most policies never schedule an item.
+        self._items: HeightQueue | None = None
 
     # -- entries -----------------------------------------------------------------------------
     def get(self, address: str, decode: Callable[[bytes | None, str], M]) -> M:
@@ -304,13 +319,15 @@ class PolicyStore:
             self.delete(address)
         self._entries.clear()  # entries decoded but never stored go too
         self._queue.clear()
-        self._items.clear()
+        self._get_items().clear()
         for height, _ in self.get_log_records():
             self.delete_log(height)
         return addresses
 
     def _write_entries(self) -> None:
         """Write the entries set so far (before a read that goes to the store: iterate)."""
+        if not self._dirty:
+            return
         store = self._store
         for address in sorted(self._dirty):
             store.set_message(self._state + address.encode(), self._entries[address])
@@ -330,10 +347,17 @@ class PolicyStore:
 
     def schedule_item(self, height: int, item: str) -> None:
         """Like schedule, for an item of the policy's own choosing (e.g. an inference id)."""
-        self._items.schedule(height, item)
+        self._get_items().schedule(height, item)
 
     def pop_due_items(self) -> list[str]:
-        return self._items.pop_due()
+        return self._get_items().pop_due()
+
+    def _get_items(self) -> HeightQueue:
+        items = self._items
+        if items is None:
+            prefix = keys.POLICY_ITEMS + self._prefix
+            items = self._items = self._open_queue(self._store, prefix, self.height)
+        return items
 
     # -- the log: one record per height the policy chooses, kept until it deletes it ---------
     def set_log(self, height: int, message: Message) -> None:
