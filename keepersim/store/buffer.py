@@ -316,6 +316,11 @@ class BlockBuffer:
         the caller may mutate it."""
         return dict(self._pending)
 
+    def peek_changes(self) -> dict[bytes, bytes | None]:
+        """The pending writes themselves, key -> value (None: deleted), in write order: not a
+        copy, to read only (the commit, which discards the buffer right after)."""
+        return self._pending
+
     def discard(self) -> None:
         """Drop every pending write (after a failed block, or after commit)."""
         self._pending = {}

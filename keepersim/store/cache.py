@@ -282,9 +282,7 @@ class StateCache:
         as it was, or be metadata. Keys and values are bytes (the block buffer checked them)."""
         self._check_open()
         if self.verify_objects:
-            for key, (obj, raw) in written.items():
-                if raw is changes.get(key) and obj.SerializeToString() != raw:  # type: ignore[attr-defined]
-                    raise AssertionError(f"the object handed back for {key!r} was changed")
+            _verify_objects(changes, written)
         if (self._commits + 1) % self.write_every == 0:
             # Written first: if the backend refuses the batch, memory has not moved either.
             batch = dict(self._unwritten)
@@ -342,6 +340,127 @@ class StateCache:
         if unwritten is None and len(young) >= self._max_streamed:
             self._evict()
 
+    def commit_summed(
+        self,
+        changes: Mapping[bytes, bytes | None],
+        written: Mapping[bytes, tuple[object, bytes]],
+        memos: Mapping[object, object],
+        get_meta: Callable[[int], Mapping[bytes, bytes | None]],
+    ) -> None:
+        """One commit of ``changes`` (not changed here), summed and applied: ``get_meta`` is
+        given what the changes add to the state sum (compute_sum_change's) and returns the
+        unhashed metadata entries (reserved keys, None: deleted) committed with them.
+
+        A commit that writes back computes the sum first (commit_changes: a refused batch
+        leaves memory as it was). The others cannot fail once their old values are in memory,
+        so they take each key's old value and term once, in the pass that applies it."""
+        self._check_open()
+        if (self._commits + 1) % self.write_every == 0:
+            delta, terms = self.compute_sum_change(changes) if changes else (0, {})
+            batch = dict(changes)
+            batch.update(get_meta(delta))
+            self.commit_changes(batch, terms, written, memos)
+            return
+        if self.verify_objects:
+            _verify_objects(changes, written)
+        streamed = self._streamed
+        young = self._young
+        if not self._complete:
+            # Read the streamed keys memory lacks now: the pass below then reads memory only.
+            old_gen = self._old
+            get = self.get
+            for key in changes:
+                if key and key[0] in streamed and key not in young and key not in old_gen:
+                    get(key)
+        resident = self._resident
+        resident_get = resident.get
+        add_key = self._resident_keys.add
+        remove_key = self._resident_keys.remove
+        young_get = young.get
+        terms = self._terms
+        terms_get = terms.get
+        terms_pop = terms.pop
+        get_term = self.get_term
+        term = compute_entry_term
+        unwritten = self._unwritten
+        fresh = self._fresh
+        objects = self._decoded
+        forget_object = objects.pop
+        written_get = written.get
+        unheld: list[bytes] = []  # fresh keys deleted: they never reach the backend
+        delta = 0
+        # Each key: its old term taken (before its new value is in memory: get_term reads
+        # it), then its new value applied, as commit_changes' pass does.
+        for key, value in changes.items():
+            entry = written_get(key)
+            if entry is not None and entry[1] is value:
+                objects[key] = entry
+            else:
+                forget_object(key, None)
+            if key and key[0] in streamed:
+                old = young_get(key, _MISSING)
+                if old is _MISSING:
+                    old = self.get(key)  # from the old generation (read above)
+                if old is not None:
+                    if old == value:
+                        young[key] = value
+                        continue
+                    known = terms_get(key)
+                    delta -= get_term(key) if known is None else known
+                young[key] = value
+                if value is None:
+                    terms_pop(key, None)
+                else:
+                    new = terms[key] = term(key, value)
+                    delta += new
+            elif value is None:
+                old = resident_get(key)
+                if old is not None:
+                    known = terms_get(key)
+                    delta -= get_term(key) if known is None else known
+                    del resident[key]
+                    remove_key(key)
+                terms_pop(key, None)
+                if key in fresh:
+                    unheld.append(key)
+            else:
+                old = resident_get(key)
+                if old is None:
+                    add_key(key)
+                    # Absent from the state and untouched since the last write-back: absent
+                    # from the backend too.
+                    if key not in unwritten:
+                        fresh.add(key)
+                    new = terms[key] = term(key, value)
+                    delta += new
+                elif old != value:
+                    known = terms_get(key)
+                    delta -= get_term(key) if known is None else known
+                    new = terms[key] = term(key, value)
+                    delta += new
+                resident[key] = value
+        unwritten.update(changes)
+        meta = get_meta(delta)
+        for key, value in meta.items():  # reserved keys: resident, never hashed
+            forget_object(key, None)
+            if value is None:
+                if resident.pop(key, None) is not None:
+                    remove_key(key)
+                if key in fresh:
+                    unheld.append(key)
+            else:
+                if key not in resident:
+                    add_key(key)
+                    if key not in unwritten:
+                        fresh.add(key)
+                resident[key] = value
+        unwritten.update(meta)
+        for key in unheld:
+            del unwritten[key]
+            fresh.discard(key)
+        self._memos = dict(memos)
+        self._commits += 1
+
     def flush(self) -> None:
         """Write everything committed since the last write-back to the backend, in one batch."""
         if self._unwritten:
@@ -397,6 +516,15 @@ class StateCache:
 
 
 _LIVE: weakref.WeakSet[StateCache] = weakref.WeakSet()
+
+
+def _verify_objects(
+    changes: Mapping[bytes, bytes | None], written: Mapping[bytes, tuple[object, bytes]]
+) -> None:
+    """Each handed-back object must encode to the bytes written for it (StateCache.verify_objects)."""
+    for key, (obj, raw) in written.items():
+        if raw is changes.get(key) and obj.SerializeToString() != raw:  # type: ignore[attr-defined]
+            raise AssertionError(f"the object handed back for {key!r} was changed")
 
 
 def forget_all_derived() -> None:

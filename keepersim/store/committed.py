@@ -24,8 +24,6 @@ APP_HASH_KEY = META_PREFIX + b"app_hash"
 RUN_META_PREFIX = META_PREFIX + b"run/"
 """Unhashed metadata a caller commits with a block (e.g. a resumable run's checkpoint)."""
 
-_NO_TERMS: Mapping[bytes, int] = {}  # a commit of no entry: no new app-hash term (never written)
-
 
 class CommitStore:
     """Owns a backend behind the state cache (keepersim.store.cache); hands out one BlockBuffer
@@ -103,24 +101,31 @@ class CommitStore:
             for key in meta:
                 if not key.startswith(RUN_META_PREFIX):
                     raise ValueError(f"meta key {key!r} must start with {RUN_META_PREFIX!r}")
-        changes = buffer.get_changes()
-        cache = self.backend
-        terms: Mapping[bytes, int]
-        if changes:
-            delta, terms = cache.compute_sum_change(changes)
+        state_sum = self._state_sum
+        app_hash = self._app_hash
+
+        def get_meta(delta: int) -> dict[bytes, bytes | None]:
+            nonlocal state_sum, app_hash
             state_sum = (self._state_sum + delta) % MODULUS
-        else:
-            terms = _NO_TERMS
-            state_sum = self._state_sum
-        # The same sum, the same hash: a block that changed no entry (most blocks of a quiet
-        # chain) hashes nothing.
-        app_hash = self._app_hash if state_sum == self._state_sum else compute_app_hash(state_sum)
-        changes[HEIGHT_KEY] = height.to_bytes(8, "big")
-        changes[STATE_SUM_KEY] = state_sum.to_bytes(32, "big")
-        changes[APP_HASH_KEY] = app_hash
-        if meta:
-            changes.update(meta)  # None deletes
-        cache.commit_changes(changes, terms, buffer.get_written(), buffer.get_memos())
+            # The same sum, the same hash: a block that changed no entry (most blocks of a
+            # quiet chain) hashes nothing.
+            app_hash = (
+                self._app_hash if state_sum == self._state_sum else compute_app_hash(state_sum)
+            )
+            entries: dict[bytes, bytes | None] = {
+                HEIGHT_KEY: height.to_bytes(8, "big"),
+                STATE_SUM_KEY: state_sum.to_bytes(32, "big"),
+                APP_HASH_KEY: app_hash,
+            }
+            if meta:
+                entries.update(meta)  # None deletes
+            return entries
+
+        # The buffer's own pending writes (not a copy): the cache does not change them, and
+        # the buffer is emptied right after.
+        self.backend.commit_summed(
+            buffer.peek_changes(), buffer.get_written(), buffer.get_memos(), get_meta
+        )
         self._has_commit = True
         self._height = height
         self._state_sum = state_sum
