@@ -45,7 +45,12 @@ class KeyIndex:
         if group is None:
             self._groups[key[:1]] = [key]
         elif isinstance(group, list):
-            insort(group, key)
+            if (
+                not group or group[-1] < key
+            ):  # a timeout's key: its height is the collection's newest
+                group.append(key)
+            else:
+                insort(group, key)
             if len(group) > self._large:
                 self._groups[key[:1]] = SortedList(group)
         else:
@@ -55,7 +60,10 @@ class KeyIndex:
         """Remove ``key``, which the index holds."""
         group = self._groups[key[:1]]
         if isinstance(group, list):
-            del group[bisect_left(group, key)]
+            if group[0] == key:  # a due timeout: its height is the collection's oldest
+                del group[0]
+            else:
+                del group[bisect_left(group, key)]
         else:
             group.remove(key)
 
