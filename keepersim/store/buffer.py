@@ -311,11 +311,6 @@ class BlockBuffer:
                 puts[key] = value
         return puts, deletes
 
-    def get_changes(self) -> dict[bytes, bytes | None]:
-        """A fresh copy of the pending writes, key -> value (None: deleted), in write order;
-        the caller may mutate it."""
-        return dict(self._pending)
-
     def peek_changes(self) -> dict[bytes, bytes | None]:
         """The pending writes themselves, key -> value (None: deleted), in write order: not a
         copy, to read only (the commit, which discards the buffer right after)."""
