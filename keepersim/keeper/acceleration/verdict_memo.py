@@ -181,11 +181,13 @@ class SelectionIndex:
             # Each one handed over is the very verdict held: process_memo would change nothing
             # (process_due skips them, none lapsed), only restamp.
             dirty.clear()
-        table = memo.table
-        if table is None:
+        last = memo.table
+        if last is None:
             table = self.process_memo(model, memo, height, _ask_nobody)
-        elif table.height != height:
-            table = memo.table = compute_restamped_table(table, height)
+        elif last.height != height:
+            table = memo.table = compute_restamped_table(last, height)
+        else:
+            table = last
         self.tables[model] = table
         return table
 
