@@ -26,9 +26,11 @@ from test_properties import (
 from keepersim.chain import BlockResult, Chain
 from keepersim.keeper.acceleration.policy_store import ChainPolicyStore
 from keepersim.keeper.acceleration.verdict_memo import SelectionIndex
+from keepersim.keeper.policies import gonka_index
 from keepersim.keeper.policies.base import ParamsView
 from keepersim.keeper.selection import SelectionTable
 from keepersim.types.errors import KeepersimError
+from keepersim.types.params import get_cb_settings
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 
 
@@ -135,3 +137,65 @@ def test_params_view_derives_once_per_params_object_and_again_for_new_ones() -> 
     second.health_params.trin_additive.window_blocks = 40
     assert view.get(second) == 40 == derive(second)
     assert len(calls) == 4  # two derivations by the view, two by hand
+
+
+@pytest.mark.parametrize("shadow", [False, True], ids=["gated", "shadow"])
+def test_verdicts_handed_back_unchanged_are_answered_by_a_restamp(
+    shadow: bool, monkeypatch: Any
+) -> None:
+    """gonka hands over the verdict of every participant its end block judged, most often the
+    very verdict the memo holds (ADMITTED): get_memo_table then answers with a restamp, without
+    process_memo, and the table equals at every height one a chain with no memo computes."""
+    restamped: list[int] = []
+    get_memo = SelectionIndex.get_memo_table
+    process = SelectionIndex.process_memo
+
+    def spy(index: SelectionIndex, model: str, height: int) -> SelectionTable | None:
+        dirty = bool(index.dirty.get(model))
+        calls_before = len(processed)
+        table = get_memo(index, model, height)
+        if table is not None and dirty and len(processed) == calls_before:
+            restamped.append(height)
+        return table
+
+    processed: list[int] = []
+
+    def spy_process(index: SelectionIndex, model: str, *args: Any) -> SelectionTable:
+        processed.append(1)
+        return process(index, model, *args)
+
+    monkeypatch.setattr(SelectionIndex, "get_memo_table", spy)
+    monkeypatch.setattr(SelectionIndex, "process_memo", spy_process)
+    params = make_policy_params("gonka")
+    params.extension_params.health_params.shadow = shadow
+    genesis = make_policy_genesis(params, dict(zip(ADDRESSES, [1 << 17] * 5, strict=True)))
+    steps = [Step(starts=(0, 1, 2), finishes=(), declines=(), wait=0) for _ in range(4)]
+    steps += [Step(starts=(0, 1), finishes=(0, 1, 2), declines=(), wait=0) for _ in range(12)]
+    with Chain.open(memory=True, genesis=genesis) as chain:
+        deliver = chain.deliver_block
+
+        def deliver_and_check(*args: Any, **kwargs: Any) -> BlockResult:
+            result = deliver(*args, **kwargs)
+            memo = get_table_or_error(chain)
+            dropped = Chain(chain._store.backend)  # noqa: SLF001 - the same committed state
+            assert memo == get_table_or_error(dropped), chain.height
+            return result
+
+        chain.deliver_block = deliver_and_check  # type: ignore[method-assign]
+        run(chain, steps, check=False)
+    assert restamped
+
+
+def test_gonka_settings_derive_once_per_params_object() -> None:
+    """gonka_index.get_cb_settings equals types.params.get_cb_settings for each params object,
+    and a new object (new params, or the same values) is derived afresh."""
+    first = ExtensionParams(cb_min_samples=9, cb_miss_threshold_pct=0)
+    assert gonka_index.get_cb_settings(first) == get_cb_settings(first)
+    assert gonka_index.get_cb_settings(first) is gonka_index.get_cb_settings(first)
+    second = ExtensionParams()
+    second.CopyFrom(first)
+    second.cb_max_cooldown_blocks = 70
+    assert gonka_index.get_cb_settings(second) == get_cb_settings(second)
+    assert gonka_index.get_cb_settings(second).max_cooldown_blocks == 70
+    assert gonka_index.get_cb_settings(first) == get_cb_settings(first)
+    assert gonka_index.get_cb_settings(first).max_cooldown_blocks == 500

@@ -161,11 +161,33 @@ class SelectionIndex:
         if expiry and expiry[0][0] < height:
             return None  # a verdict lapsed: what comes next may need the policy
         pushed, position = self.pushed, memo.position
-        for address in self.dirty.get(model, ()):
-            health = pushed.get(address)
-            if (health is None or health.valid_until < height) and address in position:
-                return None  # the policy must say it
-        table = self.process_memo(model, memo, height, _ask_nobody)
+        dirty = self.dirty.get(model)
+        if dirty:
+            healths = memo.state.healths
+            moved = False
+            for address in dirty:
+                i = position.get(address)
+                if i is None:
+                    continue
+                health = pushed.get(address)
+                if health is None or health.valid_until < height:
+                    return None  # the policy must say it
+                if health is not healths[i]:
+                    moved = True
+            if moved:
+                table = self.process_memo(model, memo, height, _ask_nobody)
+                self.tables[model] = table
+                return table
+            # Each one handed over is the very verdict held: process_memo would change nothing
+            # (process_due skips them, none lapsed), only restamp.
+            dirty.clear()
+        last = memo.table
+        if last is None:
+            table = self.process_memo(model, memo, height, _ask_nobody)
+        elif last.height != height:
+            table = memo.table = compute_restamped_table(last, height)
+        else:
+            table = last
         self.tables[model] = table
         return table
 

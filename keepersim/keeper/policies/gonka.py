@@ -24,10 +24,14 @@ from keepersim.keeper.policies.base import (
     PolicyReader,
     PolicyStore,
 )
-from keepersim.keeper.policies.gonka_index import get_rate_rule_candidates, hand_verdict
+from keepersim.keeper.policies.gonka_index import (
+    get_cb_settings,
+    get_rate_rule_candidates,
+    hand_verdict,
+)
 from keepersim.types.events import Outcome
 from keepersim.types.messages import CurrentEpochStats, Inference, Participant
-from keepersim.types.params import CbSettings, get_cb_settings
+from keepersim.types.params import CbSettings
 from keepersim.types.pb.keepersim.v1.health_pb2 import EXCLUDED, HEALTHY, PROBE, CircuitBreakerEntry
 
 STATE_NAMES = {HEALTHY: "healthy", EXCLUDED: "excluded", PROBE: "probe"}

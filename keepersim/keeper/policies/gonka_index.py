@@ -4,6 +4,8 @@ equal by tests/policies/test_acceleration.py.
 * Pass 2 of UpdateCBStateForBlock looks at the participants written in this block instead of
   every participant: one not written keeps the stats it was last judged on.
 * Each verdict the end block computes is handed to the chain, so its table need not ask.
+* The breaker's settings are derived once per params object (the chain replaces its params on
+  a change and never edits them), not in every end block.
 """
 
 from __future__ import annotations
@@ -14,6 +16,25 @@ from collections.abc import Callable
 # may still be importing the policies' base.
 from keepersim.keeper.acceleration import policy_store as acceleration
 from keepersim.keeper.policies.base import Health, PolicyStore
+from keepersim.types import params as chain_params
+from keepersim.types.params import CbSettings
+from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
+
+# The last params object asked about and its settings, in one tuple (swapped whole: a thread
+# reads a consistent pair); holding the object keeps its id from being reused.
+_last_settings: tuple[ExtensionParams | None, CbSettings] = (None, chain_params.CB_DEFAULTS)
+
+
+def get_cb_settings(params: ExtensionParams) -> CbSettings:
+    """types.params.get_cb_settings of ``params``, derived again only for another object
+    (plain form: derived at every call)."""
+    global _last_settings
+    last, settings = _last_settings
+    if last is params:
+        return settings
+    settings = chain_params.get_cb_settings(params)
+    _last_settings = (params, settings)
+    return settings
 
 
 def hand_verdict(ctx: PolicyStore, address: str, health: Health) -> None:
