@@ -36,7 +36,7 @@ from keepersim.keeper.selection import (
 )
 from keepersim.module.abci import begin_block, end_block
 from keepersim.module.genesis import export_genesis, init_genesis
-from keepersim.module.msg_server import get_message_kind, process_msg
+from keepersim.module.msg_server import get_message_route
 from keepersim.rwlock import RWLock
 from keepersim.store.committed import CommitStore
 from keepersim.store.kv import KVBackend, prefix_end
@@ -61,7 +61,7 @@ STORE_KINDS: tuple[StoreKind, ...] = ("leveldb", "memory")
 
 # Events after which the selection index starts afresh (their exact types: events are final).
 _RESET_EVENTS: frozenset[type] = frozenset({EpochSettled, ParticipantDeactivated})
-# Message kinds (get_message_kind) of a participant registration.
+# Message kinds (get_message_route) of a participant registration.
 _REGISTRATION_KINDS = frozenset({"MsgRegisterParticipant", "register_participant"})
 
 
@@ -365,13 +365,13 @@ class Chain:
                         buffer.gas += known.gas_used
                         gas_by_step[known.kind] = gas_by_step.get(known.kind, 0) + known.gas_used
                         continue
-                kind = get_message_kind(msg)
+                kind, handler = get_message_route(msg)
                 # Its own scope: a rejected message leaves no write, event or touched mark.
                 buffer.begin_nested()
                 mark = ctx.get_message_mark()
                 before = buffer.gas
                 try:
-                    process_msg(ctx, msg)
+                    handler(ctx, msg)
                 except KeepersimError as exc:
                     buffer.discard_nested()
                     if strict:

@@ -154,9 +154,10 @@ class Keeper:
         return address in self._participants or self.store.has(_P + address.encode())
 
     def set_participant(self, participant: Participant) -> None:
-        self.store.set_message(_P + participant.address.encode(), participant)
-        self._participants[participant.address] = participant
-        self.hints.touched.add(participant.address)
+        address = participant.address
+        self.store.set_message(_P + address.encode(), participant)
+        self._participants[address] = participant
+        self.hints.touched.add(address)
 
     def discard_cached(self) -> None:
         """Forget the decoded participants: after a rejected message they may hold its changes

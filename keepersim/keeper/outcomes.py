@@ -54,9 +54,9 @@ def process_sprt(ctx: BlockContext, participant: Participant, fails: int, passes
     constants = ctx.get_sprt_constants()
     if constants is None:  # extension_params.sprt_enabled is off
         return
-    stats = participant.current_epoch_stats
-    llr = compute_llr_update(get_llr(stats.inactiveLLR), fails, passes, constants)
-    set_llr(stats.inactiveLLR, llr)
+    stored = participant.current_epoch_stats.inactiveLLR
+    llr = compute_llr_update(get_llr(stored), fails, passes, constants)
+    set_llr(stored, llr)
     if participant.status == ACTIVE and is_sprt_failed(llr, constants):
         participant.status = INACTIVE
         epoch = ctx.keeper.get_effective_epoch_index()

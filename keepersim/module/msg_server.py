@@ -147,6 +147,8 @@ _HANDLERS: dict[type[Message], Callable[[BlockContext, Any], None]] = {
 # A module message's kind is its class name (the usual case: one dict lookup, as the dispatch).
 _KINDS: dict[type[Message], str] = {cls: cls.__name__ for cls in _HANDLERS}
 
+Handler = Callable[[BlockContext, Any], None]
+
 
 def get_message_kind(msg: Message) -> str:
     kind = _KINDS.get(type(msg))
@@ -155,6 +157,17 @@ def get_message_kind(msg: Message) -> str:
     if isinstance(msg, Tx):
         return msg.WhichOneof("msg") or "empty"
     return type(msg).__name__
+
+
+def get_message_route(msg: Message) -> tuple[str, Handler]:
+    """The message's kind (get_message_kind) and the handler that processes it: its own for a
+    module message (the chain's per-message loop calls it directly), else process_msg (which
+    unwraps a Tx or rejects it)."""
+    cls = type(msg)
+    handler = _HANDLERS.get(cls)
+    if handler is not None:
+        return _KINDS.get(cls) or cls.__name__, handler
+    return get_message_kind(msg), process_msg
 
 
 def process_msg(ctx: BlockContext, msg: Message) -> None:

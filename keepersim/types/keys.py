@@ -79,7 +79,11 @@ def inference_key(inference_id: str) -> bytes:
 
 
 def timeout_key(expiration_height: int, inference_id: str) -> bytes:
-    return encode_u64(expiration_height) + encode_str(inference_id, last=True)
+    """encode_u64 + encode_str(last=True), checked in one go (one key per inference start)."""
+    raw = inference_id.encode()
+    if 0 <= expiration_height <= U64_MAX and b"\x00" not in raw:
+        return expiration_height.to_bytes(8, "big") + raw
+    return encode_u64(expiration_height) + encode_str(inference_id, last=True)  # raises
 
 
 def decode_timeout_key(key: bytes) -> tuple[int, str]:
