@@ -71,6 +71,20 @@ def test_timeout_key_roundtrip(height: int, inference_id: str) -> None:
     assert keys.decode_timeout_key(keys.timeout_key(height, inference_id)) == (height, inference_id)
 
 
+@given(st.integers(min_value=-2, max_value=keys.U64_MAX + 2), st.text(max_size=12))
+def test_timeout_key_is_the_plain_composition(height: int, inference_id: str) -> None:
+    """timeout_key's one-go check gives encode_u64 + encode_str(last=True)'s bytes, or its error."""
+    try:
+        plain: bytes | None = keys.encode_u64(height) + keys.encode_str(inference_id, last=True)
+    except KeyCodecError:
+        plain = None
+    if plain is None:
+        with pytest.raises(KeyCodecError):
+            keys.timeout_key(height, inference_id)
+    else:
+        assert keys.timeout_key(height, inference_id) == plain
+
+
 @given(u64, text)
 def test_epoch_group_key_roundtrip(epoch: int, model: str) -> None:
     assert keys.decode_epoch_group_key(keys.epoch_group_key(epoch, model)) == (epoch, model)
