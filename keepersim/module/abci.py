@@ -64,32 +64,17 @@ def flush_policy_store(ctx: BlockContext) -> None:
     ctx.policy_store.flush()
 
 
-_NamedStep = tuple[Callable[[BlockContext], None], str]
-# The steps with their names (gas_by_step's keys), made once per END_BLOCK_STEPS tuple (a test
-# may put in its own): end block runs in every block.
-_named: tuple[tuple[Callable[[BlockContext], None], ...], tuple[_NamedStep, ...]] = ((), ())
-
-
-def _get_named_steps() -> tuple[_NamedStep, ...]:
-    global _named
-    steps, named = _named
-    if steps is not END_BLOCK_STEPS:
-        steps = END_BLOCK_STEPS
-        named = tuple((step, step.__name__) for step in (*steps, flush_policy_store))
-        _named = steps, named
-    return named
-
-
 def end_block(ctx: BlockContext, gas_by_step: dict[str, int] | None = None) -> None:
     """The steps in order, then the policy's writes. ``gas_by_step``: each step's gas (the
     block buffer's, keepersim/store/gas.py) added under the step's name."""
     store = ctx.keeper.store
+    steps = (*END_BLOCK_STEPS, flush_policy_store)
     if gas_by_step is None or not isinstance(store, BlockBuffer):
-        for step, _ in _get_named_steps():
+        for step in steps:
             step(ctx)
         return
-    gas = gas_by_step
-    for step, name in _get_named_steps():
+    for step in steps:
         before = store.gas
         step(ctx)
-        gas[name] = gas.get(name, 0) + store.gas - before
+        name = step.__name__
+        gas_by_step[name] = gas_by_step.get(name, 0) + store.gas - before
