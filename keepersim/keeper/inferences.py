@@ -101,16 +101,7 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
     requested_by = msg.requested_by or msg.creator
     epoch_id = keeper.get_effective_epoch_index()
     if existing is not None:
-        # The finish came first: the start completes the record; no expiry is queued.
-        inference = existing
-        inference.index = inference_id
-        inference.model = model
-        inference.requested_by = requested_by
-        inference.assigned_to = assigned_to
-        inference.start_block_height = height
-        inference.epoch_id = epoch_id
-        inference.max_tokens = msg.max_tokens
-        inference.prompt_token_count = msg.prompt_token_count
+        inference = existing  # the finish came first: the start completes it; no expiry queued
     else:
         keeper.set_timeout(height + ctx.expiration_blocks, inference_id)
         # The stored record, built once from the message's fields (set one by one: a third
@@ -118,14 +109,14 @@ def process_start_inference(ctx: BlockContext, msg: MsgStartInference) -> None:
         inference = Inference()
         inference.inference_id = inference_id
         inference.status = STARTED
-        inference.index = inference_id
-        inference.model = model
-        inference.requested_by = requested_by
-        inference.assigned_to = assigned_to
-        inference.start_block_height = height
-        inference.epoch_id = epoch_id
-        inference.max_tokens = msg.max_tokens
-        inference.prompt_token_count = msg.prompt_token_count
+    inference.index = inference_id
+    inference.model = model
+    inference.requested_by = requested_by
+    inference.assigned_to = assigned_to
+    inference.start_block_height = height
+    inference.epoch_id = epoch_id
+    inference.max_tokens = msg.max_tokens
+    inference.prompt_token_count = msg.prompt_token_count
     keeper.set_inference(inference)
     ctx.process_policy_start(assigned_to, inference)
     keeper.emit(InferenceStarted(height, inference_id, assigned_to))
