@@ -404,18 +404,22 @@ class ParamsView(Generic[T]):
     """What a policy derives from the params, derived once per params object: the chain
     replaces its params on a change and never edits them, so the same object gives the same."""
 
-    __slots__ = ("_derive", "_params", "_view")
+    __slots__ = ("_derive", "_last")
 
     def __init__(self, derive: Callable[[ExtensionParams], T]) -> None:
         self._derive = derive
-        self._params: ExtensionParams | None = None
-        self._view: T | None = None
+        # The last params object and its view, swapped as one tuple: a query thread reading
+        # while a block derives new ones sees a matching pair (holding the object keeps its id
+        # from being reused).
+        self._last: tuple[ExtensionParams, T] | None = None
 
     def get(self, params: ExtensionParams) -> T:
-        if params is not self._params or self._view is None:
-            self._view = self._derive(params)
-            self._params = params
-        return self._view
+        last = self._last
+        if last is not None and last[0] is params:
+            return last[1]
+        view = self._derive(params)
+        self._last = (params, view)
+        return view
 
 
 R = TypeVar("R")

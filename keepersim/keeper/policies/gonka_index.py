@@ -15,26 +15,18 @@ from collections.abc import Callable
 # The module, not its names: the policies package imports this while the acceleration layer
 # may still be importing the policies' base.
 from keepersim.keeper.acceleration import policy_store as acceleration
-from keepersim.keeper.policies.base import Health, PolicyStore
+from keepersim.keeper.policies.base import Health, ParamsView, PolicyStore
 from keepersim.types import params as chain_params
 from keepersim.types.params import CbSettings
 from keepersim.types.pb.keepersim.v1.extension_params_pb2 import ExtensionParams
 
-# The last params object asked about and its settings, in one tuple (swapped whole: a thread
-# reads a consistent pair); holding the object keeps its id from being reused.
-_last_settings: tuple[ExtensionParams | None, CbSettings] = (None, chain_params.CB_DEFAULTS)
+_settings: ParamsView[CbSettings] = ParamsView(chain_params.get_cb_settings)
 
 
 def get_cb_settings(params: ExtensionParams) -> CbSettings:
     """types.params.get_cb_settings of ``params``, derived again only for another object
     (plain form: derived at every call)."""
-    global _last_settings
-    last, settings = _last_settings
-    if last is params:
-        return settings
-    settings = chain_params.get_cb_settings(params)
-    _last_settings = (params, settings)
-    return settings
+    return _settings.get(params)
 
 
 def hand_verdict(ctx: PolicyStore, address: str, health: Health) -> None:
