@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runs import read_stable_report, run_keepersim
 
 from keepersim.sim.generate import generate_scenario
 from keepersim.sim.scenario import format_scenario_json
@@ -29,23 +30,6 @@ from keepersim.trace.reader import iterate_trace
 from keepersim.trace.records import TraceError
 
 BLOCKS = 500
-# Output fields that depend on the wall clock or on the output paths, not on the run.
-_UNSTABLE = frozenset({"wall_seconds", "inferences_per_second", "blocks_per_second", "trace_path"})
-
-
-def _keepersim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "keepersim.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=120,
-    )
-
-
-def _report(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return {k: v for k, v in data.items() if k not in _UNSTABLE}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +57,7 @@ def scenario_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def reference(scenario_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, bytes]:
     """The uninterrupted run's report and trace."""
     folder = tmp_path_factory.mktemp("reference")
-    done = _keepersim(
+    done = run_keepersim(
         "simulate",
         str(scenario_file),
         "--policy",
@@ -92,7 +76,7 @@ def reference(scenario_file: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         "lines": body.count(b"\n"),
         "sha256": hashlib.sha256(body).hexdigest(),
     }
-    return _report(folder / "out.json"), trace
+    return read_stable_report(folder / "out.json"), trace
 
 
 def _simulate_args(scenario: Path, folder: Path, *extra: str) -> list[str]:
@@ -126,15 +110,15 @@ def test_simulate_killed_and_resumed_ends_as_an_uninterrupted_run(
 ) -> None:
     args = _simulate_args(scenario_file, tmp_path)
     for i, point in enumerate(chain):
-        run = _keepersim(*args, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
+        run = run_keepersim(*args, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
         assert run.returncode == -signal.SIGKILL, (point, run.stderr)
         assert not (tmp_path / "out.json").exists()
         with pytest.raises(TraceError):  # the killed run's trace is never taken for a whole one
             list(iterate_trace(tmp_path / "trace.jsonl"))
-    done = _keepersim(*args, "--resume")
+    done = run_keepersim(*args, "--resume")
     assert done.returncode == 0, done.stderr
     report, trace = reference
-    assert _report(tmp_path / "out.json") == report
+    assert read_stable_report(tmp_path / "out.json") == report
     assert (tmp_path / "trace.jsonl").read_bytes() == trace
 
 
@@ -158,9 +142,9 @@ def test_simulate_killed_from_outside_at_a_random_instant_resumes(
         time.sleep(0.002)
     proc.kill()
     assert proc.wait() == -signal.SIGKILL
-    done = _keepersim(*args, "--resume")
+    done = run_keepersim(*args, "--resume")
     assert done.returncode == 0, done.stderr
-    assert _report(tmp_path / "out.json") == report
+    assert read_stable_report(tmp_path / "out.json") == report
     assert out.read_bytes() == trace
 
 
@@ -174,26 +158,26 @@ def test_a_resumed_run_spends_the_gas_of_an_uninterrupted_one(
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     whole.mkdir()
     resumed.mkdir()
-    done = _keepersim(*_simulate_args(scenario_file, whole, "--policy", policy))
+    done = run_keepersim(*_simulate_args(scenario_file, whole, "--policy", policy))
     assert done.returncode == 0, done.stderr
     args = _simulate_args(scenario_file, resumed, "--policy", policy)
-    killed = _keepersim(*args, env={KILL_AT_ENV: f"{BLOCKS // 2}:post"})
+    killed = run_keepersim(*args, env={KILL_AT_ENV: f"{BLOCKS // 2}:post"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    done = _keepersim(*args, "--resume")
+    done = run_keepersim(*args, "--resume")
     assert done.returncode == 0, done.stderr
-    report = _report(resumed / "out.json")
+    report = read_stable_report(resumed / "out.json")
     assert report["gas_total"] > 0 and report["policy"] == policy
-    assert report == _report(whole / "out.json")
+    assert report == read_stable_report(whole / "out.json")
 
 
 def test_resume_refuses_a_store_of_other_inputs(scenario_file: Path, tmp_path: Path) -> None:
     args = _simulate_args(scenario_file, tmp_path)
-    killed = _keepersim(*args, env={KILL_AT_ENV: "40:post"})
+    killed = run_keepersim(*args, env={KILL_AT_ENV: "40:post"})
     assert killed.returncode == -signal.SIGKILL
-    other = _keepersim(*args, "--resume", "--seed", "99")
+    other = run_keepersim(*args, "--resume", "--seed", "99")
     assert other.returncode == 2
     assert "other inputs" in other.stderr and "Traceback" not in other.stderr
-    fresh = _keepersim(*args)
+    fresh = run_keepersim(*args)
     assert fresh.returncode == 2
     assert "--resume" in fresh.stderr and "Traceback" not in fresh.stderr
 
@@ -259,7 +243,7 @@ def test_replay_killed_and_resumed_ends_as_an_uninterrupted_replay(
     trace = tmp_path / "trace.jsonl"
     trace.write_bytes(reference[1])
     whole = tmp_path / "whole"
-    done = _keepersim(*_replay_args(trace, whole))
+    done = run_keepersim(*_replay_args(trace, whole))
     assert done.returncode == 0, done.stderr
     rng = random.Random(7)
     middle = sorted(rng.sample(range(2, BLOCKS - 1), 3))
@@ -273,12 +257,12 @@ def test_replay_killed_and_resumed_ends_as_an_uninterrupted_replay(
     folder = tmp_path / "killed"
     args = _replay_args(trace, folder)
     for i, point in enumerate(points):
-        run = _keepersim(*args, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
+        run = run_keepersim(*args, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
         assert run.returncode == -signal.SIGKILL, (point, run.stderr)
-    done = _keepersim(*args, "--resume")
+    done = run_keepersim(*args, "--resume")
     assert done.returncode == 0, done.stderr
     assert _replay_report(folder) == _replay_report(whole)
-    other = _keepersim(*args, "--resume", "--strict")
+    other = run_keepersim(*args, "--resume", "--strict")
     assert other.returncode == 2 and "other inputs" in other.stderr
 
 
@@ -296,7 +280,7 @@ def test_what_if_replay_killed_and_resumed_ends_as_an_uninterrupted_one(
     trace = tmp_path / "trace.jsonl"
     trace.write_bytes(reference[1])
     whole = tmp_path / "whole"
-    done = _keepersim(*_replay_args(trace, whole), "--mode", "what-if")
+    done = run_keepersim(*_replay_args(trace, whole), "--mode", "what-if")
     assert done.returncode == 0, done.stderr
     rng = random.Random(8)
     middle = sorted(rng.sample(range(2, BLOCKS - 1), 3))
@@ -310,10 +294,10 @@ def test_what_if_replay_killed_and_resumed_ends_as_an_uninterrupted_one(
     folder = tmp_path / "killed"
     args = [*_replay_args(trace, folder), "--mode", "what-if"]
     for i, point in enumerate(points):
-        run = _keepersim(*args, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
+        run = run_keepersim(*args, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
         assert run.returncode == -signal.SIGKILL, (point, run.stderr)
-    done = _keepersim(*args, "--resume")
+    done = run_keepersim(*args, "--resume")
     assert done.returncode == 0, done.stderr
     assert _what_if_report(folder) == _what_if_report(whole)
-    other = _keepersim(*args, "--resume", "--seed", "12")
+    other = run_keepersim(*args, "--resume", "--seed", "12")
     assert other.returncode == 2 and "other inputs" in other.stderr

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
-import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import plyvel
 import pytest
+from cli_runs import UNSTABLE, read_stable_report, run_keepersim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +41,6 @@ from keepersim.store.checkpoint import KILL_AT_ENV, ResumeError
 from keepersim.types.policies import DEVSHARD_LIMITER
 
 BLOCKS = 160
-_UNSTABLE = frozenset({"wall_seconds", "inferences_per_second", "blocks_per_second", "trace_path"})
 
 
 def _scenario(spec: DevshardSpec, *, blocks: int = BLOCKS) -> Scenario:
@@ -84,7 +81,7 @@ _SPEC = DevshardSpec(
 
 
 def _stable(result: RunResult) -> dict[str, Any]:
-    return {k: v for k, v in result.to_dict().items() if k not in _UNSTABLE and k != "store"}
+    return {k: v for k, v in result.to_dict().items() if k not in UNSTABLE and k != "store"}
 
 
 @cache
@@ -209,21 +206,6 @@ def test_a_record_of_another_layout_is_refused(tmp_path: Path) -> None:
 # the CLI, killed with SIGKILL -------------------------------------------------------------
 
 
-def _keepersim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "keepersim.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=120,
-    )
-
-
-def _report(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return {k: v for k, v in data.items() if k not in _UNSTABLE}
-
-
 def test_the_cli_killed_and_resumed_ends_as_an_uninterrupted_devshard_run(tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.json"
     scenario.write_text(format_scenario_json(_scenario(_SPEC)), encoding="utf-8")
@@ -244,15 +226,15 @@ def test_the_cli_killed_and_resumed_ends_as_an_uninterrupted_devshard_run(tmp_pa
 
     ref = tmp_path / "ref"
     ref.mkdir()
-    done = _keepersim(*args(ref))
+    done = run_keepersim(*args(ref))
     assert done.returncode == 0, done.stderr
     run = tmp_path / "run"
     run.mkdir()
     resumable = args(run, "--store-dir", str(run / "store"))
     for i, point in enumerate(["1:pre", "57:post", "103:pre", f"{BLOCKS}:post"]):
-        killed = _keepersim(*resumable, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
+        killed = run_keepersim(*resumable, *(["--resume"] if i else []), env={KILL_AT_ENV: point})
         assert killed.returncode == -signal.SIGKILL, (point, killed.stderr)
-    done = _keepersim(*resumable, "--resume")
+    done = run_keepersim(*resumable, "--resume")
     assert done.returncode == 0, done.stderr
-    assert _report(run / "out.json") == _report(ref / "out.json")
+    assert read_stable_report(run / "out.json") == read_stable_report(ref / "out.json")
     assert (run / "trace.jsonl").read_bytes() == (ref / "trace.jsonl").read_bytes()
